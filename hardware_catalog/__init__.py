@@ -1,0 +1,5 @@
+"""GPU catalog: specifications and prices, each figure with its source."""
+
+from hardware_catalog.spec import GPUSpec
+
+__all__ = ["GPUSpec"]

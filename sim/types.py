@@ -1,0 +1,117 @@
+"""Shared value types of the simulator: parallelism, batch shape, step timing, engine profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tp: int = 1   # tensor parallel degree (attention and dense MLP)
+    pp: int = 1   # pipeline stages
+    ep: int = 1   # expert parallel degree for MoE layers (experts sharded over ep GPUs)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per replica. EP reuses the TP group's GPUs (vLLM/SGLang style): ep <= tp*... """
+        return self.tp * self.pp
+
+    @property
+    def moe_tp(self) -> int:
+        """Tensor-parallel degree inside each expert: the TP group not used for EP."""
+        return max(1, self.tp // self.ep)
+
+
+@dataclass(frozen=True)
+class Precision:
+    weights: str = "bf16"     # GEMM / weight dtype: bf16 | fp8 | fp4
+    kv_cache: str = "bf16"    # KV cache dtype: bf16 | fp8
+    activations: str = "bf16"
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """What one engine iteration computes, summarised so step cost can be cached.
+
+    A step mixes prefill chunks (new prompt tokens, possibly after cached/previous
+    context) and decode tokens (one per running sequence).
+    """
+
+    prefill_tokens: int = 0        # new tokens computed by prefill chunks this step
+    prefill_seqs: int = 0          # number of prefill chunks
+    prefill_attn_pairs: float = 0.0  # sum over chunks of causal (query, key) pairs: n*ctx + n*(n+1)/2
+    prefill_ctx_tokens: int = 0    # sum over chunks of context already in KV before the chunk
+    decode_seqs: int = 0           # sequences producing one token each
+    decode_kv_tokens: int = 0      # sum over decode sequences of their KV length
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_seqs
+
+    @staticmethod
+    def build(prefill_chunks: list[tuple[int, int]] | tuple = (), decode_kv_lens: list[int] | tuple = ()) -> "StepShape":
+        """From explicit (new_tokens, context_before) chunks and decode KV lengths."""
+        pt = sum(n for n, _ in prefill_chunks)
+        pairs = sum(n * c + n * (n + 1) / 2 for n, c in prefill_chunks)
+        ctx = sum(c for _, c in prefill_chunks)
+        return StepShape(pt, len(prefill_chunks), float(pairs), ctx, len(decode_kv_lens), int(sum(decode_kv_lens)))
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One operator's contribution to a step (summed over layers on the critical path)."""
+
+    name: str             # e.g. "qkv_proj", "attn_decode", "moe_experts", "tp_allreduce"
+    family: str           # gemm | attn_prefill | attn_decode | moe | mla | memory | comm | host
+    latency_ms: float
+    bound: str            # compute | memory | latency | comm | host
+    flops: float = 0.0
+    bytes: float = 0.0
+    tier: str = "spec"    # measured | cross-gen | spec  (calibration tier of its efficiency)
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Time of one iteration. ``latency_ms`` is the full forward through all pipeline stages;
+    ``stage_ms`` is the slowest stage (the pipeline's throughput limit)."""
+
+    latency_ms: float
+    stage_ms: float
+    ops: tuple[OpTime, ...] = field(default=())
+
+
+class StepCostModel(Protocol):
+    """Batch composition -> step time. Used by the analytical screen and the DES alike."""
+
+    pp: int
+
+    def step_time_ms(self, shape: StepShape) -> float:
+        """Latency of one iteration through all pipeline stages (fast, cached)."""
+        ...
+
+    def stage_time_ms(self, shape: StepShape) -> float:
+        """Time of the slowest pipeline stage for this iteration (== step time when pp=1)."""
+        ...
+
+    def breakdown(self, shape: StepShape) -> StepTiming:
+        """Per-operator breakdown (slow path, for reports)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """Serving-engine behaviour (vLLM / SGLang / TensorRT-LLM flavours)."""
+
+    name: str = "vllm"                 # vllm | sglang | trtllm
+    kernel_backend: str = "vllm"       # which measured kernel set calibrates this engine
+    max_num_seqs: int = 256            # running sequences per replica
+    max_num_batched_tokens: int = 8192  # token budget per iteration
+    chunked_prefill: bool = True       # vLLM v1 semantics: decodes first, then prefill chunks
+    block_size: int = 16               # KV cache block, tokens
+    gpu_memory_utilization: float = 0.9  # fraction of HBM the engine may use
+    watermark: float = 0.01            # free-block fraction kept when admitting new requests
+    enable_prefix_caching: bool = True
+    host_overhead_ms: float = 4.0      # per-iteration scheduler + launch overhead (CUDA graphs on)
+    host_overhead_per_seq_ms: float = 0.01  # per running sequence per iteration (sampling, bookkeeping)
+    activation_reserve_gb: float = 2.0  # non-KV runtime memory (activations, CUDA graphs, NCCL)
