@@ -1,5 +1,28 @@
 """GPU catalog: specifications and prices, each figure with its source."""
 
-from hardware_catalog.spec import GPUSpec
+from hardware_catalog.loader import (
+    DEFAULT_PATH,
+    FIGURE_FIELDS,
+    get_gpu,
+    gpu_notes,
+    gpu_table_rows,
+    list_gpus,
+    load_catalog,
+    missing_sources,
+    normalize_name,
+)
+from hardware_catalog.spec import DTYPES, GPUSpec
 
-__all__ = ["GPUSpec"]
+__all__ = [
+    "DEFAULT_PATH",
+    "DTYPES",
+    "FIGURE_FIELDS",
+    "GPUSpec",
+    "get_gpu",
+    "gpu_notes",
+    "gpu_table_rows",
+    "list_gpus",
+    "load_catalog",
+    "missing_sources",
+    "normalize_name",
+]

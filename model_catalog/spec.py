@@ -7,6 +7,10 @@ weight bytes, KV bytes per token, FLOPs per token) are methods so they stay cons
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from model_catalog.derived import ParamBreakdown
 
 #: bytes per element of each precision name used in configs (weights, activations, KV).
 #: fp4 counts the MX/NV block scales (1 byte per 32 or 16 elements) as ~0.53 byte.
@@ -20,7 +24,8 @@ class MoESpec:
     expert_intermediate_size: int  # FFN width of one routed expert
     num_shared_experts: int = 0   # always-active shared experts (DeepSeek, Qwen2-MoE)
     shared_intermediate_size: int = 0  # FFN width of one shared expert
-    num_dense_layers: int = 0     # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    num_dense_layers: int = 0     # layers with a dense MLP: leading (DeepSeek first_k_dense_replace)
+    #                               or interleaved (Llama-4 Maverick); a count, not positions
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,12 @@ class ModelSpec:
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     source: str = ""              # where the config.json came from
+    # --- added by the model catalog (defaults keep older constructors valid) ---
+    attention_bias: bool = False  # q/k/v/o projections carry biases (gpt-oss; config attention_bias)
+    mlp_bias: bool = False        # MLP/expert projections and router carry biases (gpt-oss)
+    quant_scope: str = "all"      # which linear weights the shipped low-precision format covers:
+    #                               "all" (every block linear) or "experts" (routed experts only:
+    #                               gpt-oss mxfp4, Kimi-K2.5 int4; attention etc. ship in bf16)
 
     @property
     def is_moe(self) -> bool:
@@ -65,3 +76,48 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
+
+    # Thin wrappers over model_catalog.derived (imported lazily: derived imports this module).
+    # Conventions (what counts, what stays bf16) are documented there.
+
+    def param_breakdown(self) -> ParamBreakdown:
+        """Parameter counts by component (embedding, attention, experts, ...)."""
+        from model_catalog.derived import param_breakdown
+
+        return param_breakdown(self)
+
+    def param_count_total(self) -> int:
+        """All language-model weights incl. embedding and lm_head (tied once), no MTP."""
+        from model_catalog.derived import param_count_total
+
+        return param_count_total(self)
+
+    def param_count_active(self, embeddings: str = "once") -> int:
+        """Weights used per token; ``embeddings``: "once" (lm_head), "both" or "none"."""
+        from model_catalog.derived import param_count_active
+
+        return param_count_active(self, embeddings=embeddings)
+
+    def weight_bytes(self, precision: str) -> float:
+        """Bytes of all weights with block linears in ``precision`` (embeddings/norms bf16)."""
+        from model_catalog.derived import weight_bytes
+
+        return weight_bytes(self, precision)
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> float:
+        """KV-cache bytes one token occupies across all layers (sliding layers as full)."""
+        from model_catalog.derived import kv_bytes_per_token
+
+        return kv_bytes_per_token(self, kv_dtype)
+
+    def kv_bytes_per_token_windowed(self, kv_dtype: str, context_len: int) -> float:
+        """Mean KV bytes per token of a ``context_len`` sequence, sliding layers capped."""
+        from model_catalog.derived import kv_bytes_per_token_windowed
+
+        return kv_bytes_per_token_windowed(self, kv_dtype, context_len)
+
+    def flops_per_token(self, context_len: int, phase: str) -> float:
+        """Forward FLOPs for one token at ``context_len`` ("prefill" or "decode")."""
+        from model_catalog.derived import flops_per_token
+
+        return flops_per_token(self, context_len, phase)

@@ -97,13 +97,21 @@ GEMM_TILE_M = 128
 GEMM_TILE_N = 128
 
 
-def waves(m: int, n: int, sm_count: int, tile_m: int = GEMM_TILE_M, tile_n: int = GEMM_TILE_N) -> float:
-    """Wave quantization factor: issued tiles rounded up to full waves over the SMs,
-    divided by the ideal fractional number of waves (>= 1)."""
+def waves(m: int, n: int, sm_count: int, k: int = 4096, tile_n: int = GEMM_TILE_N) -> float:
+    """Tile and wave quantization factor (>= 1) of a GEMM's compute time.
+
+    Kernels pick a row tile matching small m (16..128) and split K across SMs when there
+    are fewer output tiles than SMs (cuBLAS/CUTLASS heuristics); what remains is the
+    padding of m to the tile and of the tile count to whole waves over the SMs.
+    """
+    tile_m = min(GEMM_TILE_M, max(16, 1 << max(0, math.ceil(math.log2(max(m, 1))))))
     tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
-    full = math.ceil(tiles / sm_count)
-    ideal = (m * n) / (tile_m * tile_n * sm_count)
-    return max(1.0, full / ideal) if ideal > 0 else 1.0
+    if tiles < sm_count:
+        tiles *= max(1, min(k // 512, math.ceil(sm_count / tiles)))
+    wave_pad = math.ceil(tiles / sm_count) * sm_count / tiles
+    m_pad = math.ceil(m / tile_m) * tile_m / m
+    n_pad = math.ceil(n / tile_n) * tile_n / n
+    return max(1.0, wave_pad * m_pad * n_pad)
 
 
 def _bytes(dtype: str) -> float:
@@ -135,7 +143,7 @@ class RooflineKernelModel:
         b = _bytes(dtype)
         flops = 2.0 * m * n * k
         nbytes = (m * k) * 2.0 + (k * n) * b + (m * n) * 2.0
-        return self._roof(flops, nbytes, dtype, GEMM_ETA_COMPUTE, MEM_ETA, waves(m, n, self.gpu.sm_count))
+        return self._roof(flops, nbytes, dtype, GEMM_ETA_COMPUTE, MEM_ETA, waves(m, n, self.gpu.sm_count, k))
 
     def attention_prefill(self, batch, q_len, kv_len, num_heads, num_kv_heads, head_dim, kv_dtype):
         # causal: the new block attends to kv_len - q_len earlier keys fully and to itself causally

@@ -1,0 +1,122 @@
+"""Structured-config schema: dataclasses registered with Hydra's ConfigStore.
+
+Values live in ``conf/`` YAML; this file fixes the keys and types, so an unknown key or
+a wrong type fails when the config is composed. Units are in field names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from sim.types import EngineProfile
+from sim.workload import WorkloadSpec
+
+
+@dataclass
+class ModelConfig:
+    # catalog short name (llama3_1_70b) or Hugging Face id (meta-llama/Llama-3.1-70B)
+    name: str = "llama3_1_70b"
+    # a local config.json; when set it replaces the catalog entry named above
+    config_path: Optional[str] = None
+
+
+@dataclass
+class GPUConfig:
+    # catalog keys of the GPU types the planner may use (see `llmplan catalog gpus`)
+    candidates: List[str] = field(default_factory=lambda: ["h100_sxm", "h200_sxm", "a100_sxm", "l40s"])
+    # per-type availability limit in GPUs (absent = unlimited), e.g. {h100_sxm: 16}
+    max_gpus: Dict[str, int] = field(default_factory=dict)
+    # per-type price override in $/GPU-hour, e.g. {h100_sxm: 2.49}
+    usd_per_hour: Dict[str, float] = field(default_factory=dict)
+    # what-if spec overrides per type, e.g. {h100_sxm: {hbm_bw_gbps: 6700}}
+    spec_overrides: Dict[str, Dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class SLOConfig:
+    # time to first token targets (ms) at the named percentile; null = no target
+    ttft_p50_ms: Optional[float] = None
+    ttft_p90_ms: Optional[float] = 1000.0
+    ttft_p95_ms: Optional[float] = None
+    ttft_p99_ms: Optional[float] = None
+    # time per output token after the first (ms), vLLM benchmark definition
+    tpot_p50_ms: Optional[float] = None
+    tpot_p90_ms: Optional[float] = 50.0
+    tpot_p95_ms: Optional[float] = None
+    tpot_p99_ms: Optional[float] = None
+
+
+@dataclass
+class SearchConfig:
+    # tensor-parallel degrees to try (must divide the attention heads)
+    tp: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    # pipeline-parallel degrees to try
+    pp: List[int] = field(default_factory=lambda: [1, 2])
+    # expert-parallel degrees (MoE models only; must divide tp and the expert count)
+    ep: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    # weight/GEMM precisions to try: bf16 | fp8 | fp4 (where the GPU supports it)
+    precision: List[str] = field(default_factory=lambda: ["bf16", "fp8"])
+    # KV-cache dtype: "auto" = fp8 with fp8 weights, else bf16; or bf16 | fp8
+    kv_cache_dtype: str = "auto"
+    # engine max_num_seqs values to try
+    max_batch: List[int] = field(default_factory=lambda: [64, 256])
+    # replicas allowed per candidate in the ILP
+    max_replicas: int = 256
+    # finalists verified in the discrete-event simulator (0 = analytical only)
+    finalists: int = 4
+    # requests per simulation in verification bisections
+    verify_requests: int = 600
+    # runner-up alternatives shown
+    alternatives: int = 4
+
+
+@dataclass
+class DeploymentConfig:
+    """One deployment, for `llmplan simulate`."""
+
+    # catalog GPU key
+    gpu: str = "h100_sxm"
+    tp: int = 4
+    pp: int = 1
+    ep: int = 1
+    # weights/GEMM precision: bf16 | fp8 | fp4
+    precision: str = "bf16"
+    # KV cache dtype: auto | bf16 | fp8
+    kv_cache_dtype: str = "auto"
+    replicas: int = 1
+    # request router across replicas: round_robin | least_outstanding | prefix_aware
+    router: str = "least_outstanding"
+
+
+@dataclass
+class OutputConfig:
+    # write PNG plots (latency CDFs, batch size and KV usage over time) from simulate
+    plots: bool = False
+    # per-request results format: csv | parquet
+    requests_format: str = "csv"
+    # print progress bars
+    progress: bool = True
+
+
+@dataclass
+class AppConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    gpu: GPUConfig = field(default_factory=GPUConfig)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    slo: SLOConfig = field(default_factory=SLOConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    engine: EngineProfile = field(default_factory=EngineProfile)
+    deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    # kernel calibration: null = shipped default fit; "spec" = roofline defaults; or a file path
+    calibration: Optional[str] = None
+    # seed for workload generation and simulation
+    seed: int = 0
+
+
+def register_configs() -> None:
+    """Register the schema; conf/plan.yaml and conf/simulate.yaml start from it."""
+    ConfigStore.instance().store(name="app_schema", node=AppConfig)

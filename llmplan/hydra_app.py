@@ -1,0 +1,167 @@
+"""Running a Hydra-configured subcommand from the argparse-style dispatcher.
+
+The composed config is validated first with Hydra's compose API so that a bad override
+(unknown key, wrong type, unknown option, YAML that does not parse) becomes one clear
+line and exit code 2 instead of a traceback; then ``hydra.main`` runs the job, which
+gives output directories, ``-m`` multirun and launcher plugins for free.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from llmplan.errors import ConfigError, suggest
+from llmplan.paths import conf_dir
+
+#: exit code of the last job run in this process (hydra.main does not return it)
+_LAST_CODE: list[int] = [0]
+MAX_SWEEP_CHECK = 256
+
+
+def group_options(group: str) -> list[str]:
+    d = conf_dir() / group
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def groups() -> list[str]:
+    return sorted(p.name for p in conf_dir().iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def _rewrite(overrides: list[str]) -> list[str]:
+    """Shortcuts: `model=<catalog name or HF id>` and `gpu=<catalog key>` without a YAML file."""
+    out = []
+    for ov in overrides:
+        m = re.fullmatch(r"(model|gpu)=(.+)", ov)
+        if m and "," not in m.group(2):
+            group, value = m.groups()
+            if value not in group_options(group):
+                if group == "model":
+                    out += [f"model.name={value}", "model.config_path=null"]
+                else:
+                    out.append(f"gpu.candidates=[{value}]")
+                continue
+        out.append(ov)
+    return out
+
+
+def _expand_sweeps(overrides: list[str]) -> list[list[str]]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    axes: list[list[str]] = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([o.input_line])
+    combos = [list(c) for c in itertools.islice(itertools.product(*axes), MAX_SWEEP_CHECK)]
+    return [_rewrite(c) for c in combos]
+
+
+def _explain(exc: Exception, overrides: list[str]) -> ConfigError:
+    text = str(exc).replace("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", "")
+    m = re.search(r"Could not find '([^/']+)/([^']+)'", text)
+    if m:
+        group, opt = m.groups()
+        return ConfigError(f"unknown option '{opt}'; {suggest(opt, group_options(group))}", key=group,
+                           fix=f"pick one of conf/{group}/*.yaml or pass {group}.<key>=<value>")
+    m = re.search(r"Key '([^']+)' not in '(\w+)'", text)
+    if m:
+        full = re.search(r"full_key: (\S+)", text)
+        key = full.group(1) if full else m.group(1)
+        return ConfigError("unknown config key", key=key, fix="check the spelling; `llmplan <command> --cfg job` prints every key")
+    m = re.search(r"Value '([^']*)' (?:of type '[^']*' )?could not be converted to (\w+)", text)
+    if m:
+        full = re.search(r"full_key: (\S+)", text)
+        key = full.group(1) if full else "config"
+        return ConfigError(f"value '{m.group(1)}' is not a valid {m.group(2)}", key=key,
+                           fix=f"give {key} a {m.group(2).lower()} value")
+    if "ScannerError" in type(exc).__name__ or "while scanning" in text or "ParserError" in type(exc).__name__ \
+            or "mapping values are not allowed" in text or "could not find expected" in text:
+        return ConfigError("a YAML file does not parse: " + text.splitlines()[0], key="yaml", fix="fix the YAML syntax")
+    first = next((ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return ConfigError(first, key="config", fix="check the overrides: " + " ".join(overrides))
+
+
+def compose(config_name: str, overrides: list[str], config_dir: str | None = None) -> DictConfig:
+    """Compose (and schema-check) a config; raises ConfigError with a clear message."""
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from llmplan.config_schema import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir or str(conf_dir()), version_base="1.3"):
+            return hcompose(config_name=config_name, overrides=_rewrite(overrides))
+    except Exception as exc:  # Hydra/OmegaConf raise many types; all are user input errors here
+        raise _explain(exc, overrides) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def print_help(command: str, summary: str) -> None:
+    print(f"usage: llmplan {command} [group=option ...] [key=value ...] [-m]\n\n{summary}\n")
+    print("config groups (conf/<group>/<option>.yaml):")
+    for g in groups():
+        print(f"  {g:<11} " + ", ".join(group_options(g)))
+    print("\nexamples:")
+    print(f"  llmplan {command} model=qwen3_32b gpu=h100_sxm slo.ttft_p90_ms=800 workload.rate_rps=20")
+    print(f"  llmplan {command} -m model=llama3_1_8b,qwen3_32b gpu=h100_sxm,h200_sxm   # sweep, parallel jobs")
+    print(f"  llmplan {command} --cfg job    # print the composed config")
+    print("\n`model=` also takes a Hugging Face id; `model.config_path=/path/config.json` loads a local model;"
+          " `gpu=<key>` any catalog GPU (`llmplan catalog gpus`).")
+
+
+def run(command: str, config_name: str, argv: list[str], task: Callable[[DictConfig], int], summary: str) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print_help(command, summary)
+        return 0
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    flags = [a for a in argv if a.startswith("-")]
+    overrides = [a for a in argv if not a.startswith("-")]
+    combos = _expand_sweeps(overrides) if multirun else [overrides]
+    if not multirun:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        try:
+            if any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(overrides)):
+                raise ConfigError("a sweep (a,b or range) needs -m", key="overrides", fix=f"llmplan {command} -m ...")
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise _explain(exc, overrides) from None
+    for combo in combos:
+        compose(config_name, combo)
+
+    import hydra
+
+    from llmplan.config_schema import register_configs
+
+    register_configs()
+    _LAST_CODE[0] = 0
+
+    def job(cfg: DictConfig) -> int:
+        code = task(cfg)
+        _LAST_CODE[0] = code
+        return code
+
+    job.__module__ = "llmplan"
+    job.__name__ = command
+    main = hydra.main(config_path=str(Path(conf_dir())), config_name=config_name, version_base="1.3")(job)
+    old = sys.argv
+    sys.argv = [f"llmplan {command}"] + flags + _rewrite(overrides) if not multirun else [f"llmplan {command}"] + flags + overrides
+    try:
+        main()
+    finally:
+        sys.argv = old
+    return _LAST_CODE[0]

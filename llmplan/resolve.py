@@ -1,0 +1,120 @@
+"""From the composed config to typed, validated inputs (model, GPUs, SLOs, workload).
+
+Every check here names the offending key and says what would fix it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields, replace
+
+from omegaconf import DictConfig, OmegaConf
+
+from hardware_catalog.loader import get_gpu
+from hardware_catalog.spec import GPUSpec
+from llmplan.config_schema import AppConfig
+from llmplan.errors import ConfigError
+from model_catalog.loader import load_model
+from model_catalog.spec import ModelSpec
+from optimizer.types import SLOTarget, WorkloadStats
+from sim.types import EngineProfile
+
+
+def to_app(cfg: DictConfig) -> AppConfig:
+    app = OmegaConf.to_object(cfg)
+    assert isinstance(app, AppConfig)
+    return app
+
+
+def resolve_model(app: AppConfig) -> ModelSpec:
+    if app.model.config_path:
+        return load_model(app.model.config_path)
+    return load_model(app.model.name)
+
+
+_SPEC_FIELDS = {f.name for f in fields(GPUSpec)}
+_NUMERIC = {"hbm_gb", "hbm_bw_gbps", "l2_mb", "sm_count", "scaleup_bw_gbps", "scaleup_domain_size",
+            "pcie_bw_gbps", "scaleout_bw_gbps", "tdp_w", "usd_per_hour"}
+
+
+def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
+    gpu = get_gpu(key)
+    changes: dict = {}
+    for k, v in (app.gpu.spec_overrides.get(key) or app.gpu.spec_overrides.get(gpu.key) or {}).items():
+        if k.endswith("_tflops") and k[: -len("_tflops")] in gpu.dense_tflops:
+            tf = dict(gpu.dense_tflops)
+            tf[k[: -len("_tflops")]] = float(v)
+            changes["dense_tflops"] = tf
+        elif k in _NUMERIC:
+            if not float(v) > 0:
+                raise ConfigError(f"must be > 0, got {v}", key=f"gpu.spec_overrides.{key}.{k}", fix="give a positive figure")
+            changes[k] = int(v) if k in ("sm_count", "scaleup_domain_size") else float(v)
+        else:
+            raise ConfigError("unknown GPU figure", key=f"gpu.spec_overrides.{key}.{k}",
+                              fix="use one of " + ", ".join(sorted(_NUMERIC)) + " or <dtype>_tflops")
+    price = app.gpu.usd_per_hour.get(key, app.gpu.usd_per_hour.get(gpu.key))
+    if price is not None:
+        if not (isinstance(price, (int, float)) and math.isfinite(price) and price > 0):
+            raise ConfigError(f"price must be a positive number, got {price!r}", key=f"gpu.usd_per_hour.{key}",
+                              fix="give $/GPU-hour as a number, e.g. 2.49")
+        changes["usd_per_hour"] = float(price)
+    return replace(gpu, **changes) if changes else gpu
+
+
+def resolve_gpus(app: AppConfig) -> list[GPUSpec]:
+    if not app.gpu.candidates:
+        raise ConfigError("no candidate GPUs", key="gpu.candidates", fix="list at least one catalog GPU key")
+    gpus = [resolve_gpu(k, app) for k in app.gpu.candidates]
+    for k, v in app.gpu.max_gpus.items():
+        if v < 0:
+            raise ConfigError(f"availability must be >= 0, got {v}", key=f"gpu.max_gpus.{k}", fix="give a GPU count")
+        get_gpu(k)
+    avail = {g.key: app.gpu.max_gpus.get(g.key, app.gpu.max_gpus.get(k)) for k, g in zip(app.gpu.candidates, gpus)}
+    if all(v == 0 for v in avail.values()):
+        raise ConfigError("every candidate GPU type has availability 0", key="gpu.max_gpus",
+                          fix="raise a limit above 0 or remove it (absent = unlimited)")
+    for k in app.gpu.usd_per_hour:
+        if k not in app.gpu.candidates and get_gpu(k).key not in {g.key for g in gpus}:
+            raise ConfigError("price override for a GPU that is not a candidate", key=f"gpu.usd_per_hour.{k}",
+                              fix="add it to gpu.candidates or drop the override")
+    return gpus
+
+
+def max_gpus(app: AppConfig, gpus: list[GPUSpec]) -> dict[str, int]:
+    out = {}
+    for k, v in app.gpu.max_gpus.items():
+        out[get_gpu(k).key] = int(v)
+    return {k: v for k, v in out.items() if k in {g.key for g in gpus}}
+
+
+def resolve_slos(app: AppConfig) -> list[SLOTarget]:
+    out = []
+    for f in fields(app.slo):
+        v = getattr(app.slo, f.name)
+        if v is None:
+            continue
+        metric, pct, _ = f.name.split("_")
+        if not v > 0:
+            raise ConfigError(f"SLO must be > 0 ms, got {v}", key=f"slo.{f.name}", fix="give a positive latency target in ms or null")
+        out.append(SLOTarget(metric, float(pct[1:]), float(v)))
+    if not out:
+        raise ConfigError("no SLO target set", key="slo", fix="set e.g. slo.ttft_p90_ms=1000 slo.tpot_p90_ms=50")
+    return out
+
+
+def check_engine(engine: EngineProfile) -> None:
+    if engine.max_num_seqs < 1:
+        raise ConfigError("must be >= 1", key="engine.max_num_seqs", fix="e.g. 256")
+    if engine.max_num_batched_tokens < engine.block_size:
+        raise ConfigError(f"token budget {engine.max_num_batched_tokens} is smaller than one KV block ({engine.block_size})",
+                          key="engine.max_num_batched_tokens", fix="raise it (vLLM default 8192)")
+    if not 0 < engine.gpu_memory_utilization <= 1:
+        raise ConfigError("must be in (0, 1]", key="engine.gpu_memory_utilization", fix="e.g. 0.9")
+
+
+def workload_stats(requests, rate_rps: float, arrival_cv: float) -> WorkloadStats:
+    """Moments of a generated request sample (deterministic for a seed)."""
+    ins = [r.input_tokens for r in requests]
+    outs = [r.output_tokens for r in requests]
+    longest = max(i + o for i, o in zip(ins, outs))
+    return WorkloadStats(rate_rps, sum(ins) / len(ins), sum(outs) / len(outs), int(longest), arrival_cv)

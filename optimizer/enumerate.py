@@ -1,0 +1,40 @@
+"""Stage 1: enumerate candidate replica shapes (GPU x TP x PP x EP x precision x max batch)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from hardware_catalog.spec import GPUSpec
+from model_catalog.spec import ModelSpec
+from optimizer.types import Candidate
+from sim.deployment import parallelism_problem
+from sim.types import Parallelism, Precision
+
+
+def kv_dtype_for(weights: str, kv_cache_dtype: str, gpu: GPUSpec) -> str:
+    """Resolve "auto": fp8 KV with fp8/fp4 weights on GPUs with fp8, else bf16."""
+    if kv_cache_dtype != "auto":
+        return kv_cache_dtype
+    return "fp8" if weights in ("fp8", "fp4") and gpu.supports("fp8") else "bf16"
+
+
+def enumerate_candidates(model: ModelSpec, gpus: Iterable[tuple[GPUSpec, float]], tps: list[int],
+                         pps: list[int], eps: list[int], precisions: list[str], max_batches: list[int],
+                         kv_cache_dtype: str = "auto") -> tuple[list[Candidate], list[tuple[Candidate, str, str]]]:
+    """All combinations; returns (valid candidates, rejected (candidate, verdict, reason))."""
+    ok: list[Candidate] = []
+    rejected: list[tuple[Candidate, str, str]] = []
+    ep_values = sorted(set(eps)) if model.is_moe else [1]
+    for (gpu, price), tp, pp, ep, prec, mb in itertools.product(
+            gpus, sorted(set(tps)), sorted(set(pps)), ep_values, precisions, sorted(set(max_batches))):
+        if ep > tp:
+            continue  # EP reuses the TP group's GPUs; larger EP is not a distinct shape
+        cand = Candidate(gpu, Parallelism(tp, pp, ep), Precision(prec, kv_dtype_for(prec, kv_cache_dtype, gpu)), mb, price)
+        problem = parallelism_problem(model, gpu, cand.par, cand.prec)
+        if problem:
+            verdict = "precision" if "not supported" in problem else "parallelism"
+            rejected.append((cand, verdict, problem))
+        else:
+            ok.append(cand)
+    return ok, rejected

@@ -1,0 +1,128 @@
+"""The planning pipeline: enumerate -> evaluate -> verify -> select -> (re-simulate).
+
+Inputs are typed values (already resolved from config); the output is a PlanResult that
+`optimizer.report` renders and writes. No printing here besides the progress callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hardware_catalog.spec import GPUSpec
+from model_catalog.spec import ModelSpec
+from optimizer.enumerate import enumerate_candidates
+from optimizer.evaluate import ReplicaAnalyzer
+from optimizer.select_ilp import alternatives, solve
+from optimizer.types import Candidate, Evaluation, Selection, SLOTarget, WorkloadStats
+from sim.deployment import Deployment, build
+from sim.types import EngineProfile
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    tp: list[int]
+    pp: list[int]
+    ep: list[int]
+    precision: list[str]
+    max_batch: list[int]
+    kv_cache_dtype: str = "auto"
+    max_replicas: int = 256
+    finalists: int = 4
+    verify_requests: int = 600
+    alternatives: int = 4
+
+
+@dataclass
+class PlanResult:
+    selection: Selection
+    evaluations: list[Evaluation]
+    alternatives: list[Selection]
+    workload: WorkloadStats
+    slos: list[SLOTarget]
+    verification: dict = field(default_factory=dict)   # filled by optimizer.verify
+    notes: list[str] = field(default_factory=list)
+
+
+def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: EngineProfile, wl: WorkloadStats,
+                        slos: list[SLOTarget], calibration: str | None,
+                        progress: Progress | None = None) -> list[Evaluation]:
+    """Memory fit + analytical SLO capacity for each candidate (step models shared across max_batch)."""
+    out: list[Evaluation] = []
+    cache: dict[tuple, tuple] = {}
+    for i, c in enumerate(cands):
+        eng = _engine_for(engine, c)
+        key = (c.gpu.key, c.par, c.prec)
+        if key not in cache:
+            dep = Deployment(model, c.gpu, c.par, c.prec, eng)
+            cache[key] = build(dep, calibration, min_kv_tokens=wl.max_request_tokens)
+        step, mem = cache[key]
+        ev = Evaluation(c, "ok", kv_capacity_tokens=mem.kv_capacity_tokens, weights_gb=mem.weights_gb)
+        if not mem.fits:
+            ev.verdict, ev.reason = "memory", mem.reason
+        else:
+            an = ReplicaAnalyzer(step, wl, c.max_num_seqs, eng.max_num_batched_tokens, mem.kv_capacity_tokens,
+                                 eng.chunked_prefill)
+            cap, binding, at_cap, light = an.capacity(slos)
+            ev.capacity_rps, ev.binding, ev.analyzer = cap, binding, an
+            ev.tier = _tier(step)
+            q = slos[0].percentile if slos else 90.0
+            tq = next((s.percentile for s in slos if s.metric == "ttft"), q)
+            pq = next((s.percentile for s in slos if s.metric == "tpot"), q)
+            ev.ttft_ms, ev.tpot_ms = at_cap.ttft_ms.get(tq, float("nan")), at_cap.tpot_ms.get(pq, float("nan"))
+            ev.light_ttft_ms, ev.light_tpot_ms = light.ttft_ms.get(tq, float("nan")), light.tpot_ms.get(pq, float("nan"))
+            if cap <= 0:
+                ev.verdict, ev.reason = "slo", f"misses {binding} even at light load"
+        out.append(ev)
+        if progress:
+            progress("evaluate", i + 1, len(cands))
+    return out
+
+
+def _engine_for(engine: EngineProfile, c: Candidate) -> EngineProfile:
+    from dataclasses import replace
+
+    return replace(engine, max_num_seqs=c.max_num_seqs)
+
+
+def _tier(step) -> str:
+    return getattr(step.kernels, "tier", "spec")
+
+
+def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,
+         slos: list[SLOTarget], space: SearchSpace, max_gpus: dict[str, int], calibration: str | None,
+         progress: Progress | None = None,
+         verifier: Callable[[list[Evaluation]], dict] | None = None) -> PlanResult:
+    cands, rejected = enumerate_candidates(model, gpus, space.tp, space.pp, space.ep, space.precision,
+                                           space.max_batch, space.kv_cache_dtype)
+    evals = [Evaluation(c, verdict, reason) for c, verdict, reason in rejected]
+    evals += evaluate_candidates(model, cands, engine, wl, slos, calibration, progress)
+    evals.sort(key=lambda e: e.candidate.name)
+    verification: dict = {}
+    if verifier is not None:
+        verification = verifier(evals)   # sets sim_capacity_rps on finalists
+    sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas)
+    operating_points(sel, wl.rate_rps, slos)
+    alts = alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives) if sel.feasible else []
+    if not sel.feasible and any(e.verdict == "ok" and e.effective_capacity_rps > 0 for e in evals):
+        sel.binding = sel.binding or "availability"
+    for s in alts:
+        operating_points(s, wl.rate_rps, slos)
+    return PlanResult(sel, evals, alts, wl, slos, verification)
+
+
+def operating_points(sel: Selection, rate_rps: float, slos: list[SLOTarget]) -> None:
+    """Per-replica load (capacity-proportional routing) and predicted latency there."""
+    total = sum(a.replicas * a.evaluation.effective_capacity_rps for a in sel.allocations)
+    tq = next((s.percentile for s in slos if s.metric == "ttft"), 90.0)
+    pq = next((s.percentile for s in slos if s.metric == "tpot"), 90.0)
+    for a in sel.allocations:
+        ev = a.evaluation
+        a.share_rps = rate_rps * ev.effective_capacity_rps / total if total > 0 else 0.0
+        an = ev.analyzer
+        if isinstance(an, ReplicaAnalyzer):
+            op = an.operating_point(a.share_rps, sorted({tq, pq}))
+            a.ttft_ms, a.tpot_ms = op.ttft_ms[tq], op.tpot_ms[pq]
+

@@ -1,0 +1,82 @@
+"""Stage 4: the integer program. Cheapest replica counts that serve the rate within the SLOs.
+
+    minimise   sum_c  usd_c * n_c  (+ a tiny GPU-count tie-break)
+    subject to sum_c  cap_c * n_c >= rate            (each replica loaded to at most its SLO capacity)
+               sum_{c on GPU type g} gpus_c * n_c <= avail_g   (availability, where limited)
+               n_c integer in [0, max_replicas]
+
+Mixing GPU types is allowed (Melange-style); the router sends each replica a share of
+traffic proportional to its capacity. Solved with PuLP/CBC, deterministic.
+"""
+
+from __future__ import annotations
+
+import pulp
+
+from optimizer.types import Allocation, Evaluation, Selection
+
+_TIE_BREAK = 1e-4  # $/h per GPU: prefer fewer GPUs among equal-cost plans
+
+
+def prune(evals: list[Evaluation], per_gpu: int = 16) -> list[Evaluation]:
+    """Keep the most cost-efficient candidates per GPU type (the ILP stays small)."""
+    by_gpu: dict[str, list[Evaluation]] = {}
+    for e in evals:
+        if e.verdict == "ok" and e.effective_capacity_rps > 0:
+            by_gpu.setdefault(e.candidate.gpu.key, []).append(e)
+    kept: list[Evaluation] = []
+    for key in sorted(by_gpu):
+        group = sorted(by_gpu[key], key=lambda e: (e.usd_per_request_rps, e.candidate.name))
+        kept += group[:per_gpu]
+    return kept
+
+
+def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | None = None,
+          max_replicas: int = 256) -> Selection:
+    max_gpus = max_gpus or {}
+    pool = prune(evals)
+    if not pool:
+        return Selection(False, [], 0.0, 0, "no candidate", "no candidate meets the SLOs")
+    prob = pulp.LpProblem("llmplan", pulp.LpMinimize)
+    names = [f"n{i}" for i in range(len(pool))]
+    n = {name: prob.add_variable(name, lowBound=0, upBound=max_replicas, cat="Integer") for name in names}
+    prob += pulp.lpSum(
+        (e.candidate.usd_per_replica_hour + _TIE_BREAK * e.candidate.gpus_per_replica) * n[nm]
+        for nm, e in zip(names, pool))
+    prob += pulp.lpSum(e.effective_capacity_rps * n[nm] for nm, e in zip(names, pool)) >= rate_rps, "serve_rate"
+    for key, limit in sorted(max_gpus.items()):
+        members = [(nm, e) for nm, e in zip(names, pool) if e.candidate.gpu.key == key]
+        if members:
+            prob += pulp.lpSum(e.candidate.gpus_per_replica * n[nm] for nm, e in members) <= int(limit), f"avail_{key}"
+    status = prob.solve(pulp.PULP_CBC_CMD(msg=False, threads=1))
+    status_text = pulp.LpStatus[status]
+    if status_text != "Optimal":
+        limited = ", ".join(f"{k}<={v}" for k, v in sorted(max_gpus.items()))
+        why = f"availability ({limited})" if max_gpus else f"rate needs more than {max_replicas} replicas"
+        return Selection(False, [], 0.0, 0, status_text, why)
+    allocs = [Allocation(e, int(round(n[nm].value() or 0))) for nm, e in zip(names, pool)]
+    allocs = [a for a in allocs if a.replicas > 0]
+    allocs.sort(key=lambda a: (-a.replicas * a.evaluation.candidate.usd_per_replica_hour, a.evaluation.candidate.name))
+    cost = sum(a.replicas * a.evaluation.candidate.usd_per_replica_hour for a in allocs)
+    gpus = sum(a.replicas * a.evaluation.candidate.gpus_per_replica for a in allocs)
+    return Selection(True, allocs, cost, gpus, status_text)
+
+
+def alternatives(evals: list[Evaluation], rate_rps: float, chosen: Selection, max_gpus: dict[str, int] | None,
+                 max_replicas: int, limit: int) -> list[Selection]:
+    """Runner-ups: the cheapest single-GPU-type plan for each type, then other replica shapes."""
+    out: list[Selection] = []
+    chosen_names = {a.evaluation.candidate.name for a in chosen.allocations}
+    types = sorted({e.candidate.gpu.key for e in evals if e.verdict == "ok" and e.effective_capacity_rps > 0})
+    for key in types:
+        sel = solve([e for e in evals if e.candidate.gpu.key == key], rate_rps, max_gpus, max_replicas)
+        if sel.feasible and {a.evaluation.candidate.name for a in sel.allocations} != chosen_names:
+            out.append(sel)
+    # next-best shapes of the chosen GPU types, excluding the chosen shapes
+    rest = [e for e in evals if e.candidate.name not in chosen_names]
+    sel = solve(rest, rate_rps, max_gpus, max_replicas)
+    if sel.feasible and all({a.evaluation.candidate.name for a in s.allocations} !=
+                            {a.evaluation.candidate.name for a in sel.allocations} for s in out):
+        out.append(sel)
+    out.sort(key=lambda s: (s.total_usd_per_hour, s.total_gpus))
+    return out[:limit]

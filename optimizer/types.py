@@ -1,0 +1,103 @@
+"""Typed records passed between planner stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hardware_catalog.spec import GPUSpec
+from sim.types import Parallelism, Precision
+
+
+@dataclass(frozen=True)
+class SLOTarget:
+    metric: str        # ttft | tpot
+    percentile: float  # e.g. 90
+    limit_ms: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric.upper()} p{self.percentile:g} <= {self.limit_ms:g} ms"
+
+
+@dataclass(frozen=True)
+class WorkloadStats:
+    """What the analytical screen needs to know about the workload."""
+
+    rate_rps: float             # total arrival rate to serve
+    mean_input_tokens: float
+    mean_output_tokens: float
+    max_request_tokens: int     # longest prompt + output (KV capacity must hold one)
+    arrival_cv: float = 1.0     # coefficient of variation of inter-arrival times (Poisson = 1)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: GPUSpec
+    par: Parallelism
+    prec: Precision
+    max_num_seqs: int
+    usd_per_gpu_hour: float
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.par.gpus
+
+    @property
+    def usd_per_replica_hour(self) -> float:
+        return self.usd_per_gpu_hour * self.par.gpus
+
+    @property
+    def name(self) -> str:
+        ep = f"-ep{self.par.ep}" if self.par.ep > 1 else ""
+        return f"{self.gpu.key}-tp{self.par.tp}-pp{self.par.pp}{ep}-{self.prec.weights}-b{self.max_num_seqs}"
+
+
+@dataclass
+class Evaluation:
+    """Verdict on one candidate: ok, or why not (memory, parallelism, precision, slo)."""
+
+    candidate: Candidate
+    verdict: str                       # ok | memory | parallelism | precision | slo
+    reason: str = ""
+    capacity_rps: float = 0.0          # highest per-replica rate meeting every SLO (analytical)
+    sim_capacity_rps: float | None = None  # same, found by simulation (finalists only)
+    kv_capacity_tokens: int = 0
+    weights_gb: float = 0.0
+    binding: str = ""                  # the constraint that limits capacity
+    # predicted metrics at the capacity point, at the SLO percentiles
+    ttft_ms: float = float("nan")
+    tpot_ms: float = float("nan")
+    light_ttft_ms: float = float("nan")  # at light load (lower bound)
+    light_tpot_ms: float = float("nan")
+    tier: str = "spec"
+    notes: list[str] = field(default_factory=list)
+    analyzer: object = field(default=None, repr=False, compare=False)  # ReplicaAnalyzer (not serialised)
+
+    @property
+    def effective_capacity_rps(self) -> float:
+        return self.sim_capacity_rps if self.sim_capacity_rps is not None else self.capacity_rps
+
+    @property
+    def usd_per_request_rps(self) -> float:
+        cap = self.effective_capacity_rps
+        return self.candidate.usd_per_replica_hour / cap if cap > 0 else float("inf")
+
+
+@dataclass
+class Allocation:
+    evaluation: Evaluation
+    replicas: int
+    share_rps: float = 0.0                 # per-replica load at the target rate
+    ttft_ms: float = float("nan")          # predicted at share_rps, at the SLO percentile
+    tpot_ms: float = float("nan")
+    simulated: dict = field(default_factory=dict)  # DES percentiles at the target load
+
+
+@dataclass
+class Selection:
+    feasible: bool
+    allocations: list[Allocation]
+    total_usd_per_hour: float
+    total_gpus: int
+    status: str            # solver status text
+    binding: str = ""      # when infeasible: what binds

@@ -1,0 +1,89 @@
+"""One deployment = model x GPU x parallelism x precision x engine x replicas.
+
+Validates the parallelism against the model and the hardware, and builds the kernel
+model, step cost model and memory plan that the analytical screen and the
+discrete-event simulator share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware_catalog.spec import GPUSpec
+from llmplan.errors import InfeasibleDeployment
+from model_catalog.spec import ModelSpec
+from sim.kernels import KernelModel, RooflineKernelModel
+from sim.memory import MemoryPlan, plan_memory
+from sim.step_model import AnalyticalStepModel
+from sim.types import EngineProfile, Parallelism, Precision
+
+#: calibration names meaning "specification-only roofline defaults"
+SPEC_ONLY = ("spec", "none", "roofline")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    model: ModelSpec
+    gpu: GPUSpec
+    par: Parallelism
+    prec: Precision
+    engine: EngineProfile
+    replicas: int = 1
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.par.gpus
+
+    @property
+    def total_gpus(self) -> int:
+        return self.par.gpus * self.replicas
+
+    def label(self) -> str:
+        ep = f" EP{self.par.ep}" if self.par.ep > 1 else ""
+        return f"{self.replicas}x {self.gpu.key} TP{self.par.tp} PP{self.par.pp}{ep} {self.prec.weights}"
+
+
+def parallelism_problem(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: Precision) -> str | None:
+    """Why this parallelism/precision cannot run, or None. Names the offending key."""
+    if min(par.tp, par.pp, par.ep) < 1:
+        return "tp, pp and ep must be >= 1"
+    if model.num_attention_heads % par.tp:
+        return f"tp={par.tp} does not divide the {model.num_attention_heads} attention heads"
+    if par.pp > model.num_layers:
+        return f"pp={par.pp} exceeds the {model.num_layers} layers"
+    if par.ep > 1 and not model.is_moe:
+        return f"ep={par.ep} on dense model {model.key}: expert parallelism needs a MoE model"
+    if par.ep > 1:
+        if par.tp % par.ep:
+            return f"ep={par.ep} must divide tp={par.tp} (experts are sharded over the TP group)"
+        assert model.moe is not None
+        if model.moe.num_experts % par.ep:
+            return f"ep={par.ep} does not divide the {model.moe.num_experts} experts"
+    if par.tp > max(gpu.scaleup_domain_size, 8):
+        return f"tp={par.tp} exceeds {gpu.key}'s scale-up domain ({gpu.scaleup_domain_size} GPUs)"
+    for what, dtype in (("precision", prec.weights), ("kv_cache_dtype", prec.kv_cache)):
+        if not gpu.supports(dtype) and dtype not in ("bf16", "fp16"):
+            return f"{what}={dtype} is not supported by {gpu.key} (no {dtype} tensor cores)"
+    return None
+
+
+def make_kernel_model(gpu: GPUSpec, backend: str, calibration: str | None) -> KernelModel:
+    """Calibrated kernel model (default fit, or a given file), or spec-only roofline."""
+    if calibration is not None and calibration.lower() in SPEC_ONLY:
+        return RooflineKernelModel(gpu)
+    try:
+        from sim.calibrated import kernel_model_for
+    except ImportError:  # calibration not available in this build
+        return RooflineKernelModel(gpu)
+    return kernel_model_for(gpu, backend=backend, calibration=calibration)
+
+
+def build(dep: Deployment, calibration: str | None = None, min_kv_tokens: int = 0,
+          kernels: KernelModel | None = None) -> tuple[AnalyticalStepModel, MemoryPlan]:
+    """Step cost model and memory plan for one replica. Raises InfeasibleDeployment."""
+    problem = parallelism_problem(dep.model, dep.gpu, dep.par, dep.prec)
+    if problem:
+        raise InfeasibleDeployment(problem, key="deployment", fix="choose tp/pp/ep/precision the model and GPU support")
+    mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, min_kv_tokens)
+    km = kernels or make_kernel_model(dep.gpu, dep.engine.kernel_backend, calibration)
+    return AnalyticalStepModel(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, km), mem

@@ -1,0 +1,207 @@
+"""Analytical step cost model: one engine iteration -> time, with a per-operator breakdown.
+
+An iteration runs ``StepShape.tokens`` tokens (prefill chunks + one token per decoding
+sequence) through every layer of one replica. Per layer:
+
+    norm -> QKV projection (or the MLA projections) -> attention (prefill part + decode part)
+    -> O projection -> TP all-reduce -> norm -> MLP (dense GEMMs, or router + fused MoE
+    experts + shared experts, with all-to-all under expert parallelism) -> TP all-reduce
+
+then once per iteration on the last stage: final norm, lm_head over the sequences that
+emit a token, sampling. Pipeline parallelism splits the layers into ``pp`` stages joined
+by point-to-point sends. Per-iteration host overhead comes from the engine profile.
+
+Every operator is timed by a :class:`~sim.kernels.KernelModel` (specification roofline
+or calibrated). The linear part of a step depends only on the token count and is cached
+by it; attention depends on the KV lengths and is cached on geometric buckets (1%), so
+the discrete-event simulator can call :meth:`step_time_ms` millions of times.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from hardware_catalog.spec import GPUSpec
+from model_catalog.spec import ModelSpec
+from sim.kernels import KernelModel, KernelTime
+from sim.links import group_link, stage_link
+from sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
+
+ACT_BYTES = 2.0  # activations stay in bf16/fp16
+_BUCKET = 1.01   # geometric bucket width for KV lengths in the attention cache
+
+
+def _bucket(x: float) -> float:
+    """Round a positive length to a 1% geometric grid (cache key, <0.5% error)."""
+    if x <= 64:
+        return float(round(x))
+    return _BUCKET ** round(math.log(x, _BUCKET))
+
+
+class AnalyticalStepModel:
+    """StepCostModel for one replica (model x GPU x parallelism x precision x engine)."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: Precision,
+                 engine: EngineProfile, kernels: KernelModel):
+        self.model, self.gpu, self.par, self.prec, self.engine, self.kernels = model, gpu, par, prec, engine, kernels
+        self.pp = par.pp
+        m, tp = model, par.tp
+        self.layers_per_stage = math.ceil(m.num_layers / par.pp)
+        # fraction of the model's layers of each kind on the busiest stage
+        self._frac = self.layers_per_stage / m.num_layers
+        self.heads = max(1, m.num_attention_heads // tp)
+        self.kv_heads = max(1, m.num_kv_heads // tp) if m.num_kv_heads >= tp else 1
+        self.tp_link = group_link(gpu, tp, span_gpus=tp)
+        self.ep_link = group_link(gpu, par.ep, span_gpus=tp)
+        self.pp_link = stage_link(gpu, tp, par.pp)
+        self.wdtype = prec.weights
+        self._linear = lru_cache(maxsize=65536)(self._linear_ops)
+        self._attn = lru_cache(maxsize=262144)(self._attn_ops)
+
+    # ------------------------------------------------------------------ public protocol
+    def step_time_ms(self, shape: StepShape) -> float:
+        stage, comm = self._stage_and_comm(shape)
+        return stage * self.pp + comm + self._host(shape)
+
+    def stage_time_ms(self, shape: StepShape) -> float:
+        stage, comm = self._stage_and_comm(shape)
+        return stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0) + self._host(shape)
+
+    def breakdown(self, shape: StepShape) -> StepTiming:
+        ops = list(self._linear(shape.tokens, self._logit_rows(shape)))
+        ops += self._attn(*self._attn_key(shape))
+        n_stage = self.pp
+        ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier)
+               for o in ops]
+        _, comm = self._stage_and_comm(shape)
+        if comm:
+            ops.append(OpTime("pp_send_recv", "comm", comm, "comm"))
+        ops.append(OpTime("host_overhead", "host", self._host(shape), "host"))
+        return StepTiming(self.step_time_ms(shape), self.stage_time_ms(shape), tuple(ops))
+
+    # ------------------------------------------------------------------ internals
+    def _host(self, shape: StepShape) -> float:
+        return self.engine.host_overhead_ms + self.engine.host_overhead_per_seq_ms * (shape.decode_seqs + shape.prefill_seqs)
+
+    @staticmethod
+    def _logit_rows(shape: StepShape) -> int:
+        return shape.decode_seqs + shape.prefill_seqs
+
+    def _attn_key(self, s: StepShape) -> tuple:
+        if s.prefill_seqs:
+            q = s.prefill_tokens / s.prefill_seqs
+            pairs = s.prefill_attn_pairs / s.prefill_seqs
+            kv = q + max(0.0, (pairs - q * (q + 1) / 2) / q)
+            pf = (s.prefill_seqs, max(1, round(q)), _bucket(kv))
+        else:
+            pf = (0, 0, 0.0)
+        dc = (s.decode_seqs, _bucket(s.decode_kv_tokens / s.decode_seqs)) if s.decode_seqs else (0, 0.0)
+        return pf + dc
+
+    def _stage_and_comm(self, shape: StepShape) -> tuple[float, float]:
+        if shape.tokens == 0:
+            return 0.0, 0.0
+        per_stage = sum(o.latency_ms for o in self._linear(shape.tokens, self._logit_rows(shape)))
+        per_stage += sum(o.latency_ms for o in self._attn(*self._attn_key(shape)))
+        comm = 0.0
+        if self.pp > 1:
+            t = self.kernels.collective("p2p", shape.tokens * self.model.hidden_size * ACT_BYTES, 2, self.pp_link)
+            comm = t.latency_ms * (self.pp - 1)
+        return per_stage, comm
+
+    def _op(self, name: str, family: str, kt: KernelTime, count: float) -> OpTime:
+        return OpTime(name, family, kt.latency_ms * count, kt.bound, kt.flops * count, kt.bytes * count, kt.tier)
+
+    def _linear_ops(self, tokens: int, logit_rows: int) -> tuple[OpTime, ...]:
+        """Token-count-dependent operators of one pipeline stage (all but attention)."""
+        m, k, par, T = self.model, self.kernels, self.par, tokens
+        tp, h, w = par.tp, m.hidden_size, self.wdtype
+        L = self.layers_per_stage
+        ops: list[OpTime] = []
+        norm = k.memory_op(T * h * ACT_BYTES * 2)
+        ops.append(self._op("norms", "memory", norm, 2 * L))
+        # ---- attention projections
+        if m.mla is None:
+            qkv_n = (self.heads + 2 * self.kv_heads) * m.head_dim
+            ops.append(self._op("qkv_proj", "gemm", k.gemm(T, qkv_n, h, w), L))
+            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.head_dim, w), L))
+            rope = k.memory_op(T * (self.heads + self.kv_heads) * m.head_dim * ACT_BYTES * 2)
+            ops.append(self._op("rotary", "memory", rope, L))
+        else:
+            a = m.mla
+            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+            if a.q_lora_rank:
+                ops.append(self._op("q_a_kv_a_proj", "gemm", k.gemm(T, a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim, h, w), L))
+                ops.append(self._op("q_b_proj", "gemm", k.gemm(T, self.heads * qk, a.q_lora_rank, w), L))
+            else:
+                ops.append(self._op("q_proj", "gemm", k.gemm(T, self.heads * qk, h, w), L))
+                ops.append(self._op("kv_a_proj", "gemm", k.gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, w), L))
+            # up-projection of the latent (prefill) or the absorbed q/out matmuls (decode):
+            # both cost ~ tokens x heads x kv_lora_rank x (nope + v) MACs
+            ops.append(self._op("kv_b_absorb", "gemm", k.gemm(T, self.heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, "bf16"), L))
+            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * a.v_head_dim, w), L))
+        if tp > 1:
+            ar = k.collective("all_reduce", T * h * ACT_BYTES, tp, self.tp_link)
+            ops.append(self._op("tp_allreduce", "comm", ar, 2 * L))
+        # ---- MLP / MoE
+        n_moe = m.num_moe_layers * self._frac
+        n_dense = L - n_moe
+        if n_dense > 0:
+            inter = m.intermediate_size // tp
+            up_n = (2 if m.gated_mlp else 1) * inter
+            ops.append(self._op("mlp_up", "gemm", k.gemm(T, up_n, h, w), n_dense))
+            ops.append(self._op("mlp_act", "memory", k.memory_op(T * inter * ACT_BYTES * 3), n_dense))
+            ops.append(self._op("mlp_down", "gemm", k.gemm(T, h, inter, w), n_dense))
+        if n_moe > 0 and m.moe is not None:
+            e = m.moe
+            ops.append(self._op("router", "gemm", k.gemm(T, e.num_experts, h, "bf16"), n_moe))
+            ops.append(self._op("moe_experts", "moe",
+                                k.moe(T, h, e.expert_intermediate_size, e.top_k, e.num_experts, par.moe_tp, par.ep, w), n_moe))
+            if e.num_shared_experts:
+                sh = e.num_shared_experts * e.shared_intermediate_size // tp
+                ops.append(self._op("shared_up", "gemm", k.gemm(T, 2 * sh, h, w), n_moe))
+                ops.append(self._op("shared_down", "gemm", k.gemm(T, h, sh, w), n_moe))
+            if par.ep > 1:
+                a2a = k.collective("alltoall", T * e.top_k * h * ACT_BYTES / par.ep, par.ep, self.ep_link)
+                ops.append(self._op("ep_alltoall", "comm", a2a, 2 * n_moe))
+        # ---- once per iteration (last stage): embedding, final norm, lm_head, sampling
+        ops.append(self._op("embedding", "memory", k.memory_op(T * h * ACT_BYTES), 1))
+        if logit_rows:
+            ops.append(self._op("lm_head", "gemm", k.gemm(logit_rows, max(1, m.vocab_size // tp), h, "bf16"), 1))
+            ops.append(self._op("sampling", "memory", k.memory_op(logit_rows * m.vocab_size * 4.0 * 2), 1))
+        return tuple(ops)
+
+    def _attn_ops(self, pf_seqs: int, pf_q: int, pf_kv: float, dc_seqs: int, dc_kv: float) -> tuple[OpTime, ...]:
+        """Attention of one pipeline stage: prefill chunks and decode tokens."""
+        m, k = self.model, self.kernels
+        L = self.layers_per_stage
+        kvd = self.prec.kv_cache
+        n_slide = m.num_sliding_layers * self._frac if m.sliding_window else 0.0
+        n_full = L - n_slide
+        ops: list[OpTime] = []
+
+        def layers(name: str, family: str, fn) -> None:
+            if n_full > 0:
+                ops.append(self._op(name, family, fn(None), n_full))
+            if n_slide > 0:
+                ops.append(self._op(name + "_swa", family, fn(m.sliding_window), n_slide))
+
+        if pf_seqs:
+            if m.mla is None:
+                layers("attn_prefill", "attn_prefill", lambda win: k.attention_prefill(
+                    pf_seqs, pf_q, int(round(min(pf_kv, win + pf_q) if win else pf_kv)), self.heads, self.kv_heads, m.head_dim, kvd))
+            else:
+                a = m.mla
+                layers("mla_prefill", "mla", lambda win: k.mla_prefill(
+                    pf_seqs, pf_q, int(round(pf_kv)), self.heads, a.kv_lora_rank, a.qk_nope_head_dim,
+                    a.qk_rope_head_dim, a.v_head_dim, kvd))
+        if dc_seqs:
+            if m.mla is None:
+                layers("attn_decode", "attn_decode", lambda win: k.attention_decode(
+                    dc_seqs, min(dc_kv, win) if win else dc_kv, self.heads, self.kv_heads, m.head_dim, kvd))
+            else:
+                a = m.mla
+                layers("mla_decode", "mla", lambda win: k.mla_decode(
+                    dc_seqs, dc_kv, self.heads, a.kv_lora_rank, a.qk_rope_head_dim, kvd))
+        return tuple(ops)
