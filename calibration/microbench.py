@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 import json
 import os
 import platform
@@ -67,15 +68,29 @@ def cpu_timer(fn: Callable[[], object], warmup: int, repeats: int) -> float:
     return float(statistics.median(samples))
 
 
+#: GPU clock cycles of spin queued per timed call when calls are short (~75 us at 2 GHz):
+#: while the GPU spins the CPU queues all timed calls, which then run back to back, so the
+#: event intervals are device time, not Python launch overhead (engines hide that with
+#: CUDA graphs). Calls that take longer than SPIN_BELOW_MS need no spin.
+SPIN_CYCLES_PER_CALL = 150_000
+SPIN_BELOW_MS = 0.2
+
+
 def cuda_event_timer(torch: Any) -> Timer:
     """Median of per-call ``torch.cuda.Event`` intervals on the current stream, after warm-up."""
 
     def timer(fn: Callable[[], object], warmup: int, repeats: int) -> float:
+        w0, w1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        w0.record()
         for _ in range(warmup):
             fn()
+        w1.record()
         torch.cuda.synchronize()
+        per_call_ms = w0.elapsed_time(w1) / warmup if warmup else 0.0
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        if per_call_ms < SPIN_BELOW_MS and hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(SPIN_CYCLES_PER_CALL * repeats)
         for start, end in zip(starts, ends):
             start.record()
             fn()
@@ -169,6 +184,10 @@ class TorchBench:
         self.nccl_version = _nccl_version(torch) if self.is_cuda else "n/a"
         self._pools: dict[str, _Pool] = {}
         self.native_gqa = self._probe_gqa()
+        #: Bytes of distinct weights (GEMM B) or KV cache (decode) cycled through per shape,
+        #: so that memory-bound calls read HBM as in a real forward pass, not a warm L2.
+        #: Twice the L2 size on a GPU; 0 (no rotation) on CPU.
+        self.rotate_bytes = 2 * _l2_bytes(torch, self.device) if self.is_cuda else 0
 
     @classmethod
     def create(cls, device: str) -> TorchBench:
@@ -214,34 +233,47 @@ class TorchBench:
             return f"torch._scaled_mm failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         return None
 
+    def _copies(self, nbytes: int) -> int:
+        """How many distinct copies of an operand of ``nbytes`` to cycle through."""
+        return max(1, -(-self.rotate_bytes // max(nbytes, 1))) if self.rotate_bytes > 0 else 1
+
     def gemm(self, shape: GemmShape) -> Callable[[], object]:
         t, m, n, k = self.torch, shape.m, shape.n, shape.k
         if shape.dtype == "bfloat16":
-            a, b = self._pool("bfloat16").tensors((m, k), (k, n))
+            copies = self._copies(k * n * 2)
+            a, *bs = self._pool("bfloat16").tensors((m, k), *[(k, n)] * copies)
             c = t.empty((m, n), dtype=t.bfloat16, device=self.device)
-            return lambda: t.matmul(a, b, out=c)
+            weights = itertools.cycle(bs)
+            return lambda: t.matmul(a, next(weights), out=c)
         if shape.dtype == "fp8":
-            a, b_t = self._pool("fp8").tensors((m, k), (n, k))
-            b = b_t.t()  # column-major, as _scaled_mm requires
+            copies = self._copies(k * n)
+            a, *bs = self._pool("fp8").tensors((m, k), *[(n, k)] * copies)
+            weights = itertools.cycle([b.t() for b in bs])  # column-major, as _scaled_mm requires
             scale = t.ones((), dtype=t.float32, device=self.device)
-            return lambda: t._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=t.bfloat16)
+            return lambda: t._scaled_mm(a, next(weights), scale_a=scale, scale_b=scale, out_dtype=t.bfloat16)
         raise ValueError(f"unknown gemm dtype {shape.dtype}")
 
     def attention(self, shape: AttentionShape, causal: bool) -> Callable[[], object]:
         t, s = self.torch, shape
-        q, k, v = self._pool("bfloat16").tensors(
-            (s.batch, s.num_heads, s.q_len, s.head_dim),
-            (s.batch, s.num_kv_heads, s.kv_len, s.head_dim),
-            (s.batch, s.num_kv_heads, s.kv_len, s.head_dim))
+        copies = 1 if causal else self._copies(s.kv_bytes)  # decode reads a cold KV cache
+        kv_dims = (s.batch, s.num_kv_heads, s.kv_len, s.head_dim)
+        q, *kvs = self._pool("bfloat16").tensors((s.batch, s.num_heads, s.q_len, s.head_dim),
+                                                 *[kv_dims] * (2 * copies))
         kwargs: dict[str, Any] = {"is_causal": causal}
         if s.num_kv_heads != s.num_heads:
             if self.native_gqa:
                 kwargs["enable_gqa"] = True
             else:  # older torch: expand K/V heads outside the timed call
                 rep = s.num_heads // s.num_kv_heads
-                k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+                kvs = [x.repeat_interleave(rep, dim=1) for x in kvs]
+        caches = itertools.cycle(list(zip(kvs[0::2], kvs[1::2])))
         sdpa = t.nn.functional.scaled_dot_product_attention
-        return lambda: sdpa(q, k, v, **kwargs)
+
+        def call() -> object:
+            k, v = next(caches)
+            return sdpa(q, k, v, **kwargs)
+
+        return call
 
     def visible_gpus(self) -> int:
         return self.torch.cuda.device_count() if self.is_cuda else 0
@@ -270,12 +302,18 @@ class TorchBench:
         info = {"device": str(self.device), "device_name": self.device_name,
                 "torch_version": self.backend_version, "cuda_version": t.version.cuda,
                 "nccl_version": self.nccl_version, "sdpa_enable_gqa": self.native_gqa,
-                "timer": "torch.cuda.Event" if self.is_cuda else "time.perf_counter_ns"}
+                "timer": "torch.cuda.Event" if self.is_cuda else "time.perf_counter_ns",
+                "rotated_operand_bytes": self.rotate_bytes}
         if self.is_cuda:
             cap = t.cuda.get_device_capability(self.device)
             info.update(compute_capability=f"{cap[0]}.{cap[1]}", gpu_count=t.cuda.device_count(),
                         cudnn_version=t.backends.cudnn.version())
         return info
+
+
+def _l2_bytes(torch: Any, device: Any) -> int:
+    """The GPU's L2 cache size (64 MiB where torch does not report it)."""
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 * 2**20)
 
 
 def _nccl_version(torch: Any) -> str:
@@ -577,6 +615,20 @@ def measure(opts: MeasureOptions, bench: Bench, console: Any = None) -> MeasureR
     return MeasureReport(opts.out / folder, results, elapsed, partial, written)
 
 
+def catalog_note(folder: str) -> str | None:
+    """A hint when ``folder`` is not a GPU of the catalog (calibrate resolves folder names)."""
+    try:
+        from hardware_catalog.loader import get_gpu
+    except ImportError:
+        return None
+    try:
+        get_gpu(folder)
+    except Exception:  # noqa: BLE001 - any lookup failure: the folder needs a catalog name
+        return (f"'{folder}' is not a GPU of the catalog: rerun with --gpu-name KEY (see "
+                f"`llmplan catalog gpus`) or rename the folder before `llmplan calibrate`")
+    return None
+
+
 def print_summary(report: MeasureReport, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -594,6 +646,9 @@ def print_summary(report: MeasureReport, console: Any = None) -> None:
     state = "interrupted; partial tables written" if report.partial else "done"
     console.print(f"{state}: {total} rows in {report.elapsed_s:.1f} s; wrote "
                   + ", ".join(str(p) for p in report.written))
+    note = catalog_note(report.folder.name)
+    if note:
+        console.print(f"note: {note}")
 
 
 # ---------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ def _parse_gpu(file: Path, key: str, entry: Any) -> tuple[GPUSpec, dict[str, str
     if (vals["scaleup_bw_gbps"] == 0) != (vals["scaleup_domain_size"] == 1):
         raise _err(file, key, "scaleup_domain_size",
                    "scaleup_bw_gbps is 0 exactly when there is no fabric (scaleup_domain_size 1)")
-    vals["sources"] = MappingProxyType(_str_map(file, key, "sources", entry.get("sources", {}), set(FIGURE_FIELDS)))
+    vals["sources"] = MappingProxyType(_str_map(file, key, "sources", entry.get("sources") or {}, set(FIGURE_FIELDS)))
     unknown = entry.get("unknown", []) or []
     if not isinstance(unknown, list) or any(u not in FIGURE_FIELDS for u in unknown):
         bad = unknown if not isinstance(unknown, list) else [u for u in unknown if u not in FIGURE_FIELDS]

@@ -6,13 +6,27 @@ a wrong type fails when the config is composed. Units are in field names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import typing
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
 from sim.types import EngineProfile
 from sim.workload import WorkloadSpec
+
+
+def _mutable_mirror(cls: type, name: str) -> type:
+    """A non-frozen copy of a frozen dataclass (Hydra cannot compose into read-only nodes).
+    The fields, types and defaults stay defined once, in the frozen original."""
+    hints = typing.get_type_hints(cls)
+    spec = [(f.name, hints[f.name], field(default=f.default) if f.default is not MISSING
+             else field(default_factory=f.default_factory)) for f in fields(cls)]
+    return make_dataclass(name, spec)
+
+
+#: the engine group's schema: sim.types.EngineProfile, mutable for composition
+EngineConfig = _mutable_mirror(EngineProfile, "EngineConfig")
 
 
 @dataclass
@@ -108,7 +122,7 @@ class AppConfig:
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     slo: SLOConfig = field(default_factory=SLOConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
-    engine: EngineProfile = field(default_factory=EngineProfile)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # type: ignore[valid-type]
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     # kernel calibration: null = shipped default fit; "spec" = roofline defaults; or a file path

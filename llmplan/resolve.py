@@ -21,8 +21,12 @@ from sim.types import EngineProfile
 
 
 def to_app(cfg: DictConfig) -> AppConfig:
+    """Typed config; the engine node becomes the frozen sim.types.EngineProfile."""
+    from dataclasses import asdict
+
     app = OmegaConf.to_object(cfg)
     assert isinstance(app, AppConfig)
+    app.engine = EngineProfile(**asdict(app.engine))
     return app
 
 
@@ -118,3 +122,36 @@ def workload_stats(requests, rate_rps: float, arrival_cv: float) -> WorkloadStat
     outs = [r.output_tokens for r in requests]
     longest = max(i + o for i, o in zip(ins, outs))
     return WorkloadStats(rate_rps, sum(ins) / len(ins), sum(outs) / len(outs), int(longest), arrival_cv)
+
+
+def workload_sample(app: AppConfig, model: ModelSpec, need_rate: bool = True):
+    """(WorkloadStats, Workload) for planning: the target rate and the length moments."""
+    import numpy as np
+
+    from sim.workload import generate_workload
+
+    spec = app.workload
+    if spec.arrival == "closed_loop":
+        raise ConfigError("plan needs an open-loop target rate", key="workload.arrival",
+                          fix="use workload=chat (Poisson) or set workload.arrival=poisson workload.rate_rps=<req/s>")
+    if spec.rate_rps is not None and not spec.rate_rps > 0:
+        raise ConfigError(f"request rate must be > 0, got {spec.rate_rps}", key="workload.rate_rps",
+                          fix="give the target arrival rate in requests per second")
+    if need_rate and spec.rate_rps is None and spec.arrival != "trace":
+        raise ConfigError("plan needs a target request rate", key="workload.rate_rps", fix="e.g. workload.rate_rps=20")
+    wl = generate_workload(spec, np.random.default_rng(app.seed))
+    reqs = wl.requests
+    if not reqs:
+        raise ConfigError("the workload has no requests", key="workload.num_requests", fix="set num_requests >= 1")
+    rate = spec.rate_rps
+    if rate is None:  # trace replay: its own mean rate
+        span_s = (reqs[-1].arrival_ms - reqs[0].arrival_ms) / 1e3
+        rate = (len(reqs) - 1) / span_s if span_s > 0 else 1.0
+    too_long = [r for r in reqs if r.input_tokens + r.output_tokens > model.max_position_embeddings]
+    if too_long:
+        r = too_long[0]
+        raise ConfigError(f"a request needs {r.input_tokens + r.output_tokens} tokens, more than {model.key}'s "
+                          f"context of {model.max_position_embeddings}", key="workload",
+                          fix="cap workload.input_tokens.max_tokens / output_tokens.max_tokens or pick a longer-context model")
+    cv = spec.cv if spec.arrival == "gamma" else 1.0
+    return workload_stats(reqs, float(rate), cv), wl

@@ -18,6 +18,15 @@ from optimizer.types import Allocation, Evaluation, Selection
 _TIE_BREAK = 1e-4  # $/h per GPU: prefer fewer GPUs among equal-cost plans
 
 
+def _solver() -> pulp.LpSolver:
+    """CBC bundled with PuLP (COIN_CMD when a system CBC is installed), single-threaded for determinism."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, threads=1)
+
+
 def prune(evals: list[Evaluation], per_gpu: int = 16) -> list[Evaluation]:
     """Keep the most cost-efficient candidates per GPU type (the ILP stays small)."""
     by_gpu: dict[str, list[Evaluation]] = {}
@@ -48,7 +57,7 @@ def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | N
         members = [(nm, e) for nm, e in zip(names, pool) if e.candidate.gpu.key == key]
         if members:
             prob += pulp.lpSum(e.candidate.gpus_per_replica * n[nm] for nm, e in members) <= int(limit), f"avail_{key}"
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=False, threads=1))
+    status = prob.solve(_solver())
     status_text = pulp.LpStatus[status]
     if status_text != "Optimal":
         limited = ", ".join(f"{k}<={v}" for k, v in sorted(max_gpus.items()))
@@ -66,17 +75,23 @@ def alternatives(evals: list[Evaluation], rate_rps: float, chosen: Selection, ma
                  max_replicas: int, limit: int) -> list[Selection]:
     """Runner-ups: the cheapest single-GPU-type plan for each type, then other replica shapes."""
     out: list[Selection] = []
-    chosen_names = {a.evaluation.candidate.name for a in chosen.allocations}
+
+    def shape(sel: Selection) -> frozenset:
+        """What a reader sees as distinct: GPU type, parallelism, precision, replica count."""
+        return frozenset((a.evaluation.candidate.gpu.key, a.evaluation.candidate.par, a.evaluation.candidate.prec.weights,
+                          a.replicas) for a in sel.allocations)
+
     types = sorted({e.candidate.gpu.key for e in evals if e.verdict == "ok" and e.effective_capacity_rps > 0})
     for key in types:
         sel = solve([e for e in evals if e.candidate.gpu.key == key], rate_rps, max_gpus, max_replicas)
-        if sel.feasible and {a.evaluation.candidate.name for a in sel.allocations} != chosen_names:
+        if sel.feasible and shape(sel) != shape(chosen):
             out.append(sel)
     # next-best shapes of the chosen GPU types, excluding the chosen shapes
-    rest = [e for e in evals if e.candidate.name not in chosen_names]
+    chosen_shapes = {(a.evaluation.candidate.gpu.key, a.evaluation.candidate.par, a.evaluation.candidate.prec.weights)
+                     for a in chosen.allocations}
+    rest = [e for e in evals if (e.candidate.gpu.key, e.candidate.par, e.candidate.prec.weights) not in chosen_shapes]
     sel = solve(rest, rate_rps, max_gpus, max_replicas)
-    if sel.feasible and all({a.evaluation.candidate.name for a in s.allocations} !=
-                            {a.evaluation.candidate.name for a in sel.allocations} for s in out):
+    if sel.feasible and all(shape(s) != shape(sel) for s in out):
         out.append(sel)
     out.sort(key=lambda s: (s.total_usd_per_hour, s.total_gpus))
     return out[:limit]

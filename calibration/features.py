@@ -1,0 +1,304 @@
+"""Physical quantities and model features of each compute operator family.
+
+For every family a function turns a shape (and the GPU's figures) into
+
+* ``t_c`` / ``t_m``: ideal compute and DRAM times in microseconds at the specification
+  peaks (FLOPs / peak, bytes / HBM bandwidth),
+* ``q``: the compute quantization factor (>= 1) from tile and wave quantization over the
+  SMs, and ``l2``: 1 when the working set fits in L2 (benchmarks run with a warm L2),
+* ``x``: the feature vector of the residual model (:data:`FEATURES` names its entries),
+  built only from dimensionless or GPU-normalised quantities (waves over the SM count,
+  working set over L2 size, intensity over the ridge point...) plus log shape terms, so
+  one feature space serves a single GPU and a pool of GPUs alike.
+
+The same code evaluates numpy arrays (fitting, validation) and Python scalars (the fast
+path of :class:`sim.calibrated.CalibratedKernelModel`): operations go through an ``ops``
+namespace, :data:`NP` or :data:`PY`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from calibration.gpu_features import GPUFeatures
+
+
+class _NumpyOps:
+    log2 = staticmethod(lambda v: np.log2(np.maximum(v, 1e-30)))
+    ceil = staticmethod(np.ceil)
+    maximum = staticmethod(np.maximum)
+    minimum = staticmethod(np.minimum)
+    where = staticmethod(np.where)
+
+    @staticmethod
+    def flag(cond: Any) -> Any:
+        return np.asarray(cond, dtype=np.float64)
+
+
+class _PythonOps:
+    log2 = staticmethod(lambda v: math.log2(v) if v > 1e-30 else -99.65784284662087)
+    ceil = staticmethod(math.ceil)
+    maximum = staticmethod(max)
+    minimum = staticmethod(min)
+    where = staticmethod(lambda c, a, b: a if c else b)
+
+    @staticmethod
+    def flag(cond: Any) -> float:
+        return 1.0 if cond else 0.0
+
+
+NP = _NumpyOps()
+PY = _PythonOps()
+
+#: bytes per element of weight / KV dtypes (fp4-like formats count their block scales)
+DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp8_block": 1.0,
+                                 "int8": 1.0, "int4_wo": 0.53, "w4a16_mxfp4": 0.53, "fp4": 0.53,
+                                 "int4": 0.53}
+#: dtype -> tensor-core dtype whose peak bounds its compute (weight-only formats run in bf16)
+COMPUTE_DTYPE: dict[str, str] = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16", "fp8": "fp8",
+                                 "fp8_block": "fp8", "int8": "fp8", "int4_wo": "bf16",
+                                 "w4a16_mxfp4": "bf16", "fp4": "fp4", "int4": "bf16"}
+
+# DeepSeek-V3 MLA dimensions (the measured MLA tables are all DeepSeek-V3 shaped)
+MLA_KV_LORA, MLA_NOPE, MLA_ROPE, MLA_V = 512, 128, 64, 128
+
+FEATURES: dict[str, tuple[str, ...]] = {
+    "gemm": ("log_m", "log_n", "log_k", "eff_m64", "eff_m128", "eff_n128", "eff_wave_128x128",
+             "eff_wave_128x256", "eff_wave_64x128", "log_tiles_per_sm", "log_ws_over_l2",
+             "log_tc_over_tm", "log_t_roof_us", "m_aligned8", "log_k_per_n"),
+    "attention_prefill": ("log_batch", "log_q", "log_heads", "log_gqa", "log_head_dim", "kv_fp8", "attn_fp8",
+                          "log_window_frac", "log_ctas_per_sm", "eff_wave", "eff_tile_q", "log_kv_over_q",
+                          "log_tc_over_tm", "log_t_roof_us"),
+    "attention_decode": ("log_batch", "log_kv", "log_heads", "log_kv_heads", "log_gqa", "log_head_dim",
+                         "kv_fp8", "windowed", "log_par_per_sm", "log_ws_over_l2", "log_t_roof_us",
+                         "log_tc_over_tm"),
+    "moe": ("log_tokens", "log_hidden", "log_inter_local", "log_topk", "log_local_experts", "log_assign",
+            "log_tok_per_expert", "log_touched_frac", "skew", "log_wbytes", "block_scaled", "weight_only",
+            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us"),
+    "mla_prefill": ("log_batch", "log_q", "log_heads", "kv_fp8", "log_ctas_per_sm", "eff_wave", "eff_tile_q",
+                    "log_kv_over_q", "log_tc_over_tm", "log_t_roof_us"),
+    "mla_decode": ("log_batch", "log_kv", "log_heads", "kv_fp8", "log_par_per_sm", "log_ws_over_l2",
+                   "log_t_roof_us", "log_tc_over_tm"),
+}
+
+#: canonical shape columns each family's features read (see calibration.reader.CANONICAL)
+SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "dtype"),
+    "attention_prefill": ("batch", "q_len", "kv_len", "num_heads", "num_kv_heads", "head_dim", "kv_dtype",
+                          "attn_dtype", "window"),
+    "attention_decode": ("batch", "kv_len", "num_heads", "num_kv_heads", "head_dim", "kv_dtype", "window"),
+    "moe": ("num_tokens", "hidden", "inter", "topk", "num_experts", "moe_tp", "moe_ep", "dtype", "skew"),
+    "mla_prefill": ("batch", "q_len", "kv_len", "num_heads", "kv_dtype"),
+    "mla_decode": ("batch", "kv_len", "num_heads", "kv_dtype"),
+}
+
+COMPUTE_FAMILIES = tuple(FEATURES)
+
+
+@dataclass
+class Phys:
+    """Physical terms of one family for one shape (scalars) or many (arrays)."""
+
+    t_c: Any        # ideal compute time, us
+    t_m: Any        # ideal DRAM time, us
+    q: Any          # compute quantization factor >= 1
+    l2: Any         # 1.0 when the working set fits in L2, else 0.0
+    flops: Any
+    nbytes: Any
+    x: list[Any]    # residual-model features, in FEATURES[family] order
+
+
+def _us_compute(flops: Any, peak_tflops: Any) -> Any:
+    return flops / (peak_tflops * 1e6)
+
+
+def _us_memory(nbytes: Any, gpu: GPUFeatures) -> Any:
+    return nbytes / (gpu.hbm_bw_gbps * 1e3)
+
+
+def _wave_eff(tiles: Any, sm: int, ops: Any) -> Any:
+    return tiles / (ops.ceil(tiles / sm) * sm)
+
+
+def causal_pairs(q_len: Any, ctx: Any, window: Any, ops: Any) -> Any:
+    """Sum over the ``q_len`` new queries (after ``ctx`` earlier tokens) of the keys each sees,
+    with a sliding window of ``window`` keys (0 = full causal attention)."""
+    full = q_len * ctx + q_len * (q_len + 1) / 2.0
+    w = ops.maximum(window, 1)
+    # positions p = ctx+1 .. ctx+q_len each see min(p, w) keys
+    hi = ops.minimum(ctx + q_len, w)                      # last position still below the window
+    n_lo = ops.maximum(hi - ctx, 0)                       # positions with p <= w
+    lo_sum = n_lo * (ctx + 1 + ctx + n_lo) / 2.0
+    windowed = lo_sum + (q_len - n_lo) * w
+    return ops.where(window > 0, ops.minimum(windowed, full), full)
+
+
+def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP) -> Phys:
+    sm = gpu.sm_count
+    flops = 2.0 * m * n * k
+    nbytes = m * k * 2.0 + k * n * w_bytes + m * n * 2.0
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    tm64, tm128, tn128, tn256 = ops.ceil(m / 64), ops.ceil(m / 128), ops.ceil(n / 128), ops.ceil(n / 256)
+    eff_m64 = m / (tm64 * 64)
+    eff_m128 = m / (tm128 * 128)
+    eff_n128 = n / (tn128 * 128)
+    tiles = tm128 * tn128
+    w128 = _wave_eff(tiles, sm, ops)
+    w256 = _wave_eff(tm128 * tn256, sm, ops)
+    w64 = _wave_eff(tm64 * tn128, sm, ops)
+    q = 1.0 / (eff_m128 * eff_n128 * w128)
+    ws = nbytes / (gpu.l2_mb * 1e6)
+    x = [ops.log2(m), ops.log2(n), ops.log2(k), eff_m64, eff_m128, eff_n128, w128, w256, w64,
+         ops.log2(tiles / sm), ops.log2(ws), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
+         ops.flag(m % 8 == 0), ops.log2(k / n)]
+    return Phys(t_c, t_m, q, ops.flag(ws <= 1.0), flops, nbytes, x)
+
+
+def attention_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_heads: Any, head_dim: Any,
+                      kv_bytes: Any, attn_fp8: Any, window: Any, peak: Any, gpu: GPUFeatures,
+                      ops: Any = NP) -> Phys:
+    sm = gpu.sm_count
+    ctx = ops.maximum(kv_len - q_len, 0)
+    pairs = causal_pairs(q_len, ctx, window, ops)
+    full = q_len * ctx + q_len * (q_len + 1) / 2.0
+    flops = 4.0 * batch * heads * head_dim * pairs
+    nbytes = batch * (2.0 * q_len * heads * head_dim * 2.0 + 2.0 * kv_len * kv_heads * head_dim * kv_bytes)
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    qt = ops.ceil(q_len / 128)
+    ctas = batch * heads * qt
+    eff_w = _wave_eff(ctas, sm, ops)
+    eff_t = q_len / (qt * 128)
+    q = 1.0 / eff_w
+    x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.log2(heads / kv_heads), ops.log2(head_dim),
+         ops.flag(kv_bytes < 2), attn_fp8, ops.log2(pairs / full), ops.log2(ctas / sm), eff_w, eff_t,
+         ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
+    return Phys(t_c, t_m, q, 0.0 * t_c, flops, nbytes, x)
+
+
+def attention_decode(batch: Any, kv_len: Any, heads: Any, kv_heads: Any, head_dim: Any, kv_bytes: Any,
+                     window: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP) -> Phys:
+    kv = ops.where(window > 0, ops.minimum(kv_len, ops.maximum(window, 1)), kv_len)
+    kv = ops.maximum(kv, 1)
+    flops = 4.0 * batch * heads * head_dim * kv
+    nbytes = batch * (2.0 * kv * kv_heads * head_dim * kv_bytes + 2.0 * heads * head_dim * 2.0)
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    ws = nbytes / (gpu.l2_mb * 1e6)
+    x = [ops.log2(batch), ops.log2(kv), ops.log2(heads), ops.log2(kv_heads), ops.log2(heads / kv_heads),
+         ops.log2(head_dim), ops.flag(kv_bytes < 2), ops.flag(kv < kv_len),
+         ops.log2(batch * kv_heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m)]
+    return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ops.flag(ws <= 1.0), flops, nbytes, x)
+
+
+def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
+        w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
+        ops: Any = NP) -> Phys:
+    local = ops.maximum(experts / moe_ep, 1.0)
+    inter_l = inter / moe_tp
+    assign = tokens * topk / moe_ep                       # expected routed (token, expert) pairs here
+    touched = local * (1.0 - (1.0 - 1.0 / local) ** assign)
+    touched = ops.maximum(touched, ops.minimum(local, 1.0))
+    flops = 2.0 * assign * hidden * inter_l * 3.0
+    nbytes = touched * 3.0 * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    per = assign / touched
+    eff_t = per / (ops.ceil(per / 64) * 64)
+    q = 1.0 / eff_t
+    x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
+         ops.log2(assign), ops.log2(per), ops.log2(touched / local), skew, ops.log2(w_bytes), block_scaled,
+         weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
+    return Phys(t_c, t_m, q, 0.0 * t_c, flops, nbytes, x)
+
+
+def mla_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_bytes: Any, peak: Any, gpu: GPUFeatures,
+                ops: Any = NP, nope: int = MLA_NOPE, rope: int = MLA_ROPE, v_dim: int = MLA_V) -> Phys:
+    sm = gpu.sm_count
+    ctx = ops.maximum(kv_len - q_len, 0)
+    pairs = causal_pairs(q_len, ctx, 0 * q_len, ops)
+    qk = nope + rope
+    flops = 2.0 * batch * heads * pairs * (qk + v_dim)
+    nbytes = batch * heads * (q_len * (qk + v_dim) * 2.0 + kv_len * (qk + v_dim) * kv_bytes)
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    qt = ops.ceil(q_len / 128)
+    ctas = batch * heads * qt
+    eff_w = _wave_eff(ctas, sm, ops)
+    eff_t = q_len / (qt * 128)
+    q = 1.0 / eff_w
+    x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.flag(kv_bytes < 2), ops.log2(ctas / sm), eff_w,
+         eff_t, ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
+    return Phys(t_c, t_m, q, 0.0 * t_c, flops, nbytes, x)
+
+
+def mla_decode(batch: Any, kv_len: Any, heads: Any, kv_bytes: Any, peak: Any, gpu: GPUFeatures,
+               ops: Any = NP, kv_lora: int = MLA_KV_LORA, rope: int = MLA_ROPE) -> Phys:
+    kv = ops.maximum(kv_len, 1)
+    flops = 2.0 * batch * heads * kv * (2 * kv_lora + rope)
+    nbytes = batch * kv * (kv_lora + rope) * kv_bytes + batch * heads * (kv_lora + rope) * 2.0 * 2.0
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    ws = nbytes / (gpu.l2_mb * 1e6)
+    x = [ops.log2(batch), ops.log2(kv), ops.log2(heads), ops.flag(kv_bytes < 2),
+         ops.log2(batch * heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m)]
+    return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ops.flag(ws <= 1.0), flops, nbytes, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Frames -> Phys (vectorised), used by the fit and by validation
+# ---------------------------------------------------------------------------------------------
+def _col(df: Any, name: str) -> np.ndarray:
+    return df[name].to_numpy(dtype=np.float64)
+
+
+def _map(df: Any, name: str, table: dict[str, Any], default: Any) -> np.ndarray:
+    return df[name].map(lambda v: table.get(v, default)).to_numpy(dtype=np.float64)
+
+
+def _peak(df: Any, name: str, gpu: GPUFeatures) -> np.ndarray:
+    return df[name].map(lambda v: gpu.peak(COMPUTE_DTYPE.get(v, "bf16"))).to_numpy(dtype=np.float64)
+
+
+def frame_phys(family: str, df: Any, gpu: GPUFeatures) -> Phys:
+    """Physical terms and features for every row of a canonical frame of one GPU."""
+    c = lambda n: _col(df, n)  # noqa: E731
+    if family == "gemm":
+        return gemm(c("m"), c("n"), c("k"), _map(df, "dtype", DTYPE_BYTES, 2.0), _peak(df, "dtype", gpu), gpu)
+    if family == "attention_prefill":
+        peak = df["attn_dtype"].map(lambda v: gpu.peak("fp8" if v == "fp8" else "bf16")).to_numpy(np.float64)
+        return attention_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"), c("num_kv_heads"),
+                                 c("head_dim"), _map(df, "kv_dtype", DTYPE_BYTES, 2.0),
+                                 (df["attn_dtype"] == "fp8").to_numpy(np.float64), c("window"), peak, gpu)
+    if family == "attention_decode":
+        return attention_decode(c("batch"), c("kv_len"), c("num_heads"), c("num_kv_heads"), c("head_dim"),
+                                _map(df, "kv_dtype", DTYPE_BYTES, 2.0), c("window"), gpu.peak("bf16"), gpu)
+    if family == "moe":
+        dt = df["dtype"]
+        return moe(c("num_tokens"), c("hidden"), c("inter"), c("topk"), c("num_experts"), c("moe_tp"),
+                   c("moe_ep"), _map(df, "dtype", DTYPE_BYTES, 2.0),
+                   (dt == "fp8_block").to_numpy(np.float64),
+                   dt.isin(["int4_wo", "w4a16_mxfp4"]).to_numpy(np.float64), c("skew"),
+                   _peak(df, "dtype", gpu), gpu)
+    if family == "mla_prefill":
+        return mla_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"),
+                           _map(df, "kv_dtype", DTYPE_BYTES, 2.0), gpu.peak("bf16"), gpu)
+    if family == "mla_decode":
+        return mla_decode(c("batch"), c("kv_len"), c("num_heads"), _map(df, "kv_dtype", DTYPE_BYTES, 2.0),
+                          gpu.peak("bf16"), gpu)
+    raise KeyError(family)
+
+
+def feature_matrix(phys: Phys) -> np.ndarray:
+    """(rows, features) matrix of a vectorised :class:`Phys`."""
+    n = len(np.atleast_1d(phys.t_c))
+    return np.column_stack([np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)) for v in phys.x])
+
+
+#: scalar evaluators used by the kernel model's fast path: family -> callable(**shape) -> Phys
+ScalarPhys = Callable[..., Phys]

@@ -1,0 +1,94 @@
+"""`llmplan plan`: the cheapest deployment that serves the workload within the SLOs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+from rich.console import Console
+
+from llmplan import hydra_app
+from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_USER_ERROR, UserError
+from llmplan.progress import make_console, stage_progress
+from llmplan.resolve import (check_engine, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
+                             workload_sample)
+from optimizer import report
+from optimizer.planner import SearchSpace, plan
+
+SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
+           "finalists in the serving simulator, and solve an ILP for the cheapest deployment\n"
+           "(possibly mixing GPU types) that serves the request rate within the SLOs.\n"
+           "Writes plan.json and candidates.csv to the output directory (hydra.run.dir).")
+
+
+def output_dir() -> Path:
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:  # called outside a Hydra job (tests)
+        return Path.cwd()
+
+
+def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | None = None) -> int:
+    """Plan from a composed config. Returns an exit code (0 ok, 3 infeasible)."""
+    console = console or make_console()
+    t0 = time.perf_counter()
+    app = to_app(cfg)
+    model = resolve_model(app)
+    gpus = resolve_gpus(app)
+    slos = resolve_slos(app)
+    check_engine(app.engine)
+    wl, requests = workload_sample(app, model)
+    space = SearchSpace(list(app.search.tp), list(app.search.pp), list(app.search.ep), list(app.search.precision),
+                        list(app.search.max_batch), app.search.kv_cache_dtype, app.search.max_replicas,
+                        app.search.finalists, app.search.verify_requests, app.search.alternatives)
+    avail = max_gpus(app, gpus)
+    verifier = None
+    if space.finalists > 0:
+        from optimizer.verify import make_verifier
+
+        verifier = make_verifier(model, app.engine, app.workload, wl, slos, space, app.calibration, app.seed,
+                                 console if app.output.progress else None)
+    with stage_progress(console, app.output.progress) as progress:
+        res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
+                   app.calibration, progress, verifier)
+    if res.selection.feasible and space.finalists > 0:
+        from optimizer.verify import simulate_selection
+
+        simulate_selection(res, model, app.engine, app.workload, slos, app.calibration, app.seed)
+    out = out_dir or output_dir()
+    context = {"model": model.key, "engine": app.engine.name,
+               "calibration": app.calibration or "default", "seed": app.seed,
+               "wall_s": None}
+    d = report.write(res, out, context)
+    report.render(res, d, console, out)
+    console.print(f"[dim]planned in {time.perf_counter() - t0:.1f} s[/dim]")
+    return EXIT_OK if res.selection.feasible else EXIT_INFEASIBLE
+
+
+def _job(cfg: DictConfig) -> int:
+    try:
+        code = run_plan(cfg)
+    except UserError as exc:
+        print(exc.render(), file=sys.stderr)
+        code = EXIT_USER_ERROR
+    if code and not _is_multirun():
+        sys.exit(code)
+    return code
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+def main(argv: list[str]) -> int:
+    return hydra_app.run("plan", "plan", argv, _job, SUMMARY)
