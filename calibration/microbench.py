@@ -47,8 +47,6 @@ KERNEL_NCCL = "NCCL"
 #: A timer runs ``fn`` ``warmup`` times untimed, then ``repeats`` timed, and returns the
 #: median latency in milliseconds.
 Timer = Callable[[Callable[[], object], int, int], float]
-#: Called once per measured (or skipped) shape, for progress.
-Tick = Callable[[], None]
 
 INSTALL_FIX = "pip install 'llmplan[measure]' (for a GPU, a CUDA build of torch: see pytorch.org)"
 
@@ -328,10 +326,11 @@ def _nccl_version(torch: Any) -> str:
 # All-reduce: one spawned process per GPU, rows come back over a queue
 # ---------------------------------------------------------------------------------------
 def run_allreduce(world: int, backend: str, todo: Sequence[AllReduceShape], warmup: int,
-                  repeats: int, on_row: Callable[[dict], None]) -> None:
+                  repeats: int, on_row: Callable[[dict], None], timeout_s: float | None = None) -> None:
     """Time ``all_reduce`` on fp16 buffers in ``world`` spawned processes (``backend`` nccl
     on GPUs 0..world-1, or gloo on CPU for tests). The latency of a shape is the slowest
-    rank's median. Raises RuntimeError with the worker's traceback if a worker fails."""
+    rank's median. Raises RuntimeError with the worker's traceback if a worker fails, or
+    if ``timeout_s`` passes first."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -344,9 +343,11 @@ def run_allreduce(world: int, backend: str, todo: Sequence[AllReduceShape], warm
              for rank in range(world)]
     for p in procs:
         p.start()
-    done = 0
+    done, deadline = 0, None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while done < world:
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"all-reduce workers did not finish within {timeout_s:.0f} s")
             try:
                 kind, payload = queue.get(timeout=2.0)
             except Exception:  # noqa: BLE001 - queue.Empty: check the workers are alive
@@ -380,13 +381,14 @@ def _allreduce_worker(rank: int, world: int, port: int, backend: str, todo: list
             device, timer = torch.device("cuda", rank), cuda_event_timer(torch)
             version, source = _nccl_version(torch), KERNEL_NCCL
         else:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # rendezvous stays on loopback
             device, timer, version, source = torch.device("cpu"), cpu_timer, str(torch.__version__), backend
         dist.init_process_group(backend, rank=rank, world_size=world)
         for n in sorted({s.num_gpus for s in todo}):
             group = dist.new_group(list(range(n)))  # every rank must take part in creating it
             if rank < n:
                 for s in (s for s in todo if s.num_gpus == n):
-                    buf = torch.ones(s.elements, dtype=torch.float16, device=device)
+                    buf = torch.zeros(s.elements, dtype=torch.float16, device=device)
                     ms = timer(lambda: dist.all_reduce(buf, group=group), warmup, repeats)
                     worst = torch.tensor([ms], dtype=torch.float64, device=device)
                     dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
@@ -491,7 +493,8 @@ def run_sweep(bench: Bench, todo: dict[str, list], notes: dict[str, list[str]], 
                         bench.run_allreduce(todo_shapes, opts.warmup, opts.repeats, on_row)
                     except RuntimeError as exc:
                         res.skipped = len(todo_shapes) - len(res.rows)
-                        res.notes.append(f"all-reduce failed: {exc}")
+                        lines = [ln for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+                        res.notes.append(f"all-reduce failed: {lines[-1].strip()[:200]}")
                     continue
                 for shape in todo_shapes:
                     try:

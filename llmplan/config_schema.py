@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -46,7 +46,7 @@ class GPUConfig:
     # per-type price override in $/GPU-hour, e.g. {h100_sxm: 2.49}
     usd_per_hour: Dict[str, float] = field(default_factory=dict)
     # what-if spec overrides per type, e.g. {h100_sxm: {hbm_bw_gbps: 6700}}
-    spec_overrides: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    spec_overrides: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,9 +91,10 @@ class SearchConfig:
 class DeploymentConfig:
     """One deployment, for `llmplan simulate`."""
 
-    # catalog GPU key
-    gpu: str = "h100_sxm"
-    tp: int = 4
+    # catalog GPU key; null = the first of gpu.candidates (so `gpu=h100_sxm` works)
+    gpu: Optional[str] = None
+    # tensor parallelism; null = the smallest TP whose replica fits the model
+    tp: Optional[int] = None
     pp: int = 1
     ep: int = 1
     # weights/GEMM precision: bf16 | fp8 | fp4

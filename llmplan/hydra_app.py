@@ -33,10 +33,18 @@ def groups() -> list[str]:
     return sorted(p.name for p in conf_dir().iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
 
 
+#: mapping-valued keys; Hydra only replaces/extends them with a `++` override
+_DICT_KEYS = re.compile(r"(gpu\.(?:max_gpus|usd_per_hour|spec_overrides))(\.[^=]+)?=")
+
+
 def _rewrite(overrides: list[str]) -> list[str]:
-    """Shortcuts: `model=<catalog name or HF id>` and `gpu=<catalog key>` without a YAML file."""
+    """Shortcuts: `model=<catalog name or HF id>` and `gpu=<catalog key>` without a YAML file;
+    `gpu.usd_per_hour={...}` (and the other mapping keys) without Hydra's `++` prefix."""
     out = []
     for ov in overrides:
+        if _DICT_KEYS.match(ov):
+            out.append("++" + ov)
+            continue
         m = re.fullmatch(r"(model|gpu)=(.+)", ov)
         if m and "," not in m.group(2):
             group, value = m.groups()
@@ -67,6 +75,13 @@ def _expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 def _explain(exc: Exception, overrides: list[str]) -> ConfigError:
     text = str(exc).replace("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", "")
+    if exc.__cause__ is not None:
+        text += "\n" + str(exc.__cause__)
+    full = re.search(r"full_key: (\S+)", text)
+    if full and re.match(r"gpu\.(usd_per_hour|max_gpus|spec_overrides)\.", full.group(1)):
+        what = "an integer GPU count" if ".max_gpus." in full.group(1) else "a number"
+        return ConfigError(f"must be {what}", key=full.group(1),
+                           fix=f"e.g. {full.group(1).split('.')[1]}='{{h100_sxm: 2}}'")
     m = re.search(r"Could not find '([^/']+)/([^']+)'", text)
     if m:
         group, opt = m.groups()
@@ -83,9 +98,10 @@ def _explain(exc: Exception, overrides: list[str]) -> ConfigError:
         key = full.group(1) if full else "config"
         return ConfigError(f"value '{m.group(1)}' is not a valid {m.group(2)}", key=key,
                            fix=f"give {key} a {m.group(2).lower()} value")
-    if "ScannerError" in type(exc).__name__ or "while scanning" in text or "ParserError" in type(exc).__name__ \
-            or "mapping values are not allowed" in text or "could not find expected" in text:
-        return ConfigError("a YAML file does not parse: " + text.splitlines()[0], key="yaml", fix="fix the YAML syntax")
+    m = re.search(r'in "([^"]+\.ya?ml)", line (\d+), column (\d+)', text)
+    if m:
+        return ConfigError(f"YAML does not parse at line {m.group(2)}, column {m.group(3)}: {text.splitlines()[0]}",
+                           key=m.group(1), fix="fix the YAML syntax in that file")
     first = next((ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
     return ConfigError(first, key="config", fix="check the overrides: " + " ".join(overrides))
 
@@ -122,13 +138,42 @@ def print_help(command: str, summary: str) -> None:
           " `gpu=<key>` any catalog GPU (`llmplan catalog gpus`).")
 
 
+_VALUE_FLAGS = {"--cfg", "-c", "--config-dir", "-cd", "--package", "-p", "--config-name", "-cn"}
+
+
+def _split_args(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(Hydra flags with their values, overrides, extra overrides for validation)."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    extra: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in _VALUE_FLAGS:
+            value = next(it, None)
+            if value is None:
+                raise ConfigError(f"{a} needs a value", key=a)
+            if a in ("--config-dir", "-cd"):
+                path = Path(value).resolve()
+                if not path.is_dir():
+                    raise ConfigError(f"not a directory: {value}", key=a, fix="give a folder of config groups")
+                value = str(path)
+                extra.append(f"hydra.searchpath=[file://{path}]")
+            if a in ("--config-name", "-cn"):
+                raise ConfigError("choose the primary config with the command (plan/simulate)", key=a)
+            flags += [a, value]
+        elif a.startswith("-"):
+            flags.append(a)
+        else:
+            overrides.append(a)
+    return flags, overrides, extra
+
+
 def run(command: str, config_name: str, argv: list[str], task: Callable[[DictConfig], int], summary: str) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print_help(command, summary)
         return 0
     multirun = any(a in ("-m", "--multirun") for a in argv)
-    flags = [a for a in argv if a.startswith("-")]
-    overrides = [a for a in argv if not a.startswith("-")]
+    flags, overrides, extra = _split_args(argv)
     combos = _expand_sweeps(overrides) if multirun else [overrides]
     if not multirun:
         from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -141,7 +186,7 @@ def run(command: str, config_name: str, argv: list[str], task: Callable[[DictCon
         except Exception as exc:
             raise _explain(exc, overrides) from None
     for combo in combos:
-        compose(config_name, combo)
+        compose(config_name, combo + extra)
 
     import hydra
 
@@ -159,7 +204,7 @@ def run(command: str, config_name: str, argv: list[str], task: Callable[[DictCon
     job.__name__ = command
     main = hydra.main(config_path=str(Path(conf_dir())), config_name=config_name, version_base="1.3")(job)
     old = sys.argv
-    sys.argv = [f"llmplan {command}"] + flags + _rewrite(overrides) if not multirun else [f"llmplan {command}"] + flags + overrides
+    sys.argv = [f"llmplan {command}"] + flags + _rewrite(overrides)
     try:
         main()
     finally:

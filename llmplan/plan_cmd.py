@@ -12,7 +12,7 @@ from rich.console import Console
 from llmplan import hydra_app
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_USER_ERROR, UserError
 from llmplan.progress import make_console, stage_progress
-from llmplan.resolve import (check_engine, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
+from llmplan.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
 from optimizer import report
 from optimizer.planner import SearchSpace, plan
@@ -41,6 +41,7 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     gpus = resolve_gpus(app)
     slos = resolve_slos(app)
     check_engine(app.engine)
+    check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
     wl, requests = workload_sample(app, model)
     space = SearchSpace(list(app.search.tp), list(app.search.pp), list(app.search.ep), list(app.search.precision),
                         list(app.search.max_batch), app.search.kv_cache_dtype, app.search.max_replicas,

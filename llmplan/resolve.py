@@ -46,11 +46,13 @@ def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
     changes: dict = {}
     for k, v in (app.gpu.spec_overrides.get(key) or app.gpu.spec_overrides.get(gpu.key) or {}).items():
         if k.endswith("_tflops") and k[: -len("_tflops")] in gpu.dense_tflops:
+            if not isinstance(v, (int, float)) or not float(v) > 0:
+                raise ConfigError(f"must be a positive number, got {v!r}", key=f"gpu.spec_overrides.{key}.{k}")
             tf = dict(gpu.dense_tflops)
             tf[k[: -len("_tflops")]] = float(v)
             changes["dense_tflops"] = tf
         elif k in _NUMERIC:
-            if not float(v) > 0:
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not float(v) > 0:
                 raise ConfigError(f"must be > 0, got {v}", key=f"gpu.spec_overrides.{key}.{k}", fix="give a positive figure")
             changes[k] = int(v) if k in ("sm_count", "scaleup_domain_size") else float(v)
         else:
@@ -155,3 +157,22 @@ def workload_sample(app: AppConfig, model: ModelSpec, need_rate: bool = True):
                           fix="cap workload.input_tokens.max_tokens / output_tokens.max_tokens or pick a longer-context model")
     cv = spec.cv if spec.arrival == "gamma" else 1.0
     return workload_stats(reqs, float(rate), cv), wl
+
+
+def check_search(model: ModelSpec, tps: list[int], eps: list[int], precisions: list[str], key: str = "search") -> None:
+    """Parallelism the model cannot use at all is a config error, not an empty plan."""
+    heads = model.num_attention_heads
+    if not tps or any(t < 1 for t in tps):
+        raise ConfigError("tensor-parallel degrees must be >= 1", key=f"{key}.tp", fix="e.g. [1, 2, 4, 8]")
+    if not any(heads % t == 0 for t in tps):
+        divisors = [d for d in (1, 2, 4, 8, 16) if heads % d == 0]
+        raise ConfigError(f"tp={tps[0] if len(tps) == 1 else tps} does not divide the {heads} attention heads of {model.key}",
+                          key=f"{key}.tp", fix=f"use divisors of {heads}, e.g. {divisors}")
+    if not model.is_moe and eps and all(e > 1 for e in eps):
+        raise ConfigError(f"expert parallelism on dense model {model.key}", key=f"{key}.ep",
+                          fix="use ep=1 (EP applies to MoE models only)")
+    from model_catalog.spec import BYTES_PER_ELEMENT
+
+    for p in precisions:
+        if p not in BYTES_PER_ELEMENT:
+            raise ConfigError(f"unknown precision '{p}'", key=f"{key}.precision", fix="use bf16, fp8 or fp4")

@@ -331,7 +331,7 @@ def test_allreduce_spawns_one_process_per_rank():
         pytest.skip("torch.distributed with gloo is not available")
     rows: list[dict] = []
     todo = shp.allreduce_shapes(2, quick=True)[:2]
-    mb.run_allreduce(2, "gloo", todo, warmup=1, repeats=2, on_row=rows.append)
+    mb.run_allreduce(2, "gloo", todo, warmup=1, repeats=2, on_row=rows.append, timeout_s=180)
     assert [r["message_size_elements"] for r in rows] == [s.elements for s in todo]
     assert all(list(r) == EXPECTED["nccl"] and r["num_gpus"] == 2 and r["latency_ms"] > 0 for r in rows)
 
@@ -376,3 +376,17 @@ def test_operand_rotation_cycles_distinct_buffers():
     dec = bench.attention(shp.AttentionShape(1, 1, 64, 4, 2, 16), causal=False)
     assert bench._copies(shp.AttentionShape(1, 1, 64, 4, 2, 16).kv_bytes) == 8
     assert dec().shape == (1, 4, 1, 16)
+
+
+def test_failed_allreduce_is_noted_not_fatal(tmp_path):
+    class BrokenNccl(FakeBench):
+        def run_allreduce(self, todo, warmup, repeats, on_row):
+            on_row(shp.nccl_row(self.nccl_version, mb.KERNEL_NCCL, todo[0], 0.1))
+            raise RuntimeError("all-reduce worker failed:\nTraceback ...\nncclInternalError: bad")
+
+    out = tmp_path / "m"
+    assert mb.main(["--out", str(out), "--quick", "--tables", "nccl", "--gpu-name", "x"],
+                   make_bench=lambda d: BrokenNccl()) == 0
+    prov = json.loads((out / "provenance.json").read_text())["systems"]["x"]["tables"]["nccl"]
+    assert prov["rows"] == 1 and prov["skipped"] == 2
+    assert prov["notes"] == ["all-reduce failed: ncclInternalError: bad"]

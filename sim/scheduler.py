@@ -1,0 +1,358 @@
+"""Continuous-batching scheduler of one engine (one vLLM "virtual engine").
+
+Two policies, chosen by ``EngineProfile.chunked_prefill``:
+
+* **chunked prefill** (vLLM v1 ``Scheduler.schedule``): running requests first: every
+  decoding sequence gets its one token, then a partially prefilled request continues
+  with as much of its prompt as the remaining token budget allows; then, if nothing was
+  preempted this step, waiting requests are admitted in FCFS order, each with a chunk of
+  its prompt, until the token budget, ``max_num_seqs`` or free KV blocks run out.
+* **prefill-first** (vLLM v0 default without chunking): if waiting prompts fit (whole
+  prompts only, within the token budget), the step is prefill-only and decodes wait;
+  otherwise the step decodes every running sequence.
+
+KV blocks are allocated per step for the tokens computed (v1 ``allocate_slots``); new
+requests are admitted only while ``free - needed >= watermark`` blocks (v0
+``BlockSpaceManager.can_allocate``). When a running step cannot get its blocks, the
+newest running request is preempted by recompute: its blocks are freed and it goes
+back to the *front* of the waiting queue, to recompute prompt plus generated tokens.
+
+Decode bookkeeping is aggregate, so a step costs O(changes), not O(batch): the engine
+keeps a decode-step counter ``c``; a sequence that joined decoding at ``c0`` with
+``computed`` tokens has ``computed + (c - c0)`` tokens of KV at counter ``c``. The sum of
+KV lengths is ``kv_base + n_dec * c``; completions sit in a heap keyed by the counter
+at which they finish; new-block demand per step is a count per ``c mod block_size``
+phase.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from sim.kv_cache import KVBlockPool
+from sim.types import EngineProfile
+from sim.workload import Request
+
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+NAN = math.nan
+
+
+class Seq:
+    """Mutable simulator state of one request (times in ms, NaN until they happen)."""
+
+    __slots__ = ("idx", "req", "P", "O", "measured", "replica", "state", "target", "computed", "g", "blocks",
+                 "shared_blocks", "keys", "refkeys", "nreg", "c0", "phase", "kvb", "gen", "arrival",
+                 "first_sched", "first_token", "last_token", "finish", "preemptions", "cached_tokens", "client")
+
+    def __init__(self, idx: int, req: Request, measured: bool):
+        self.idx = idx
+        self.req = req
+        self.P = req.input_tokens
+        self.O = req.output_tokens
+        self.measured = measured
+        self.replica = -1
+        self.state = WAITING
+        self.target = self.P      # tokens to (re)compute before the next token: prompt + generated
+        self.computed = 0         # prefill progress (prefill state only)
+        self.g = 0                # tokens generated (decode state: as of counter c0)
+        self.blocks = 0           # KV blocks held (prefill state only; decode: derived)
+        self.shared_blocks = 0    # of which in shared prefix-cache units
+        self.keys: tuple[int, ...] = ()   # prefix-cache unit keys of the prompt
+        self.refkeys: list[int] = []      # units this sequence references
+        self.nreg = 0             # keys considered for hit/registration so far
+        self.c0 = 0               # decode counter when it joined decoding
+        self.phase = 0            # c mod block_size at which it needs a new block
+        self.kvb = 0              # its contribution to kv_base
+        self.gen = 0              # invalidates stale completion-heap entries
+        self.arrival = NAN
+        self.first_sched = NAN
+        self.first_token = NAN
+        self.last_token = NAN
+        self.finish = NAN
+        self.preemptions = 0
+        self.cached_tokens = 0    # prompt tokens served from the prefix cache at first admission
+        self.client = -1          # closed loop: the client that sent it
+
+
+class EngineState:
+    """Queues, KV blocks and the decode aggregates of one engine; plans and applies steps."""
+
+    def __init__(self, index: int, engine: EngineProfile, total_blocks: int, unit_tokens: int, max_seqs: int):
+        self.index = index
+        self.B = engine.block_size
+        self.U = unit_tokens
+        self.ub = unit_tokens // engine.block_size
+        self.budget = engine.max_num_batched_tokens
+        self.max_seqs = max_seqs
+        self.chunked = engine.chunked_prefill
+        self.prefix_caching = engine.enable_prefix_caching
+        self.pool = KVBlockPool(total_blocks, engine.block_size, self.ub, engine.enable_prefix_caching)
+        self.watermark_blocks = int(engine.watermark * total_blocks)
+        self.waiting: deque[Seq] = deque()
+        self.running: dict[int, Seq] = {}      # admission order; newest last
+        self.prefilling: list[Seq] = []        # running sequences still in prefill
+        self.n_dec = 0
+        self.n_dec_meas = 0                    # decoding sequences that count in metrics
+        self.kv_base = 0
+        self.phase_cnt = [0] * self.B
+        self.heap: list[tuple[int, int, int, Seq]] = []
+        self.counter = 0
+        self.in_flight = False
+        self.last_done_ms = 0.0
+        self.preemptions = 0
+        self.prompt_tokens_queried = 0
+        self.prompt_tokens_hit = 0
+        self.steps = 0
+        # the planned (in-flight) step
+        self.plan_chunks: list[tuple[Seq, int, int]] = []   # (seq, new tokens, context before)
+        self.plan_dec = 0
+        self.plan_stable = False
+        self.plan_steps = 1
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def kv_tokens_sum(self) -> int:
+        """Sum of decode KV lengths attended in the next decode step."""
+        return self.kv_base + self.n_dec * self.counter
+
+    def next_finish_counter(self) -> int:
+        """Decode counter at which the next sequence finishes (stale heap entries dropped)."""
+        heap = self.heap
+        while heap and heap[0][2] != heap[0][3].gen:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else 1 << 62
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self, now: float) -> bool:
+        """Choose the next step's work (allocating its KV blocks). False when idle."""
+        if self.chunked:
+            chunks, preempted = self._plan_chunked(now)
+        else:
+            chunks, preempted = self._plan_prefill_first(now)
+        self.plan_chunks = chunks
+        self.plan_stable = not chunks and not preempted
+        self.plan_steps = 1
+        return bool(chunks) or self.plan_dec > 0
+
+    def _decode_blocks(self, now: float) -> bool:
+        """Allocate this step's new decode blocks, preempting newest requests as needed."""
+        pool, pc, c, B = self.pool, self.phase_cnt, self.counter, self.B
+        preempted = False
+        nb = pc[c % B]
+        while nb > pool.free:
+            self._preempt(next(reversed(self.running.values())), now)
+            preempted = True
+            nb = pc[c % B]
+        if nb:
+            pool.allocate(nb)
+        return preempted
+
+    def _match(self, seq: Seq) -> tuple[int, int]:
+        if not seq.keys:
+            return 0, 0
+        return self.pool.match(seq.keys, (seq.target - 1) // self.U)
+
+    def _admit(self, seq: Seq, hit_units: int, new_blocks: int, now: float) -> None:
+        pool = self.pool
+        if hit_units:
+            keys = seq.keys[:hit_units]
+            pool.acquire(keys)
+            seq.refkeys = list(keys)
+        seq.nreg = hit_units
+        seq.shared_blocks = hit_units * self.ub
+        if new_blocks:
+            pool.allocate(new_blocks)
+        seq.blocks = seq.shared_blocks + new_blocks
+        hit = hit_units * self.U
+        seq.computed = hit
+        seq.state = PREFILL
+        self.running[seq.idx] = seq
+        self.prefilling.append(seq)
+        if seq.first_sched != seq.first_sched:  # NaN: first admission
+            seq.first_sched = now
+            seq.cached_tokens = hit
+        self.prompt_tokens_queried += seq.target
+        self.prompt_tokens_hit += hit
+
+    def _plan_chunked(self, now: float) -> tuple[list[tuple[Seq, int, int]], bool]:
+        pool, B = self.pool, self.B
+        budget = self.budget
+        preempted = False
+        if self.n_dec:
+            preempted = self._decode_blocks(now)
+        self.plan_dec = self.n_dec
+        budget -= self.n_dec
+        chunks: list[tuple[Seq, int, int]] = []
+        if self.prefilling:
+            for seq in tuple(self.prefilling):
+                if seq.state != PREFILL:
+                    continue
+                if budget <= 0:
+                    break
+                n = min(seq.target - seq.computed, budget)
+                need = -(-(seq.computed + n) // B) - seq.blocks
+                while need > pool.free:
+                    victim = next(reversed(self.running.values()))
+                    self._preempt(victim, now)
+                    preempted = True
+                    if victim is seq:
+                        break
+                if seq.state != PREFILL:
+                    break
+                if need > 0:
+                    pool.allocate(need)
+                    seq.blocks += need
+                chunks.append((seq, n, seq.computed))
+                budget -= n
+            self.plan_dec = self.n_dec  # preemption may have removed decoders
+        if not preempted:
+            waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
+            while waiting and budget > 0 and len(running) < self.max_seqs:
+                seq = waiting[0]
+                hit_units, evict_blocks = self._match(seq)
+                hit = hit_units * U
+                n = min(seq.target - hit, budget)
+                new_blocks = -(-(hit + n) // B) - hit_units * ub
+                if pool.free - new_blocks - evict_blocks < self.watermark_blocks:
+                    break
+                waiting.popleft()
+                self._admit(seq, hit_units, new_blocks, now)
+                chunks.append((seq, n, hit))
+                budget -= n
+        return chunks, preempted
+
+    def _plan_prefill_first(self, now: float) -> tuple[list[tuple[Seq, int, int]], bool]:
+        pool, B = self.pool, self.B
+        chunks: list[tuple[Seq, int, int]] = []
+        budget = self.budget
+        waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
+        while waiting and len(running) < self.max_seqs:
+            seq = waiting[0]
+            hit_units, evict_blocks = self._match(seq)
+            hit = hit_units * U
+            n = seq.target - hit
+            if n > budget:
+                break
+            new_blocks = -(-seq.target // B) - hit_units * ub
+            if pool.free - new_blocks - evict_blocks < self.watermark_blocks:
+                break
+            waiting.popleft()
+            self._admit(seq, hit_units, new_blocks, now)
+            chunks.append((seq, n, hit))
+            budget -= n
+        if chunks:
+            self.plan_dec = 0
+            return chunks, False
+        preempted = self._decode_blocks(now) if self.n_dec else False
+        self.plan_dec = self.n_dec
+        return chunks, preempted
+
+    # ------------------------------------------------------------------ state changes
+
+    def _join_decode(self, seq: Seq) -> None:
+        c = self.counter
+        seq.state = DECODE
+        seq.c0 = c
+        seq.phase = (c - seq.target) % self.B
+        seq.kvb = seq.target - c + 1
+        self.n_dec += 1
+        self.n_dec_meas += seq.measured
+        self.kv_base += seq.kvb
+        self.phase_cnt[seq.phase] += 1
+        heapq.heappush(self.heap, (c + seq.O - seq.g, seq.idx, seq.gen, seq))
+
+    def _leave_decode(self, seq: Seq) -> int:
+        """Remove from the decode aggregates; returns the tokens of KV it holds."""
+        k = self.counter - seq.c0
+        self.n_dec -= 1
+        self.n_dec_meas -= seq.measured
+        self.kv_base -= seq.kvb
+        self.phase_cnt[seq.phase] -= 1
+        seq.gen += 1
+        seq.g += k
+        return seq.target + k
+
+    def _free(self, seq: Seq, blocks: int) -> None:
+        self.pool.release(blocks - seq.shared_blocks)
+        if seq.refkeys:
+            self.pool.unref(seq.refkeys)
+            seq.refkeys = []
+        seq.shared_blocks = 0
+        seq.blocks = 0
+        del self.running[seq.idx]
+
+    def _preempt(self, seq: Seq, now: float) -> None:
+        """Preempt by recompute: free its KV, put it at the front of the waiting queue."""
+        if seq.state == DECODE:
+            kv = self._leave_decode(seq)
+            seq.last_token = self.last_done_ms
+            blocks = -(-kv // self.B)
+        else:
+            self.prefilling.remove(seq)
+            blocks = seq.blocks
+        self._free(seq, blocks)
+        seq.target = seq.P + seq.g
+        seq.computed = 0
+        seq.nreg = 0
+        seq.state = WAITING
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def complete(self, now: float, itl_samples: list[float]) -> list[Seq]:
+        """Apply the in-flight plan at its finish time ``now``; returns finished sequences.
+
+        ``itl_samples`` receives the gap before the next token of requests resuming after
+        a preemption (other inter-token gaps are recorded by the replica per step)."""
+        finished: list[Seq] = []
+        self.steps += self.plan_steps
+        B = self.B
+        if self.plan_dec:
+            self.counter += self.plan_steps
+            c, heap = self.counter, self.heap
+            while heap and heap[0][0] <= c:
+                _, _, gen, seq = heapq.heappop(heap)
+                if gen != seq.gen:
+                    continue
+                kv = self._leave_decode(seq)
+                self._free(seq, -(-kv // B))
+                seq.state = DONE
+                seq.finish = now
+                finished.append(seq)
+        pool, U, ub = self.pool, self.U, self.ub
+        for seq, n, _ in self.plan_chunks:
+            seq.computed += n
+            if seq.keys and self.prefix_caching:
+                k, lim = seq.nreg, min(len(seq.keys), seq.computed // U)
+                while k < lim:
+                    key = seq.keys[k]
+                    if pool.register(key):
+                        seq.refkeys.append(key)
+                        seq.shared_blocks += ub
+                    k += 1
+                seq.nreg = k
+            if seq.computed >= seq.target:
+                self.prefilling.remove(seq)
+                seq.g += 1
+                if seq.first_token != seq.first_token:  # NaN: first token ever
+                    seq.first_token = now
+                elif seq.measured:
+                    itl_samples.append(now - seq.last_token)
+                seq.last_token = now
+                if seq.g >= seq.O:
+                    self._free(seq, seq.blocks)
+                    seq.state = DONE
+                    seq.finish = now
+                    finished.append(seq)
+                else:
+                    self._join_decode(seq)
+        self.plan_chunks = []
+        self.last_done_ms = now
+        return finished
