@@ -30,6 +30,7 @@ from calibration.gpu_features import GPUFeatures
 class _NumpyOps:
     log2 = staticmethod(lambda v: np.log2(np.maximum(v, 1e-30)))
     ceil = staticmethod(np.ceil)
+    floor = staticmethod(np.floor)
     maximum = staticmethod(np.maximum)
     minimum = staticmethod(np.minimum)
     where = staticmethod(np.where)
@@ -42,6 +43,7 @@ class _NumpyOps:
 class _PythonOps:
     log2 = staticmethod(lambda v: math.log2(v) if v > 1e-30 else -99.65784284662087)
     ceil = staticmethod(math.ceil)
+    floor = staticmethod(math.floor)
     maximum = staticmethod(max)
     minimum = staticmethod(min)
     where = staticmethod(lambda c, a, b: a if c else b)
@@ -144,6 +146,27 @@ def causal_pairs(q_len: Any, ctx: Any, window: Any, ops: Any) -> Any:
     return ops.where(window > 0, ops.minimum(windowed, full), full)
 
 
+#: (tile_m, tile_n, relative per-SM efficiency) of the tile shapes a GEMM library picks from
+#: (the 16-row tile stands for the GEMV-like kernels used for a handful of tokens)
+GEMM_TILES = ((128, 256, 1.0), (128, 128, 0.93), (64, 128, 0.8), (64, 64, 0.62), (16, 64, 0.35))
+GEMM_MAX_SPLIT = 32
+
+
+def gemm_quant(m: Any, n: Any, k: Any, sm: int, ops: Any) -> Any:
+    """Compute quantization factor (>= 1) of the best (tile, split-K) choice: issued tile
+    work rounded up to whole waves over the SMs, over the ideal work, divided by the tile
+    shape's relative efficiency. When tiles are fewer than SMs, K is split (k/split >= 256)
+    to fill one wave, as cuBLAS/CUTLASS heuristics do."""
+    best = None
+    kmax = ops.maximum(ops.minimum(ops.floor(k / 256), GEMM_MAX_SPLIT), 1)
+    for tm, tn, eff in GEMM_TILES:
+        tiles = ops.ceil(m / tm) * ops.ceil(n / tn)
+        split = ops.where(tiles < sm, ops.minimum(ops.maximum(ops.floor(sm / tiles), 1), kmax), 1)
+        qc = ops.ceil(tiles * split / sm) * (tm * tn * sm) / (m * n * eff * split)
+        best = qc if best is None else ops.minimum(best, qc)
+    return ops.maximum(best, 1.0)
+
+
 def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP) -> Phys:
     sm = gpu.sm_count
     flops = 2.0 * m * n * k
@@ -158,7 +181,7 @@ def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops:
     w128 = _wave_eff(tiles, sm, ops)
     w256 = _wave_eff(tm128 * tn256, sm, ops)
     w64 = _wave_eff(tm64 * tn128, sm, ops)
-    q = 1.0 / (eff_m128 * eff_n128 * w128)
+    q = gemm_quant(m, n, k, sm, ops)
     ws = nbytes / (gpu.l2_mb * 1e6)
     x = [ops.log2(m), ops.log2(n), ops.log2(k), eff_m64, eff_m128, eff_n128, w128, w256, w64,
          ops.log2(tiles / sm), ops.log2(ws), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),

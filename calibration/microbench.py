@@ -27,6 +27,7 @@ import platform
 import shlex
 import socket
 import statistics
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -142,17 +143,25 @@ class _Pool:
 
     def tensors(self, *dims: tuple[int, ...]) -> list[Any]:
         sizes = [_prod(d) for d in dims]
-        if self.buf is None or self.buf.numel() < sum(sizes):
-            numel = max(sum(sizes), 2 * (0 if self.buf is None else self.buf.numel()))
+        need = sum(sizes)
+        if self.buf is None or self.buf.numel() < need:
+            grown = max(need, 2 * (0 if self.buf is None else self.buf.numel()))
             self.buf = None
-            fill = self.torch.randn(numel, dtype=self.torch.bfloat16, device=self.device)
-            self.buf = fill if self.dtype == self.torch.bfloat16 else fill.to(self.dtype)
-            del fill
+            try:  # grow geometrically, so a sweep of rising sizes refills rarely
+                self.buf = self._fill(grown)
+            except RuntimeError:  # no room to double: exactly what this shape needs
+                if self.device.type == "cuda":
+                    self.torch.cuda.empty_cache()
+                self.buf = self._fill(need)
         out, off = [], 0
         for d, n in zip(dims, sizes):
             out.append(self.buf[off:off + n].view(d))
             off += n
         return out
+
+    def _fill(self, numel: int) -> Any:
+        fill = self.torch.randn(numel, dtype=self.torch.bfloat16, device=self.device)
+        return fill if self.dtype == self.torch.bfloat16 else fill.to(self.dtype)
 
 
 def _prod(dims: tuple[int, ...]) -> int:
@@ -381,7 +390,8 @@ def _allreduce_worker(rank: int, world: int, port: int, backend: str, todo: list
             device, timer = torch.device("cuda", rank), cuda_event_timer(torch)
             version, source = _nccl_version(torch), KERNEL_NCCL
         else:
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # rendezvous stays on loopback
+            if sys.platform.startswith("linux"):
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # rendezvous stays on loopback
             device, timer, version, source = torch.device("cpu"), cpu_timer, str(torch.__version__), backend
         dist.init_process_group(backend, rank=rank, world_size=world)
         for n in sorted({s.num_gpus for s in todo}):
@@ -704,8 +714,6 @@ def parse_options(argv: list[str]) -> MeasureOptions:
 def main(argv: list[str] | None = None,
          make_bench: Callable[[str], Bench] | None = None) -> int:
     """Entry point of ``llmplan measure``. ``make_bench`` (device -> Bench) is for tests."""
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = parse_options(argv)
     check_out_dir(opts.out, opts.overwrite)

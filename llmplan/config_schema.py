@@ -117,6 +117,22 @@ class OutputConfig:
 
 
 @dataclass
+class WhatIfConfig:
+    """The scenario `llmplan whatif` compares with the baseline plan."""
+
+    # multiply GPU figures, e.g. {h100_sxm: {hbm_bw_gbps: 2.0, bf16_tflops: 1.5}}
+    gpu_scale: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # multiply GPU prices, e.g. {h100_sxm: 0.5}
+    price_scale: Dict[str, float] = field(default_factory=dict)
+    # extra candidate GPU types in the scenario, e.g. [b200, mi300x]
+    add_gpus: List[str] = field(default_factory=list)
+    # multiply every SLO target (0.5 = twice as strict)
+    slo_scale: float = 1.0
+    # multiply the request rate (2.0 = twice the traffic)
+    rate_scale: float = 1.0
+
+
+@dataclass
 class AppConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     gpu: GPUConfig = field(default_factory=GPUConfig)
@@ -126,6 +142,7 @@ class AppConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)  # type: ignore[valid-type]
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
     # kernel calibration: null = shipped default fit; "spec" = roofline defaults; or a file path
     calibration: Optional[str] = None
     # seed for workload generation and simulation

@@ -34,7 +34,7 @@ def groups() -> list[str]:
 
 
 #: mapping-valued keys; Hydra only replaces/extends them with a `++` override
-_DICT_KEYS = re.compile(r"(gpu\.(?:max_gpus|usd_per_hour|spec_overrides))(\.[^=]+)?=")
+_DICT_KEYS = re.compile(r"((?:gpu\.(?:max_gpus|usd_per_hour|spec_overrides))|(?:whatif\.(?:gpu_scale|price_scale)))(\.[^=]+)?=")
 
 
 def _rewrite(overrides: list[str]) -> list[str]:
@@ -78,7 +78,7 @@ def _explain(exc: Exception, overrides: list[str]) -> ConfigError:
     if exc.__cause__ is not None:
         text += "\n" + str(exc.__cause__)
     full = re.search(r"full_key: (\S+)", text)
-    if full and re.match(r"gpu\.(usd_per_hour|max_gpus|spec_overrides)\.", full.group(1)):
+    if full and re.match(r"(gpu\.(usd_per_hour|max_gpus|spec_overrides)|whatif\.(gpu_scale|price_scale))\.", full.group(1)):
         what = "an integer GPU count" if ".max_gpus." in full.group(1) else "a number"
         return ConfigError(f"must be {what}", key=full.group(1),
                            fix=f"e.g. {full.group(1).split('.')[1]}='{{h100_sxm: 2}}'")

@@ -32,17 +32,14 @@ def output_dir() -> Path:
         return Path.cwd()
 
 
-def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | None = None) -> int:
-    """Plan from a composed config. Returns an exit code (0 ok, 3 infeasible)."""
-    console = console or make_console()
-    t0 = time.perf_counter()
-    app = to_app(cfg)
+def plan_from_app(app, console: Console, show_progress: bool = True):
+    """Resolve, screen, verify, select. Returns (PlanResult, ModelSpec)."""
     model = resolve_model(app)
     gpus = resolve_gpus(app)
     slos = resolve_slos(app)
     check_engine(app.engine)
     check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
-    wl, requests = workload_sample(app, model)
+    wl, _ = workload_sample(app, model)
     space = SearchSpace(list(app.search.tp), list(app.search.pp), list(app.search.ep), list(app.search.precision),
                         list(app.search.max_batch), app.search.kv_cache_dtype, app.search.max_replicas,
                         app.search.finalists, app.search.verify_requests, app.search.alternatives)
@@ -51,19 +48,26 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     if space.finalists > 0:
         from optimizer.verify import make_verifier
 
-        verifier = make_verifier(model, app.engine, app.workload, wl, slos, space, app.calibration, app.seed,
-                                 console if app.output.progress else None)
-    with stage_progress(console, app.output.progress) as progress:
+        verifier = make_verifier(model, app.engine, app.workload, wl, slos, space, app.calibration, app.seed)
+    with stage_progress(console, show_progress and app.output.progress) as progress:
         res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                    app.calibration, progress, verifier)
-    if res.selection.feasible and space.finalists > 0:
-        from optimizer.verify import simulate_selection
+        if res.selection.feasible and space.finalists > 0:
+            from optimizer.verify import simulate_selection
 
-        simulate_selection(res, model, app.engine, app.workload, slos, app.calibration, app.seed)
+            simulate_selection(res, model, app.engine, app.workload, slos, app.calibration, app.seed, progress)
+    return res, model
+
+
+def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | None = None) -> int:
+    """Plan from a composed config. Returns an exit code (0 ok, 3 infeasible)."""
+    console = console or make_console()
+    t0 = time.perf_counter()
+    app = to_app(cfg)
+    res, model = plan_from_app(app, console)
     out = out_dir or output_dir()
-    context = {"model": model.key, "engine": app.engine.name,
-               "calibration": app.calibration or "default", "seed": app.seed,
-               "wall_s": None}
+    context = {"model": model.key, "engine": app.engine.name, "calibration": app.calibration or "default",
+               "seed": app.seed}
     d = report.write(res, out, context)
     report.render(res, d, console, out)
     console.print(f"[dim]planned in {time.perf_counter() - t0:.1f} s[/dim]")

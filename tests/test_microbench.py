@@ -390,3 +390,18 @@ def test_failed_allreduce_is_noted_not_fatal(tmp_path):
     prov = json.loads((out / "provenance.json").read_text())["systems"]["x"]["tables"]["nccl"]
     assert prov["rows"] == 1 and prov["skipped"] == 2
     assert prov["notes"] == ["all-reduce failed: ncclInternalError: bad"]
+
+
+def test_calibration_reader_reads_the_output(tmp_path):
+    reader = pytest.importorskip("calibration.reader")
+    if not hasattr(reader, "read_measurements"):
+        pytest.skip("calibration.reader.read_measurements not available")
+    out = tmp_path / "m"
+    assert mb.main(["--out", str(out), "--quick", "--tables", "gemm,context_attention,generation_attention"],
+                   make_bench=lambda d: FakeBench()) == 0  # folder nvidia_fake_gpu_80gb_hbm9: not a catalog GPU
+    (out / "nvidia_fake_gpu_80gb_hbm9").rename(out / "h100_sxm")
+    meas = reader.read_measurements(out)
+    assert {s.table for s in meas.sources} == {"gemm", "context_attention", "generation_attention"}
+    assert sum(s.rows for s in meas.sources) == sum(
+        len(f) for f in (shp.gemm_shapes(quick=True), shp.context_attention_shapes(quick=True),
+                         shp.generation_attention_shapes(quick=True)))

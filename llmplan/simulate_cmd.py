@@ -1,0 +1,160 @@
+"""`llmplan simulate`: one deployment, full metrics (simulated percentiles + analytical breakdown)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from llmplan import hydra_app
+from llmplan.errors import EXIT_OK, EXIT_USER_ERROR, ConfigError, InfeasibleDeployment, UserError
+from llmplan.progress import make_console
+from llmplan.resolve import check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app
+from optimizer.enumerate import kv_dtype_for
+from optimizer.evaluate import ReplicaAnalyzer
+from optimizer.types import WorkloadStats
+from sim.deployment import Deployment, build, parallelism_problem
+from sim.types import Parallelism, Precision, StepShape
+
+SUMMARY = ("Simulate one deployment (the `deployment` group: gpu, tp, pp, ep, precision, replicas,\n"
+           "router) under a workload: TTFT/TPOT/E2E percentiles, throughput, goodput, SLO attainment,\n"
+           "and a per-operator breakdown of a prefill and a decode step. Writes summary.json,\n"
+           "requests.csv (and plots with output.plots=true) to the output directory.")
+
+LOAD_FRACTION = 0.8  # default load when workload.rate_rps is null: 80% of analytical capacity
+
+
+def resolve_deployment(app, model, console: Console | None = None) -> tuple[Deployment, object, object]:
+    d = app.deployment
+    gpu_key = d.gpu or (app.gpu.candidates[0] if app.gpu.candidates else None)
+    if gpu_key is None:
+        raise ConfigError("no GPU chosen", key="deployment.gpu", fix="e.g. gpu=h100_sxm")
+    gpu = resolve_gpu(gpu_key, app)
+    if d.replicas < 1:
+        raise ConfigError("must be >= 1", key="deployment.replicas", fix="e.g. deployment.replicas=2")
+    check_search(model, [d.tp] if d.tp else [1], [d.ep], [d.precision], key="deployment")
+    prec = Precision(d.precision, kv_dtype_for(d.precision, d.kv_cache_dtype, gpu))
+    tps = [d.tp] if d.tp else [t for t in (1, 2, 4, 8) if model.num_attention_heads % t == 0]
+    last_reason = ""
+    for tp in tps:
+        par = Parallelism(tp, d.pp, d.ep)
+        problem = parallelism_problem(model, gpu, par, prec)
+        if problem:
+            raise ConfigError(problem, key="deployment", fix="choose tp/pp/ep/precision the model and GPU support")
+        dep = Deployment(model, gpu, par, prec, app.engine, d.replicas)
+        step, mem = build(dep, app.calibration, min_kv_tokens=4096)
+        if mem.fits:
+            return dep, step, mem
+        last_reason = mem.reason
+    raise InfeasibleDeployment(f"{model.key} does not fit on {gpu.key} with tp={tps[-1]} pp={d.pp} "
+                               f"{prec.weights}: {last_reason}", key="deployment",
+                               fix="raise deployment.tp / deployment.pp, use precision=fp8, or a GPU with more memory")
+
+
+def breakdown_table(title: str, step, shape: StepShape) -> Table:
+    bd = step.breakdown(shape)
+    total = bd.latency_ms
+    t = Table(title=f"{title}: {total:.2f} ms", title_justify="left")
+    for c in ("operator", "family", "ms", "share", "bound", "tier"):
+        t.add_column(c, justify="right" if c in ("ms", "share") else "left")
+    for o in sorted(bd.ops, key=lambda o: -o.latency_ms):
+        t.add_row(o.name, o.family, f"{o.latency_ms:.3f}", f"{o.latency_ms / total:.1%}" if total else "-", o.bound, o.tier)
+    return t
+
+
+def breakdown_json(step, shape: StepShape) -> dict:
+    bd = step.breakdown(shape)
+    return {"latency_ms": round(bd.latency_ms, 4), "ops": [
+        {"name": o.name, "family": o.family, "ms": round(o.latency_ms, 4), "bound": o.bound, "tier": o.tier}
+        for o in bd.ops]}
+
+
+def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console | None = None) -> int:
+    console = console or make_console()
+    t0 = time.perf_counter()
+    app = to_app(cfg)
+    model = resolve_model(app)
+    check_engine(app.engine)
+    slos = resolve_slos(app)
+    dep, step, mem = resolve_deployment(app, model)
+    from llmplan.simulate_run import run_des  # the discrete-event part
+
+    # analytical view (capacity, latency at the load)
+    wl_spec = app.workload
+    from sim.workload import mean_lengths
+
+    mean_in, mean_out = mean_lengths(wl_spec) if wl_spec.arrival != "trace" else (1024.0, 256.0)
+    stats = WorkloadStats(wl_spec.rate_rps or 1.0, mean_in, mean_out, 4096, wl_spec.cv if wl_spec.arrival == "gamma" else 1.0)
+    an = ReplicaAnalyzer(step, stats, app.engine.max_num_seqs, app.engine.max_num_batched_tokens,
+                         mem.kv_capacity_tokens, app.engine.chunked_prefill)
+    cap_rps, limit, _, _ = an.capacity([])
+    notes: list[str] = []
+    rate = wl_spec.rate_rps
+    if rate is None and wl_spec.arrival in ("poisson", "gamma"):
+        rate = round(LOAD_FRACTION * cap_rps * dep.replicas, 4)
+        notes.append(f"workload.rate_rps not set: driving at {rate:g} req/s = {LOAD_FRACTION:.0%} of the analytical "
+                     f"capacity ({cap_rps:.2f} req/s per replica, limited by {limit or 'throughput'})")
+    an_op = an.operating_point((rate or cap_rps * LOAD_FRACTION * dep.replicas) / dep.replicas,
+                               sorted({s.percentile for s in slos} | {50.0, 90.0, 99.0}))
+    sim_summary, extra_files = run_des(app, dep, step, mem, rate, slos, out_dir or _output_dir(), console)
+    decode_shape = StepShape.build([], [int(mean_in + mean_out / 2)] * max(1, min(app.engine.max_num_seqs, 32)))
+    prefill_shape = StepShape.build([(int(min(mean_in, app.engine.max_num_batched_tokens)), 0)], [])
+    summary = dict(sim_summary)
+    summary["deployment"] = {
+        "model": model.key, "gpu": dep.gpu.key, "tp": dep.par.tp, "pp": dep.par.pp, "ep": dep.par.ep,
+        "precision": dep.prec.weights, "kv_cache_dtype": dep.prec.kv_cache, "replicas": dep.replicas,
+        "gpus": dep.total_gpus, "engine": app.engine.name, "router": app.deployment.router,
+        "usd_per_hour": round(dep.total_gpus * dep.gpu.usd_per_hour, 4),
+        "kv_capacity_tokens_per_replica": mem.kv_capacity_tokens, "weights_gb_per_gpu": round(mem.weights_gb, 3),
+        "calibration_tier": getattr(step.kernels, "tier", "spec"),
+    }
+    summary["analytical"] = {
+        "capacity_rps": round(cap_rps * dep.replicas, 4), "capacity_limit": limit,
+        "ttft_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.ttft_ms.items()},
+        "tpot_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.tpot_ms.items()},
+    }
+    summary["step_breakdown"] = {"prefill": breakdown_json(step, prefill_shape), "decode": breakdown_json(step, decode_shape)}
+    summary["notes"] = notes + summary.get("notes", [])
+    out = out_dir or _output_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    from llmplan.simulate_run import render_summary
+
+    render_summary(console, summary, slos)
+    console.print(breakdown_table(f"Prefill step ({prefill_shape.prefill_tokens} tokens)", step, prefill_shape))
+    console.print(breakdown_table(f"Decode step ({decode_shape.decode_seqs} sequences)", step, decode_shape))
+    for n in summary["notes"]:
+        console.print(f"[yellow]note:[/yellow] {n}")
+    console.print(f"Wrote {out / 'summary.json'}" + "".join(f", {f}" for f in extra_files))
+    console.print(f"[dim]simulated in {time.perf_counter() - t0:.1f} s[/dim]")
+    return EXIT_OK
+
+
+def _output_dir() -> Path:
+    from llmplan.plan_cmd import output_dir
+
+    return output_dir()
+
+
+def _job(cfg: DictConfig) -> int:
+    try:
+        code = run_simulate(cfg)
+    except UserError as exc:
+        print(exc.render(), file=sys.stderr)
+        code = EXIT_USER_ERROR
+    from llmplan.plan_cmd import _is_multirun
+
+    if code and not _is_multirun():
+        sys.exit(code)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    return hydra_app.run("simulate", "simulate", argv, _job, SUMMARY)
+
+

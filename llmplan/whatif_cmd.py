@@ -1,0 +1,145 @@
+"""`llmplan whatif`: plan the baseline and a changed scenario, and show what moves.
+
+Scenario knobs live in the `whatif` config node: scale GPU figures (a hardware architect's
+"what if the GPU had 2x bandwidth"), scale prices, add candidate GPU types, tighten or loosen
+every SLO, or scale the traffic. Both plans are SLO-constrained and go through the same
+pipeline as `llmplan plan`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from omegaconf import DictConfig
+from rich.table import Table
+
+from llmplan import hydra_app
+from llmplan.errors import EXIT_OK, EXIT_USER_ERROR, ConfigError, UserError
+from llmplan.plan_cmd import _is_multirun, output_dir, plan_from_app
+from llmplan.progress import make_console
+from llmplan.resolve import to_app
+from optimizer import report
+
+SUMMARY = ("Plan a baseline and a what-if scenario and compare them. Scenario knobs:\n"
+           "  whatif.gpu_scale='{h100_sxm: {hbm_bw_gbps: 2.0}}'   scale GPU figures (any numeric field, <dtype>_tflops)\n"
+           "  whatif.price_scale='{h100_sxm: 0.7}'               scale prices\n"
+           "  whatif.add_gpus=[b200,mi300x]                      extra candidate GPU types\n"
+           "  whatif.slo_scale=0.5                               every SLO target x0.5 (stricter)\n"
+           "  whatif.rate_scale=2                                twice the traffic\n"
+           "Writes whatif.json (both plans) to the output directory.")
+
+
+def scenario(app):
+    """The changed AppConfig (a deep copy; the baseline is untouched)."""
+    from hardware_catalog.loader import get_gpu
+
+    w = app.whatif
+    new = copy.deepcopy(app)
+    for key in w.add_gpus:
+        get_gpu(key)
+        if key not in new.gpu.candidates:
+            new.gpu.candidates.append(key)
+    for key, figs in w.gpu_scale.items():
+        gpu = get_gpu(key)
+        over = dict(new.gpu.spec_overrides.get(key, {}))
+        for fig, factor in figs.items():
+            if not isinstance(factor, (int, float)) or not factor > 0:
+                raise ConfigError(f"scale must be a positive number, got {factor!r}", key=f"whatif.gpu_scale.{key}.{fig}")
+            if fig.endswith("_tflops"):
+                base = gpu.dense_tflops.get(fig[: -len("_tflops")])
+                if base is None:
+                    raise ConfigError(f"{gpu.key} has no {fig}", key=f"whatif.gpu_scale.{key}.{fig}")
+            elif hasattr(gpu, fig) and isinstance(getattr(gpu, fig), (int, float)):
+                base = getattr(gpu, fig)
+            else:
+                raise ConfigError("unknown GPU figure", key=f"whatif.gpu_scale.{key}.{fig}",
+                                  fix="e.g. hbm_bw_gbps, hbm_gb, bf16_tflops, scaleup_bw_gbps")
+            over[fig] = float(over.get(fig, base)) * float(factor)
+        new.gpu.spec_overrides[key] = over
+    for key, factor in w.price_scale.items():
+        if not factor > 0:
+            raise ConfigError("scale must be > 0", key=f"whatif.price_scale.{key}")
+        new.gpu.usd_per_hour[key] = float(new.gpu.usd_per_hour.get(key, get_gpu(key).usd_per_hour)) * factor
+    if not w.slo_scale > 0 or not w.rate_scale > 0:
+        raise ConfigError("scales must be > 0", key="whatif.slo_scale/rate_scale")
+    for f in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p95_ms", "tpot_p99_ms"):
+        v = getattr(new.slo, f)
+        if v is not None:
+            setattr(new.slo, f, v * w.slo_scale)
+    if new.workload.rate_rps is not None:
+        new.workload = replace(new.workload, rate_rps=new.workload.rate_rps * w.rate_scale)
+    return new
+
+
+def describe(w) -> str:
+    parts = [f"{k}: " + ", ".join(f"{f} x{v:g}" for f, v in figs.items()) for k, figs in w.gpu_scale.items()]
+    parts += [f"{k} price x{v:g}" for k, v in w.price_scale.items()]
+    parts += [f"+{k}" for k in w.add_gpus]
+    if w.slo_scale != 1:
+        parts.append(f"SLOs x{w.slo_scale:g}")
+    if w.rate_scale != 1:
+        parts.append(f"rate x{w.rate_scale:g}")
+    return "; ".join(parts) or "no change (set whatif.* keys)"
+
+
+def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> int:
+    console = console or make_console()
+    t0 = time.perf_counter()
+    app = to_app(cfg)
+    new = scenario(app)
+    base_res, model = plan_from_app(app, console)
+    new_res, _ = plan_from_app(new, console)
+    ctx = {"model": model.key, "engine": app.engine.name}
+    d0, d1 = report.plan_dict(base_res, ctx), report.plan_dict(new_res, ctx)
+    out = out_dir or output_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "whatif.json").write_text(json.dumps({"scenario": describe(app.whatif), "baseline": d0, "whatif": d1}, indent=2) + "\n")
+    t = Table(title=f"What if: {describe(app.whatif)}  ({model.key})", title_justify="left")
+    for c in ("", "baseline", "what-if", "change"):
+        t.add_column(c, justify="left" if not c or c == "" else "right")
+
+    def dep(d):
+        return " + ".join(f"{x['replicas']}x {x['gpu']} tp{x['tp']}/pp{x['pp']}/ep{x['ep']} {x['precision']}"
+                          for x in d["deployments"]) or "none meets the SLOs"
+
+    def pct(a, b):
+        return f"{(b - a) / a:+.1%}" if a and b is not None else "-"
+
+    t.add_row("deployment", dep(d0), dep(d1), "")
+    t.add_row("$/hour", f"{d0['total_usd_per_hour']:.2f}" if d0["feasible"] else "-",
+              f"{d1['total_usd_per_hour']:.2f}" if d1["feasible"] else "-",
+              pct(d0["total_usd_per_hour"], d1["total_usd_per_hour"]) if d0["feasible"] and d1["feasible"] else "-")
+    t.add_row("GPUs", str(d0["total_gpus"]), str(d1["total_gpus"]), "")
+    t.add_row("$/M output tokens", str(d0["usd_per_million_output_tokens"]), str(d1["usd_per_million_output_tokens"]),
+              pct(d0["usd_per_million_output_tokens"], d1["usd_per_million_output_tokens"]) if d0["feasible"] and d1["feasible"] else "-")
+    def first(d, k, fmt):
+        return fmt.format(d["deployments"][0][k]) if d["deployments"] and d["deployments"][0][k] is not None else "-"
+
+    for label, k, fmt in (("capacity req/s per replica", "capacity_rps_per_replica", "{:.2f}"),
+                          ("TTFT ms (SLO percentile)", "ttft_ms", "{:.0f}"), ("TPOT ms (SLO percentile)", "tpot_ms", "{:.1f}")):
+        a, b = first(d0, k, fmt), first(d1, k, fmt)
+        t.add_row(label, a, b, pct(float(a), float(b)) if "-" not in (a, b) else "-")
+    t.add_row("candidates meeting SLOs", str(d0["candidates_meeting_slo"]), str(d1["candidates_meeting_slo"]), "")
+    console.print(t)
+    console.print(f"Wrote {out / 'whatif.json'}\n[dim]compared in {time.perf_counter() - t0:.1f} s[/dim]")
+    return EXIT_OK
+
+
+def _job(cfg: DictConfig) -> int:
+    try:
+        code = run_whatif(cfg)
+    except UserError as exc:
+        print(exc.render(), file=sys.stderr)
+        code = EXIT_USER_ERROR
+    if code and not _is_multirun():
+        sys.exit(code)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    return hydra_app.run("whatif", "whatif", argv, _job, SUMMARY)
