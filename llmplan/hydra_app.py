@@ -97,13 +97,19 @@ def _explain(exc: Exception, overrides: list[str]) -> ConfigError:
         full = re.search(r"full_key: (\S+)", text)
         key = full.group(1) if full else "config"
         return ConfigError(f"value '{m.group(1)}' is not a valid {m.group(2)}", key=key,
-                           fix=f"give {key} a {m.group(2).lower()} value")
+                           fix=f"give {key} a value of type {m.group(2).lower()}")
     m = re.search(r'in "([^"]+\.ya?ml)", line (\d+), column (\d+)', text)
     if m:
         return ConfigError(f"YAML does not parse at line {m.group(2)}, column {m.group(3)}: {text.splitlines()[0]}",
                            key=m.group(1), fix="fix the YAML syntax in that file")
     first = next((ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return ConfigError(first, key="config", fix="check the overrides: " + " ".join(overrides))
+    full = re.search(r"full_key: (\S+)", text)
+    detail = next((ln.strip() for ln in str(exc.__cause__ or "").splitlines() if ln.strip()), "")
+    if full:
+        return ConfigError(detail or first, key=full.group(1), fix="check the value's type and spelling")
+    m = re.search(r"override (\S+?)=", text)
+    return ConfigError(detail or first, key=m.group(1) if m else "config",
+                       fix="check the overrides: " + " ".join(overrides))
 
 
 def compose(config_name: str, overrides: list[str], config_dir: str | None = None) -> DictConfig:

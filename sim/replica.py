@@ -30,6 +30,11 @@ from sim.metrics import LogHistogram
 from sim.scheduler import EngineState, Seq
 from sim.types import EngineProfile, StepCostModel, StepShape
 
+#: run several identical decode steps per event when nothing can change the batch
+FAST_FORWARD = True
+#: recompute every aggregate from the sequences after each change (slow; for tests)
+DEBUG_CHECKS = False
+
 
 @dataclass(frozen=True)
 class ReplicaSpec:
@@ -166,6 +171,8 @@ class Replica:
             ve = self.ves[(self._rr + k) % n]
             if ve.in_flight or not (ve.waiting or ve.running):
                 continue
+            if DEBUG_CHECKS:
+                ve.check_invariants()
             planned = ve.plan(now)
             if not planned and ve.waiting and not ve.running:
                 planned = ve.plan(now)  # everything was preempted: admit afresh
@@ -207,7 +214,7 @@ class Replica:
         if n_dec and w:
             itl.add(end - ve.last_done_ms, w)
         if self.pp == 1:
-            if ve.plan_stable and n_dec:
+            if ve.plan_stable and n_dec and FAST_FORWARD:
                 end = self._fast_forward(ve, end, w)
             self.stage_free_at = end
         else:
@@ -249,6 +256,8 @@ class Replica:
         ve.in_flight = False
         resumed = self._resume_itl
         finished = ve.complete(now, resumed)
+        if DEBUG_CHECKS:
+            ve.check_invariants()
         if resumed:
             for x in resumed:
                 self.itl.add(x)

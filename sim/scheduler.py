@@ -356,3 +356,32 @@ class EngineState:
         self.plan_chunks = []
         self.last_done_ms = now
         return finished
+
+    # ------------------------------------------------------------------ debugging
+
+    def check_invariants(self) -> None:
+        """Recompute the aggregates from the sequences and compare (slow; tests only)."""
+        c, B, pool = self.counter, self.B, self.pool
+        dec = [s for s in self.running.values() if s.state == DECODE]
+        pre = [s for s in self.running.values() if s.state == PREFILL]
+        assert len(dec) + len(pre) == len(self.running)
+        assert pre == self.prefilling, "prefilling list out of order"
+        assert all(s.state == WAITING for s in self.waiting)
+        assert self.n_dec == len(dec)
+        assert self.n_dec_meas == sum(s.measured for s in dec)
+        assert self.kv_tokens_sum() == sum(s.target + (c - s.c0) + 1 for s in dec)
+        assert self.phase_cnt[c % B] == sum((s.target + c - s.c0) % B == 0 for s in dec)
+        refs: dict[int, int] = {}
+        private = 0
+        for s in self.running.values():
+            held = -(-(s.target + c - s.c0) // B) if s.state == DECODE else s.blocks
+            assert held >= s.shared_blocks == len(s.refkeys) * self.ub
+            private += held - s.shared_blocks
+            for k in s.refkeys:
+                refs[k] = refs.get(k, 0) + 1
+        live = {k: r for k, r in pool._refs.items() if r > 0}
+        assert live == refs, "unit reference counts disagree"
+        assert pool.used == private + len(live) * self.ub, (pool.used, private, len(live))
+        assert pool.evictable == len(pool._lru) * self.ub
+        assert 0 <= pool.used <= pool.total and pool.used + pool.evictable <= pool.total
+        assert len(self.running) <= self.max_seqs

@@ -1,0 +1,315 @@
+"""Top-level entry: simulate a deployment serving a workload; find its goodput capacity.
+
+:func:`simulate_serving` wires a workload, a router and replicas onto one
+:class:`~sim.events.EventLoop` and returns a :class:`SimResult`. :func:`find_max_rate`
+bisects the arrival rate for the highest rate at which the SLOs hold at their
+percentile. :func:`estimate_capacity_rps` is the quick analytical throughput bound used
+when a workload leaves ``rate_rps`` unset (the simulator then offers 80% of it).
+
+Overload guard: a run stops early and reports ``overloaded`` when more than
+``max_queue`` requests wait beyond what the replicas can run at once
+(``max_queue + sum(max_num_seqs)`` outstanding), or when simulated time passes
+``max_sim_time_ms`` (default: last arrival + max(last arrival, 10 min)); requests not
+finished by then are counted in ``unfinished``. A run therefore never hangs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import numpy as np
+import pandas as pd
+
+from llmplan.errors import InfeasibleDeployment, UserError
+from sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
+from sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, json_clean, requests_frame,
+                         summarize)
+from sim.replica import Replica, ReplicaSpec, validate_replica
+from sim.router import make_router
+from sim.scheduler import Seq
+from sim.types import StepShape
+from sim.workload import Request, Workload, WorkloadSpec, generate_workload, mean_lengths, validate_spec
+
+__all__ = ["ReplicaSpec", "SimResult", "MaxRateResult", "simulate_serving", "find_max_rate",
+           "estimate_capacity_rps", "DEFAULT_MAX_QUEUE", "DEFAULT_RATE_FRACTION"]
+
+#: waiting requests (beyond those the replicas can run at once) that mark a run overloaded
+DEFAULT_MAX_QUEUE = 5000
+#: offered load when the workload gives no rate: this fraction of estimated capacity
+DEFAULT_RATE_FRACTION = 0.8
+#: drain allowance after the last arrival before a run is cut off (at least), ms
+DEFAULT_MIN_DRAIN_MS = 600_000.0
+
+TIMESERIES_COLUMNS = ("time_ms", "replica", "running", "waiting", "batch_size", "kv_util", "preemptions")
+
+
+@dataclass
+class SimResult:
+    """Outcome of one simulation."""
+
+    requests: pd.DataFrame          # one row per request, see sim.metrics.REQUEST_COLUMNS
+    summary: dict                   # aggregates (JSON-serializable; None where undefined)
+    timeseries: pd.DataFrame        # sampled per replica: running, waiting, batch size, KV utilisation
+    overloaded: bool                # the run hit the queue or time limit
+    unfinished: int                 # requests not finished when the run ended
+    replica_stats: list[dict] = field(default_factory=list)
+
+    def write_requests(self, path: str | Path) -> Path:
+        """Per-request table as CSV (default) or Parquet (``.parquet``, needs pyarrow)."""
+        p = Path(path)
+        if p.suffix == ".parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError as e:
+                raise UserError("writing Parquet needs pyarrow", key="output",
+                                fix="pip install pyarrow, or write .csv") from e
+            self.requests.to_parquet(p, index=False)
+        else:
+            self.requests.to_csv(p, index=False, float_format="%.6f")
+        return p
+
+
+# ---------------------------------------------------------------------------- capacity
+
+
+def _shape(prefill: int = 0, ctx: int = 0, dec: int = 0, kv: int = 0) -> StepShape:
+    return StepShape(prefill, 1 if prefill else 0, float(prefill * ctx + prefill * (prefill + 1) / 2), ctx, dec, kv)
+
+
+def estimate_capacity_rps(replicas: list[ReplicaSpec], mean_input_tokens: float, mean_output_tokens: float) -> float:
+    """Rough sustainable request rate: full batches (limited by ``max_num_seqs`` and KV),
+    decode time per request plus the marginal cost of its prefill, summed over replicas."""
+    total = 0.0
+    pin, pout = max(1.0, mean_input_tokens), max(1.0, mean_output_tokens)
+    for r in replicas:
+        e, cm = r.engine, r.cost_model
+        pp = int(getattr(cm, "pp", 1) or 1)
+        kv_seqs = int(r.kv_capacity_tokens * (1 - e.watermark) // (pin + pout))
+        b = max(1, min(e.max_num_seqs, kv_seqs) // pp)
+        kv = int(b * (pin + pout / 2))
+        t_dec = float(cm.stage_time_ms(_shape(dec=b, kv=kv)))
+        chunk = int(max(1, min(pin, e.max_num_batched_tokens - b)))
+        t_mix = float(cm.stage_time_ms(_shape(prefill=chunk, dec=b, kv=kv)))
+        per_req_ms = (pout - 1) * t_dec / b + max(t_mix - t_dec, 1e-6) * pin / chunk
+        total += 1000.0 / per_req_ms
+    return total
+
+
+# ---------------------------------------------------------------------------- simulate
+
+
+def _resolve_workload(workload: Union[WorkloadSpec, Workload, list[Request]], replicas: list[ReplicaSpec],
+                      seed: int, rate_fraction: float) -> tuple[Workload, Optional[float]]:
+    if isinstance(workload, Workload):
+        return workload, None
+    if isinstance(workload, list):
+        return Workload(sorted(workload, key=lambda r: r.arrival_ms)), None
+    validate_spec(workload)
+    spec, picked = workload, None
+    if spec.rate_rps is None and spec.arrival in ("poisson", "gamma"):
+        picked = rate_fraction * estimate_capacity_rps(replicas, *mean_lengths(spec))
+        spec = replace(spec, rate_rps=picked)
+    return generate_workload(spec, np.random.default_rng([spec.seed, seed])), picked
+
+
+def _check_requests(wl: Workload, replicas: list[Replica]) -> None:
+    if not wl.requests:
+        raise UserError("the workload has no requests", key="workload.num_requests")
+    max_len = min(r.spec.max_model_len for r in replicas)
+    kv_len = min(r.max_request_tokens() for r in replicas)
+    for i, q in enumerate(wl.requests):
+        need = q.input_tokens + q.output_tokens
+        if need > max_len:
+            raise UserError(f"request {i} needs {q.input_tokens} prompt + {q.output_tokens} output = {need} tokens, "
+                            f"more than max_model_len {max_len}", key="workload",
+                            fix="shorten the trace's requests, lower workload max_tokens, or raise max_model_len")
+        if need > kv_len:
+            raise InfeasibleDeployment(f"request {i} needs KV for {need} tokens but a replica (engine) holds only "
+                                       f"{kv_len} beyond its watermark", key="kv_capacity_tokens",
+                                       fix="use more or larger GPUs, fewer pipeline stages, or shorter requests")
+
+
+def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], replicas: list[ReplicaSpec],
+                     router: str = "least_outstanding", seed: int = 0, slo: Optional[SLOThresholds] = None,
+                     window: Optional[MeasureWindow] = None, progress: Optional[Callable[[float], None]] = None,
+                     max_queue: int = DEFAULT_MAX_QUEUE, max_sim_time_ms: Optional[float] = None,
+                     timeseries_interval_ms: Optional[float] = None,
+                     rate_fraction: float = DEFAULT_RATE_FRACTION) -> SimResult:
+    """Simulate ``replicas`` behind ``router`` serving ``workload``.
+
+    ``workload`` is a spec (generated with ``seed`` and ``spec.seed``), a :class:`Workload`
+    or a list of :class:`Request` (open loop at their ``arrival_ms``). ``window`` selects
+    the measured requests (default 5%/5%; closed loop also skips ``concurrency``).
+    ``progress`` is called with the finished fraction about every 1%.
+    """
+    if not replicas:
+        raise UserError("no replicas to simulate", key="replicas")
+    for i, r in enumerate(replicas):
+        validate_replica(r, i)
+    if max_queue < 0:
+        raise UserError("max_queue must be >= 0", key="max_queue")
+    wl, picked_rate = _resolve_workload(workload, replicas, seed, rate_fraction)
+    n = len(wl.requests)
+    closed = wl.closed_loop_concurrency is not None
+    if window is None:
+        window = MeasureWindow(warmup_requests=wl.closed_loop_concurrency if closed else None)
+    lo, hi = window.measured_range(n)
+
+    loop = EventLoop()
+    itl = LogHistogram()
+    horizon = wl.horizon_ms
+    interval = timeseries_interval_ms or (max(horizon / 500.0, 10.0) if not closed else 1000.0)
+    seqs = [Seq(i, q, lo <= i < hi) for i, q in enumerate(wl.requests)]
+    state = {"done": 0, "issued": 0, "overloaded": False, "next_progress": 1}
+    limit_outstanding = max_queue + sum(r.engine.max_num_seqs for r in replicas)
+
+    def on_finish(seq: Seq) -> None:
+        state["done"] += 1
+        if progress is not None and state["done"] * 100 >= state["next_progress"] * n:
+            state["next_progress"] = state["done"] * 100 // n + 1
+            progress(state["done"] / n)
+        if closed and state["issued"] < n:
+            nxt = seqs[state["issued"]]
+            state["issued"] += 1
+            nxt.client = seq.client
+            loop.schedule(loop.now + wl.think_time_ms, PRIORITY_ARRIVAL, arrive, nxt)
+
+    reps = [Replica(i, r, loop, itl, on_finish, wl.prefix_block_tokens, interval) for i, r in enumerate(replicas)]
+    _check_requests(wl, reps)
+    route = make_router(router)
+
+    def arrive(seq: Seq) -> None:
+        now = loop.now
+        seq.arrival = now
+        reps[route.choose(seq, reps)].submit(seq, now)
+        if state["issued"] - state["done"] > limit_outstanding:
+            state["overloaded"] = True
+            loop.stop()
+        if not closed and state["issued"] < n:
+            nxt = seqs[state["issued"]]
+            state["issued"] += 1
+            loop.schedule(nxt.req.arrival_ms, PRIORITY_ARRIVAL, arrive, nxt)
+
+    def deadline(_: object) -> None:
+        if state["done"] < n:
+            state["overloaded"] = True
+        loop.stop()
+
+    if closed:
+        for k in range(min(wl.closed_loop_concurrency, n)):
+            seqs[k].client = k
+            state["issued"] += 1
+            loop.schedule(0.0, PRIORITY_ARRIVAL, arrive, seqs[k])
+    else:
+        state["issued"] = 1
+        loop.schedule(seqs[0].req.arrival_ms, PRIORITY_ARRIVAL, arrive, seqs[0])
+    if max_sim_time_ms is None and not closed:
+        max_sim_time_ms = horizon + max(horizon, DEFAULT_MIN_DRAIN_MS)
+    if max_sim_time_ms is not None:
+        loop.schedule(max_sim_time_ms, PRIORITY_LAST, deadline)
+    loop.run()
+
+    df = requests_frame(seqs)
+    unfinished = int((~df["finished"]).sum())
+    overloaded = bool(state["overloaded"] or unfinished > 0)
+    stats = [r.stats() for r in reps]
+    summary = summarize(df, itl, slo)
+    queried = sum(s["prompt_tokens_queried"] for s in stats)
+    summary.update({
+        "offered_rate_rps": picked_rate if picked_rate is not None else _offered_rate(wl),
+        "rate_picked_by_simulator": picked_rate is not None,
+        "closed_loop_concurrency": wl.closed_loop_concurrency,
+        "router": router,
+        "replicas": len(replicas),
+        "overloaded": overloaded,
+        "unfinished": unfinished,
+        "sim_time_ms": loop.now,
+        "events": loop.events_processed,
+        "steps": sum(s["steps"] for s in stats),
+        "preemptions": sum(s["preemptions"] for s in stats),
+        "prefix_hit_rate": (sum(s["prompt_tokens_hit"] for s in stats) / queried) if queried else 0.0,
+        "kv_peak_util": max(s["kv_peak_util"] for s in stats),
+        "generated_tokens": int(df.loc[df["finished"], "output_tokens"].sum()),
+    })
+    if slo is not None and overloaded:
+        summary["slo_met"] = False
+    samples = [s for r in reps for s in r.samples]
+    samples.sort(key=lambda s: (s[0], s[1]))
+    ts = pd.DataFrame(samples, columns=list(TIMESERIES_COLUMNS))
+    return SimResult(df, json_clean(summary), ts, overloaded, unfinished, stats)
+
+
+def _offered_rate(wl: Workload) -> Optional[float]:
+    if wl.closed_loop_concurrency is not None or len(wl.requests) < 2 or wl.horizon_ms <= 0:
+        return None
+    return (len(wl.requests) - 1) / (wl.horizon_ms / 1000.0)
+
+
+# ---------------------------------------------------------------------------- goodput capacity
+
+
+@dataclass
+class MaxRateResult:
+    """Highest arrival rate found at which the SLOs hold (goodput capacity)."""
+
+    rate_rps: float                   # best rate that met the SLOs (the low bracket if none did)
+    feasible: bool                    # whether any evaluated rate met the SLOs
+    evaluations: list[dict]           # one per simulation: rate, met, key latencies
+    bracket: tuple[float, float]      # final (passing, failing) rates
+
+
+def find_max_rate(workload: WorkloadSpec, replicas: list[ReplicaSpec], slo: SLOThresholds, lo_rps: float,
+                  hi_rps: float, *, router: str = "least_outstanding", seed: int = 0, num_requests: int = 1000,
+                  rel_tol: float = 0.02, max_evaluations: int = 14, expand: int = 3,
+                  window: Optional[MeasureWindow] = None) -> MaxRateResult:
+    """Bisect the arrival rate in ``[lo_rps, hi_rps]`` for the highest rate meeting ``slo``.
+
+    Every evaluation reuses the same random draws (common random numbers), only the time
+    scale changes. If ``hi_rps`` still passes it is doubled up to ``expand`` times; if
+    ``lo_rps`` fails it is halved up to ``expand`` times. ``num_requests`` (default 1000)
+    gives a stable 90th/99th percentile after the warm-up/cool-down cut.
+    """
+    if workload.arrival not in ("poisson", "gamma", "trace"):
+        raise UserError("find_max_rate needs an open-loop workload (poisson, gamma or trace)",
+                        key="workload.arrival")
+    if not (0 < lo_rps < hi_rps):
+        raise UserError(f"need 0 < lo_rps < hi_rps, got {lo_rps}, {hi_rps}", key="rate bracket")
+    spec = replace(workload, num_requests=num_requests)
+    evals: list[dict] = []
+
+    def ok(rate: float) -> bool:
+        res = simulate_serving(replace(spec, rate_rps=rate), replicas, router=router, seed=seed, slo=slo,
+                               window=window)
+        s = res.summary
+        met = bool(s.get("slo_met")) and not res.overloaded
+        evals.append({"rate_rps": rate, "met": met, "ttft_ms_p90": s.get("ttft_ms_p90"),
+                      "tpot_ms_p90": s.get("tpot_ms_p90"), "ttft_ms_p99": s.get("ttft_ms_p99"),
+                      "tpot_ms_p99": s.get("tpot_ms_p99"), "slo_attainment": s.get("slo_attainment"),
+                      "overloaded": res.overloaded})
+        return met
+
+    lo, hi = lo_rps, hi_rps
+    for _ in range(expand + 1):
+        if ok(lo):
+            break
+        hi, lo = lo, lo / 2
+    else:
+        return MaxRateResult(lo, False, evals, (0.0, lo))
+    if hi == hi_rps:
+        for _ in range(expand):
+            if not ok(hi):
+                break
+            lo, hi = hi, hi * 2
+        else:
+            if ok(hi):
+                return MaxRateResult(hi, True, evals, (hi, math.inf))
+    while len(evals) < max_evaluations and (hi - lo) > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return MaxRateResult(lo, True, evals, (lo, hi))
