@@ -48,14 +48,16 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     if space.finalists > 0:
         from optimizer.verify import make_verifier
 
-        verifier = make_verifier(model, app.engine, app.workload, wl, slos, space, app.calibration, app.seed)
+        verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed)
     with stage_progress(console, show_progress and app.output.progress) as progress:
+        if verifier is not None:
+            verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed, progress)
         res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                    app.calibration, progress, verifier)
         if res.selection.feasible and space.finalists > 0:
             from optimizer.verify import simulate_selection
 
-            simulate_selection(res, model, app.engine, app.workload, slos, app.calibration, app.seed, progress)
+            simulate_selection(res, model, app.engine, app.workload, slos, app.seed, space.verify_requests)
     return res, model
 
 

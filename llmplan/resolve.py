@@ -123,7 +123,11 @@ def workload_stats(requests, rate_rps: float, arrival_cv: float) -> WorkloadStat
     ins = [r.input_tokens for r in requests]
     outs = [r.output_tokens for r in requests]
     longest = max(i + o for i, o in zip(ins, outs))
-    return WorkloadStats(rate_rps, sum(ins) / len(ins), sum(outs) / len(outs), int(longest), arrival_cv)
+    import numpy as np
+
+    p50, p90, p99 = np.percentile(ins, [50, 90, 99])
+    return WorkloadStats(rate_rps, sum(ins) / len(ins), sum(outs) / len(outs), int(longest), arrival_cv,
+                         float(p50), float(p90), float(p99))
 
 
 def workload_sample(app: AppConfig, model: ModelSpec, need_rate: bool = True):

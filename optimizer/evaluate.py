@@ -1,17 +1,24 @@
 """Stage 2: the analytical screen. Latency and SLO capacity of one replica from the step model.
 
-Steady state at a per-replica arrival rate lam (Little's law + a fixed point):
-  * each iteration of duration tau carries B decode tokens and p prefill tokens, with
-    B = lam * O * tau (sequences decoding) and p = lam * I * tau (prompt tokens arriving);
-  * tau = step_time(B decodes at mean KV length I + O/2, p prefill tokens): iterate to a
-    fixed point; no fixed point under the token budget / max_num_seqs means overload.
-TPOT at percentile q: the step time with B_q = B + z_q sqrt(B) decoding sequences (the
-count in system is ~Poisson). TTFT at percentile q: the request's own prefill (its prompt
-in chunks of the budget left by decodes, one iteration each) + half an iteration of
-alignment + queueing: an M/G/1 wait on the prefill "server" whose service time is the
-prefill of one prompt, with the waiting-time tail of Kingman's approximation
-(P(W > t) ~ rho exp(-t (1 - rho) / (rho S_e)), S_e = mean residual service). The capacity
-is the largest lam meeting every SLO target, found by bisection.
+Engines interleave two kinds of iterations: decode-only steps (memory bound, ~tau_d) and
+steps that also carry prompt tokens (tau_pf, often several times longer). Averaging the
+prompt tokens over all steps would hide that (step time is convex in tokens: small
+batches are weight-bandwidth bound), so the screen models the mix explicitly:
+
+  * prefill steps per second  n_pf = lam * I / T_pf, with T_pf = min(k I, budget - B) tokens
+    per prefill step and k = 1 + lam * tau_pf prompts batched per prefill step;
+  * mean step  tau = tau_d / (1 - n_pf (tau_pf - tau_d));  stable iff n_pf (tau_pf - tau_d) < 1;
+  * sequences decoding  B = lam * O * tau (Little's law), iterated to a fixed point.
+
+TPOT at percentile q: a request's O tokens see N ~ Poisson(f O) prefill steps, f = n_pf tau
+the fraction of steps that carry prompts, and B_q = B + z_q sqrt(B) decoders:
+tpot_q = tau_d(B_q) + (tau_pf - tau_d) (f O_e + z_q sqrt(f O_e)) / O_e, O_e = O / 4 (shorter
+outputs see more variance). TTFT at q: the residual of the step in progress
+(E[tau^2] / 2E[tau]), the request's own prefill (its prompt at the q-quantile, with the
+k - 1 prompts batched beside it, in budget-sized chunks) and, when prompt work saturates
+the replica, a Kingman wait with tail P(W > t) ~ rho exp(-t (1 - rho) / (rho S (ca^2+1)/2)).
+The SLO capacity is the largest lam meeting every target (bisection). Pipeline parallelism:
+per micro-batch stage times, TPOT = pp x stage time.
 """
 
 from __future__ import annotations
@@ -65,60 +72,74 @@ class ReplicaAnalyzer:
                          prefill_ctx_tokens=int(pseq * max(0.0, self.I - pt / max(pseq, 1)) / 2),
                          decode_seqs=n_dec, decode_kv_tokens=int(n_dec * (self.I + self.O / 2.0)))
 
-    def _fixed_point(self, lam: float) -> tuple[bool, float, float, float, str]:
-        """(stable, tau_ms, B, p, limit) at per-replica rate lam."""
-        tau = self.step.stage_time_ms(self._shape(1, 0))
+    def _steps(self, b: float, lam: float) -> tuple[float, float, float, float]:
+        """(tau_d, tau_pf, prompt tokens per prefill step, prefill steps per second) at B = b."""
+        st = self.step
+        tau_d = st.stage_time_ms(self._shape(max(b, 1.0), 0))
+        room = max(1.0, self.budget - b) if self.chunked else float(self.budget)
+        k = 1.0
+        tau_pf = tau_d
+        tokens = min(self.I, room)
+        for _ in range(3):  # prompts that arrive during a prefill step join the next one
+            tokens = min(k * self.I, room)
+            shape = self._shape(b if self.chunked else 0.0, tokens)
+            tau_pf = st.stage_time_ms(shape)
+            k = 1.0 + lam * tau_pf / 1e3
+        n_pf = lam * self.I / tokens
+        return tau_d, tau_pf, tokens, n_pf
+
+    def _fixed_point(self, lam: float) -> tuple[bool, float, float, tuple, str]:
+        """(stable, mean stage time ms, B per micro-batch, (tau_d, tau_pf, tokens, n_pf), limit)."""
         pp = self.step.pp
-        b = p = 0.0
-        for _ in range(40):
-            # per micro-batch (pp micro-batches in flight; pp = 1: the whole batch)
+        b = 1.0
+        tau = self.step.stage_time_ms(self._shape(1, 0))
+        parts = (tau, tau, 0.0, 0.0)
+        for _ in range(50):
             b = lam * self.O * tau / 1e3
-            p = lam * self.I * tau / 1e3
             if b * pp > self.max_seqs:
-                return False, tau, b, p, "max_num_seqs"
-            if b + p > self.budget:
-                return False, tau, b, p, "token budget"
+                return False, tau, b, parts, "max_num_seqs"
             if b * pp * (self.I + self.O / 2.0) > self.kv_cap:
-                return False, tau, b, p, "KV cache"
-            new = self.step.stage_time_ms(self._shape(b, p))
+                return False, tau, b, parts, "KV cache"
+            parts = tau_d, tau_pf, _, n_pf = self._steps(b, lam)
+            load = n_pf * (tau_pf - tau_d) / 1e3
+            if load >= 0.98:
+                return False, tau, b, parts, "prefill load"
+            new = tau_d / (1.0 - load)
             if abs(new - tau) <= 1e-4 * tau:
                 tau = new
                 break
-            tau = new
-        # utilization of the iteration: time spent on prefill work per unit time
-        return True, tau, b, p, ""
+            tau = 0.5 * (tau + new)
+        return True, tau, b, parts, ""
 
     def operating_point(self, lam: float, percentiles: list[float]) -> OperatingPoint:
-        stable, tau, b, p, limit = self._fixed_point(lam)
+        stable, tau, b, (tau_d, tau_pf, tokens, n_pf), limit = self._fixed_point(lam)
         if not stable:
             inf = {q: math.inf for q in percentiles}
-            return OperatingPoint(lam, False, tau, b, p, 1.0, inf, dict(inf), limit)
-        step = self.step
-        # prefill server: time to prefill one prompt alone (chunked into the budget)
-        chunk = max(1, self.budget - int(round(b))) if self.chunked else int(self.I)
-        n_chunks = max(1, math.ceil(self.I / chunk))
-        per_chunk_tokens = min(self.I, chunk)
-        pf_shape = self._shape(b, per_chunk_tokens)
-        pf_step = step.step_time_ms(pf_shape)
-        s_pf = n_chunks * pf_step
-        # utilisation of the replica by prompt work: prefill tokens per second vs capacity
-        pf_alone = step.stage_time_ms(self._shape(0, per_chunk_tokens)) * n_chunks
-        rho = min(0.999, lam * pf_alone / 1e3)
+            return OperatingPoint(lam, False, tau, b, 0.0, 1.0, inf, dict(inf), limit)
+        st, pp = self.step, self.step.pp
+        f = min(1.0, n_pf * tau / 1e3)               # fraction of steps carrying prompt tokens
+        resid = ((1 - f) * tau_d ** 2 + f * tau_pf ** 2) / (2.0 * tau)
+        rho = min(0.999, n_pf * tau_pf / 1e3)        # prefill "server" utilisation
         ca2 = self.wl.arrival_cv ** 2
-        s_resid = pf_alone  # mean residual service incl. prompt-length variability (E[S^2]/2E[S] ~ S)
+        room = max(1.0, self.budget - b) if self.chunked else float(self.budget)
+        o_e = max(1.0, self.O / 4.0)
         ttft, tpot = {}, {}
         for q in percentiles:
             qq = q / 100.0
-            # Kingman tail: P(W > t) = rho exp(-t (1-rho) / (rho * S_e * (ca2+1)/2))
-            scale = rho * s_resid * (ca2 + 1.0) / 2.0 / max(1e-9, 1.0 - rho)
-            wait = 0.0 if rho <= (1.0 - qq) else scale * math.log(rho / (1.0 - qq))
-            ttft[q] = s_pf + tau / 2.0 + wait
             z = float(norm.ppf(qq))
-            b_q = min(self.max_seqs / step.pp, b + z * math.sqrt(max(b, 1.0)))
-            tpot[q] = step.stage_time_ms(self._shape(max(1.0, b_q), p)) * step.pp
-        bt = b * step.pp
-        util = max(bt / self.max_seqs, (b + p) / self.budget, bt * (self.I + self.O / 2) / max(1, self.kv_cap))
-        return OperatingPoint(lam, True, tau, b, p, util, ttft, tpot, limit)
+            i_q = self.wl.input_quantile(q)
+            own = i_q + max(0.0, tokens - self.I)    # the prompt plus those batched beside it
+            chunks = max(1, math.ceil(own / room))
+            pf = st.step_time_ms(self._shape(b if self.chunked else 0.0, min(own, room))) * chunks
+            scale = rho * tau_pf * (ca2 + 1.0) / 2.0 / max(1e-9, 1.0 - rho)
+            wait = 0.0 if rho <= (1.0 - qq) else scale * math.log(rho / (1.0 - qq))
+            ttft[q] = resid + pf + wait
+            b_q = min(self.max_seqs / pp, b + max(0.0, z) * math.sqrt(max(b, 1.0)))
+            n_hits = f * o_e + max(0.0, z) * math.sqrt(f * o_e)
+            tpot[q] = (st.stage_time_ms(self._shape(max(1.0, b_q), 0)) + (tau_pf - tau_d) * n_hits / o_e) * pp
+        bt = b * pp
+        util = max(bt / self.max_seqs, bt * (self.I + self.O / 2) / max(1, self.kv_cap), n_pf * (tau_pf - tau_d) / 1e3)
+        return OperatingPoint(lam, True, tau, b, tokens * f, util, ttft, tpot, limit)
 
     def meets(self, op: OperatingPoint, slos: list[SLOTarget]) -> str:
         """'' if every target holds, else the first violated target's label."""

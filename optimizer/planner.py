@@ -101,9 +101,20 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
     evals += evaluate_candidates(model, cands, engine, wl, slos, calibration, progress)
     evals.sort(key=lambda e: e.candidate.name)
     verification: dict = {}
-    if verifier is not None:
-        verification = verifier(evals)   # sets sim_capacity_rps on finalists
+    if verifier is not None:  # sets sim_capacity_rps on the finalists
+        from optimizer.verify import pick_finalists
+
+        verification["finalists"] = verifier(pick_finalists(evals, space.finalists))
+        verification["correction"] = correct_unverified(evals)
     sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas)
+    for _ in range(3 if verifier is not None else 0):
+        # the ILP may pick a candidate the simulator has not checked: verify it and re-solve
+        unverified = [a.evaluation for a in sel.allocations if a.evaluation.sim_capacity_rps is None]
+        if not unverified:
+            break
+        verification["finalists"].update(verifier(unverified))
+        verification["correction"] = correct_unverified(evals)
+        sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas)
     operating_points(sel, wl.rate_rps, slos)
     alts = alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives) if sel.feasible else []
     if not sel.feasible and any(e.verdict == "ok" and e.effective_capacity_rps > 0 for e in evals):
@@ -111,6 +122,26 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
     for s in alts:
         operating_points(s, wl.rate_rps, slos)
     return PlanResult(sel, evals, alts, wl, slos, verification)
+
+
+def correct_unverified(evals: list[Evaluation]) -> dict[str, float]:
+    """Scale the analytical capacity of candidates the simulator has not checked by the median
+    simulated/analytical ratio of verified ones (per GPU type, else overall), so the ILP
+    compares like with like. Returns the ratios used."""
+    import statistics
+
+    ratios: dict[str, list[float]] = {}
+    for e in evals:
+        if e.sim_capacity_rps is not None and e.capacity_rps > 0:
+            ratios.setdefault(e.candidate.gpu.key, []).append(e.sim_capacity_rps / e.capacity_rps)
+    if not ratios:
+        return {}
+    overall = statistics.median([r for rs in ratios.values() for r in rs])
+    used = {k: round(statistics.median(v), 4) for k, v in sorted(ratios.items())} | {"overall": round(overall, 4)}
+    for e in evals:
+        if e.sim_capacity_rps is None and e.verdict == "ok":
+            e.adjusted_capacity_rps = e.capacity_rps * used.get(e.candidate.gpu.key, overall)
+    return used
 
 
 def operating_points(sel: Selection, rate_rps: float, slos: list[SLOTarget]) -> None:

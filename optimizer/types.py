@@ -28,6 +28,14 @@ class WorkloadStats:
     mean_output_tokens: float
     max_request_tokens: int     # longest prompt + output (KV capacity must hold one)
     arrival_cv: float = 1.0     # coefficient of variation of inter-arrival times (Poisson = 1)
+    input_p50_tokens: float = 0.0  # prompt-length quantiles (0 = use the mean)
+    input_p90_tokens: float = 0.0
+    input_p99_tokens: float = 0.0
+
+    def input_quantile(self, pct: float) -> float:
+        if pct <= 50 or not self.input_p90_tokens:
+            return self.input_p50_tokens or self.mean_input_tokens
+        return self.input_p90_tokens if pct <= 90 or not self.input_p99_tokens else self.input_p99_tokens
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class Evaluation:
     reason: str = ""
     capacity_rps: float = 0.0          # highest per-replica rate meeting every SLO (analytical)
     sim_capacity_rps: float | None = None  # same, found by simulation (finalists only)
+    adjusted_capacity_rps: float | None = None  # analytical x the sim/analytical ratio of verified finalists
     kv_capacity_tokens: int = 0
     weights_gb: float = 0.0
     binding: str = ""                  # the constraint that limits capacity
@@ -75,7 +84,9 @@ class Evaluation:
 
     @property
     def effective_capacity_rps(self) -> float:
-        return self.sim_capacity_rps if self.sim_capacity_rps is not None else self.capacity_rps
+        if self.sim_capacity_rps is not None:
+            return self.sim_capacity_rps
+        return self.adjusted_capacity_rps if self.adjusted_capacity_rps is not None else self.capacity_rps
 
     @property
     def usd_per_request_rps(self) -> float:

@@ -158,6 +158,7 @@ def summarize(df: pd.DataFrame, itl: LogHistogram, slo: Optional[SLOThresholds])
     for p, v in zip(PERCENTILES, itl.quantiles(PERCENTILES)):
         out[f"itl_ms_p{p}"] = v
     out["itl_ms_max"] = itl.max if itl.count else math.nan
+    out["itl_count"] = int(round(itl.count))
     if len(done):
         t0 = float(done["arrival_ms"].min())
         t1 = float(done["finish_ms"].max())

@@ -211,8 +211,17 @@ class Replica:
         end = now + self._step_time(shape)
         w = ve.n_dec_meas
         itl = self.itl
-        if n_dec and w:
-            itl.add(end - ve.last_done_ms, w)
+        if n_dec:
+            # gap since each decoder's previous token: the last decode step, or its own prefill
+            if w:
+                fw = 0
+                for s, gen in ve.fresh:
+                    if s.gen == gen and s.measured:
+                        itl.add(end - s.last_token)
+                        fw += 1
+                if w > fw:
+                    itl.add(end - ve.last_decode_ms, w - fw)
+            ve.fresh.clear()
         if self.pp == 1:
             if ve.plan_stable and n_dec and FAST_FORWARD:
                 end = self._fast_forward(ve, end, w)

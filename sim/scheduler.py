@@ -101,6 +101,8 @@ class EngineState:
         self.counter = 0
         self.in_flight = False
         self.last_done_ms = 0.0
+        self.last_decode_ms = 0.0              # end of the last step that decoded
+        self.fresh: list[tuple[Seq, int]] = []  # (seq, gen) joined decoding since that step
         self.preemptions = 0
         self.prompt_tokens_queried = 0
         self.prompt_tokens_hit = 0
@@ -267,6 +269,7 @@ class EngineState:
         self.kv_base += seq.kvb
         self.phase_cnt[seq.phase] += 1
         heapq.heappush(self.heap, (c + seq.O - seq.g, seq.idx, seq.gen, seq))
+        self.fresh.append((seq, seq.gen))
 
     def _leave_decode(self, seq: Seq) -> int:
         """Remove from the decode aggregates; returns the tokens of KV it holds."""
@@ -291,8 +294,9 @@ class EngineState:
     def _preempt(self, seq: Seq, now: float) -> None:
         """Preempt by recompute: free its KV, put it at the front of the waiting queue."""
         if seq.state == DECODE:
+            if seq.c0 != self.counter:  # decoded since joining: its last token came with the last decode step
+                seq.last_token = self.last_decode_ms
             kv = self._leave_decode(seq)
-            seq.last_token = self.last_done_ms
             blocks = -(-kv // self.B)
         else:
             self.prefilling.remove(seq)
@@ -315,6 +319,7 @@ class EngineState:
         self.steps += self.plan_steps
         B = self.B
         if self.plan_dec:
+            self.last_decode_ms = now
             self.counter += self.plan_steps
             c, heap = self.counter, self.heap
             while heap and heap[0][0] <= c:

@@ -59,3 +59,13 @@ class LinearStepCost:
         """Every step takes ``ms`` regardless of its batch (a single fixed-rate server)."""
         return cls(base_ms=ms, per_seq_ms=0.0, per_decode_kv_token_ms=0.0, per_prefill_token_ms=0.0,
                    per_attn_pair_ms=0.0)
+
+
+def make_replica(cost: "LinearStepCost | None" = None, kv_capacity_tokens: int = 200_000, max_model_len: int = 16384,
+                 **engine: object):
+    """A ``ReplicaSpec`` with the linear cost model and ``EngineProfile(**engine)`` (tests, examples)."""
+    from sim.replica import ReplicaSpec
+    from sim.types import EngineProfile
+
+    return ReplicaSpec(cost or LinearStepCost.h100_llama3_8b(), EngineProfile(**engine), kv_capacity_tokens,
+                       max_model_len)

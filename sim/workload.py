@@ -248,13 +248,13 @@ def _read_empirical(path: str, column: str | None, key: str) -> np.ndarray:
 
     p = resolve_data_path(path, f"{key}.path")
     try:
-        df = pd.read_csv(p, sep=None, engine="python")
+        df = pd.read_csv(p, sep=r"[,;\t]", engine="python", header=None, dtype=str)
+        header = pd.to_numeric(df.iloc[0], errors="coerce").isna().any()  # a non-number in row 1
+        df = pd.read_csv(p, sep=r"[,;\t]", engine="python", header=0 if header else None)
     except Exception as e:  # noqa: BLE001 - any parse failure is the user's file
         raise UserError(f"cannot read lengths from {p}: {e}", key=f"{key}.path") from e
-    if df.shape[1] == 1 and column is None and not np.issubdtype(df.dtypes.iloc[0], np.number):
-        df = pd.read_csv(p, header=None)  # a bare list of numbers with no header
     if column is not None:
-        if column not in df.columns:
+        if column not in map(str, df.columns):
             raise UserError(f"column '{column}' not in {p}", key=f"{key}.column",
                             fix=suggest(column, map(str, df.columns)))
         s = df[column]

@@ -1,0 +1,96 @@
+"""The cross-gen tier: predict a GPU without measurements from its specification.
+
+Each measured GPU's base parameters are efficiencies and costs relative to *its own*
+specification (achieved share of peak compute and bandwidth, L2 bandwidth per SM, launch
+floor), and its residual ensemble is expressed in GPU-normalised features (waves over the
+SM count, working set over L2, compute/memory time ratio). The cross-gen model of a family
+therefore pools the measured GPUs: the geometric mean of their base parameters (each
+GPU weighted equally, so a GPU with more rows does not dominate), applied to the target's
+own peak, bandwidth, SM count and L2 size, times the mean of their residual corrections
+evaluated on the target's features. No measurement of the target is used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from calibration.calib_file import Calibration
+from calibration.family_model import FamilyModel, GroupModel
+from calibration.gbt import GBTModel
+from calibration.physics import PARAM_NAMES, BaseParams
+
+#: include the pooled residual ensembles (chosen by leave-one-GPU-out on the shipped data)
+USE_RESIDUAL = True
+#: engine whose kernels stand in when the asked engine was measured on no GPU
+DEFAULT_BACKEND = "vllm"
+
+
+def mean_params(params: list[BaseParams]) -> BaseParams:
+    """Geometric mean of positive parameters, arithmetic mean of the exponent ``g``."""
+    vals = []
+    for k in PARAM_NAMES:
+        xs = [getattr(p, k) for p in params]
+        vals.append(float(np.mean(xs)) if k == "g" else float(math.exp(np.mean([math.log(x) for x in xs]))))
+    return BaseParams(*vals)
+
+
+def mean_gbt(models: list[GBTModel]) -> GBTModel | None:
+    """One ensemble whose output is the mean of the given ensembles' outputs."""
+    models = [m for m in models if m is not None and m.n_trees]
+    if not models:
+        return None
+    depth = models[0].feats.shape[1]
+    if any(m.feats.shape[1] != depth or m.feature_names != models[0].feature_names for m in models):
+        return None
+    k = float(len(models))
+    return GBTModel(list(models[0].feature_names), np.vstack([m.feats for m in models]),
+                    np.vstack([m.thresholds for m in models]), np.vstack([m.leaves / k for m in models]),
+                    float(sum(m.bias for m in models) / k))
+
+
+def _union_ranges(models: list[GroupModel]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for m in models:
+        for c, (lo, hi) in m.ranges.items():
+            a, b = out.get(c, [lo, hi])
+            out[c] = [min(a, lo), max(b, hi)]
+    return out
+
+
+def source_gpus(cal: Calibration, family: str, backend: str, exclude: str | None = None) -> dict[str, str]:
+    """Measured GPUs (-> the backend used) that the cross-gen model of a family pools."""
+    gpus = [g for g in sorted(cal.measured) if g != exclude]
+    for b in (backend, DEFAULT_BACKEND):
+        found = {g: b for g in gpus if cal.family_model(g, b, family) is not None}
+        if found:
+            return found
+    found = {}
+    for g in gpus:
+        for b in cal.backends(g):
+            if cal.family_model(g, b, family) is not None:
+                found[g] = b
+                break
+    return found
+
+
+def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | None = None,
+                    use_residual: bool | None = None) -> FamilyModel | None:
+    """The pooled model of a family for a GPU outside ``cal`` (or for ``exclude``)."""
+    use_residual = USE_RESIDUAL if use_residual is None else use_residual
+    src = source_gpus(cal, family, backend, exclude)
+    if not src:
+        return None
+    by_group: dict[str, list[GroupModel]] = {}
+    for g, b in sorted(src.items()):
+        fm = cal.family_model(g, b, family)
+        assert fm is not None
+        for key, gm in fm.groups.items():
+            by_group.setdefault(key, []).append(gm)
+    groups = {}
+    for key, gms in sorted(by_group.items()):
+        gbt = mean_gbt([m.gbt for m in gms if m.gbt is not None]) if use_residual else None
+        groups[key] = GroupModel(mean_params([m.base for m in gms]), gbt, sum(m.rows for m in gms),
+                                 _union_ranges(gms))
+    return FamilyModel(family, groups)

@@ -1,0 +1,179 @@
+"""A fitted latency model of one operator family: base parameters and a residual ensemble
+per dtype group, with the shape range it was fitted on.
+
+``GroupModel`` = :class:`calibration.physics.BaseParams` (floor + soft roofline) times
+``exp(gbt(x))``, a boosted-tree correction in log space (absent in the cross-gen tier
+where it would not transfer). Prediction is available vectorised over a canonical frame
+(fitting, validation) and for one shape in plain Python (the kernel model's fast path);
+both use the same feature code, so they agree to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibration import features as F
+from calibration.gbt import GBTModel
+from calibration.gpu_features import GPUFeatures
+from calibration.physics import BaseParams, predict_us, predict_us_scalar
+
+#: canonical dtype group of each family's rows/queries (None: one group "all")
+GROUP_COLUMN: dict[str, str | None] = {"gemm": "dtype", "moe": "dtype", "attention_prefill": None,
+                                       "attention_decode": None, "mla_prefill": None, "mla_decode": None}
+
+#: query dtype -> groups to try in order (engines' formats for that precision)
+GROUP_FALLBACK: dict[str, dict[str, tuple[str, ...]]] = {
+    "gemm": {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "int8": ("fp8",),
+             "fp8_block": ("fp8_block", "fp8"), "fp4": ("fp8", "bf16"), "int4": ("bf16",)},
+    "moe": {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "int8": ("fp8", "fp8_block"),
+            "fp8_block": ("fp8_block", "fp8"), "fp4": ("w4a16_mxfp4", "int4_wo"),
+            "w4a16_mxfp4": ("w4a16_mxfp4", "int4_wo"), "int4": ("int4_wo", "w4a16_mxfp4"),
+            "int4_wo": ("int4_wo", "w4a16_mxfp4")},
+}
+
+#: numeric shape columns whose fitted [min, max] decide ``extrapolated``
+RANGE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k"),
+    "attention_prefill": ("batch", "q_len", "ctx", "num_heads", "num_kv_heads", "head_dim"),
+    "attention_decode": ("batch", "kv_len", "num_heads", "num_kv_heads", "head_dim"),
+    "moe": ("num_tokens", "hidden", "inter", "topk", "num_experts", "moe_tp", "moe_ep"),
+    "mla_prefill": ("batch", "q_len", "ctx", "num_heads"),
+    "mla_decode": ("batch", "kv_len", "num_heads"),
+}
+
+
+def group_keys(family: str, df: pd.DataFrame) -> pd.Series:
+    col = GROUP_COLUMN.get(family)
+    return df[col].astype(str) if col else pd.Series("all", index=df.index)
+
+
+def shape_ranges(family: str, df: pd.DataFrame) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for c in RANGE_COLUMNS[family]:
+        v = (df["kv_len"] - df["q_len"]) if c == "ctx" else df[c]
+        out[c] = [float(v.min()), float(v.max())]
+    return out
+
+
+@dataclass
+class GroupModel:
+    base: BaseParams
+    gbt: GBTModel | None = None
+    rows: int = 0
+    ranges: dict[str, list[float]] = field(default_factory=dict)
+
+    def predict_frame(self, phys: F.Phys) -> np.ndarray:
+        """Latency in ms for every row of a vectorised Phys."""
+        t = predict_us(self.base, phys)
+        if self.gbt is not None and self.gbt.n_trees:
+            t = t * np.exp(self.gbt.predict(F.feature_matrix(phys)))
+        return t / 1e3
+
+    def predict_one(self, phys: F.Phys) -> float:
+        """Latency in ms for one shape (scalar Phys)."""
+        t = predict_us_scalar(self.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2)
+        if self.gbt is not None and self.gbt.n_trees:
+            t *= math.exp(self.gbt.predict_one(np.array(phys.x, dtype=np.float64)))
+        return t / 1e3
+
+    def outside(self, shape: dict[str, float]) -> bool:
+        for c, (lo, hi) in self.ranges.items():
+            v = shape.get(c)
+            if v is not None and (v < lo * (1 - 1e-9) or v > hi * (1 + 1e-9)):
+                return True
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base": self.base.to_dict(), "rows": int(self.rows),
+                "ranges": {k: [float(f"{a:.9g}"), float(f"{b:.9g}")] for k, (a, b) in sorted(self.ranges.items())},
+                "gbt": None if self.gbt is None else self.gbt.to_dict()}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "GroupModel":
+        return GroupModel(BaseParams.from_dict(d["base"]),
+                          None if d.get("gbt") is None else GBTModel.from_dict(d["gbt"]),
+                          int(d.get("rows", 0)), {k: list(v) for k, v in d.get("ranges", {}).items()})
+
+
+@dataclass
+class FamilyModel:
+    """Group models of one family for one (GPU, backend), or the cross-gen pool."""
+
+    family: str
+    groups: dict[str, GroupModel]
+
+    def resolve_group(self, dtype: str | None) -> tuple[str | None, bool]:
+        """(group to use, exact) for a query dtype; None when no group fits."""
+        if GROUP_COLUMN.get(self.family) is None:
+            return ("all" if "all" in self.groups else None), True
+        chain = GROUP_FALLBACK.get(self.family, {}).get(str(dtype), (str(dtype),))
+        for i, g in enumerate(chain):
+            if g in self.groups:
+                return g, i == 0
+        return None, False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {g: m.to_dict() for g, m in sorted(self.groups.items())}
+
+    @staticmethod
+    def from_dict(family: str, d: dict[str, Any]) -> "FamilyModel":
+        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d.items()})
+
+
+def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures) -> tuple[np.ndarray, np.ndarray]:
+    """(latency ms, group found) for every row of a canonical frame of one GPU.
+    Rows whose group the model lacks get NaN."""
+    out = np.full(len(df), np.nan)
+    if not len(df):
+        return out, np.zeros(0, dtype=bool)
+    keys = group_keys(model.family, df).to_numpy()
+    for key in np.unique(keys):
+        g, _ = model.resolve_group(key)
+        if g is None:
+            continue
+        mask = keys == key
+        sub = df[mask]
+        out[mask] = model.groups[g].predict_frame(F.frame_phys(model.family, sub, gpu))
+    return out, ~np.isnan(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# scalar queries (the KernelModel protocol's arguments) -> Phys
+# ---------------------------------------------------------------------------------------------
+def _wbytes(dtype: str) -> float:
+    return F.DTYPE_BYTES.get(dtype, 2.0)
+
+
+def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any]) -> F.Phys:
+    """Physical terms of one protocol query (``q`` holds the canonical shape fields)."""
+    ops = F.PY
+    if family == "gemm":
+        dt = q["dtype"]
+        peak = gpu.peak(F.COMPUTE_DTYPE.get(dt, F.COMPUTE_DTYPE.get(group, "bf16")))
+        return F.gemm(q["m"], q["n"], q["k"], _wbytes(dt), peak, gpu, ops)
+    if family == "attention_prefill":
+        return F.attention_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], q["num_kv_heads"],
+                                   q["head_dim"], _wbytes(q["kv_dtype"]), 0.0, q.get("window", 0),
+                                   gpu.peak("bf16"), gpu, ops)
+    if family == "attention_decode":
+        return F.attention_decode(q["batch"], q["kv_len"], q["num_heads"], q["num_kv_heads"], q["head_dim"],
+                                  _wbytes(q["kv_dtype"]), q.get("window", 0), gpu.peak("bf16"), gpu, ops)
+    if family == "moe":
+        wb = _wbytes(group) if q["dtype"] in ("bf16", "fp16", "fp8", "int8") else _wbytes(q["dtype"])
+        return F.moe(q["num_tokens"], q["hidden"], q["inter"], q["topk"], q["num_experts"], q["moe_tp"],
+                     q["moe_ep"], wb, 1.0 if group == "fp8_block" else 0.0,
+                     1.0 if group in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
+                     gpu.peak(F.COMPUTE_DTYPE.get(group, "bf16")), gpu, ops)
+    if family == "mla_prefill":
+        return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
+                             gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),
+                             q.get("qk_rope_dim", F.MLA_ROPE), q.get("v_head_dim", F.MLA_V))
+    if family == "mla_decode":
+        return F.mla_decode(q["batch"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]), gpu.peak("bf16"),
+                            gpu, ops, q.get("kv_lora_rank", F.MLA_KV_LORA), q.get("qk_rope_dim", F.MLA_ROPE))
+    raise KeyError(family)

@@ -1,0 +1,224 @@
+"""Fit a :class:`~calibration.calib_file.Calibration` to measured kernel latencies.
+
+For every measured (GPU, engine, operator family, dtype group):
+
+1. the base model (:mod:`calibration.physics`: launch floor + soft roofline with tile/wave
+   quantization and warm-L2 terms) by robust least squares on log latency, then
+2. a boosted oblivious-tree ensemble (:mod:`calibration.gbt`) on the log residual, over
+   the family's shape features (:mod:`calibration.features`).
+
+Collectives get measured curves and alpha-beta parameters (:mod:`calibration.collectives`).
+Large tables are subsampled deterministically (a keyed random generator per group).
+
+Residual statistics for error bands are computed honestly: the measured tier from a
+grouped split (models refitted without 20% of the shape groups, tested on them), the
+cross-gen tier leave-one-GPU-out (each measured GPU predicted from the others only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from calibration import features as F
+from calibration.calib_file import Calibration
+from calibration.collectives import GPUCollectives, fit_gpu_collectives
+from calibration.family_model import FamilyModel, GroupModel, group_keys, shape_ranges
+from calibration.gbt import GBTParams, fit_gbt
+from calibration.gpu_features import GPUFeatures
+from calibration.physics import fit_base, predict_us
+from calibration.reader import Measurements
+from calibration.splits import Split, test_mask
+
+CODE_VERSION = "calibration-1"
+ATTRIBUTION = ("Fitted to kernel latencies measured by NVIDIA's aiconfigurator-core 0.12.0 performance "
+               "database (Apache License 2.0); see calibration/data/NOTICE.md.")
+
+Progress = Callable[[str, int, int], None]   # (label, done, total)
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    gbt: GBTParams = field(default_factory=GBTParams)
+    max_rows_base: int = 12000       # rows per group for the base least squares
+    max_rows_gbt: int = 16000        # rows per group for the residual ensemble
+    rows_per_tree: int = 80          # ensembles get ~rows/rows_per_tree trees (<= gbt.n_trees)
+    min_trees: int = 30
+    min_rows_gbt: int = 60           # below this a group keeps its base model only
+    residual_split: Split = Split("grouped", 0.2, 0)
+    residuals: bool = True           # compute residual statistics (needs a second fit)
+    fit_date: str = "unspecified"
+
+
+def _seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=4).digest(), "little")
+
+
+def _subsample(n: int, cap: int, seed: int) -> np.ndarray:
+    if n <= cap:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, cap, replace=False))
+
+
+def _take(phys: F.Phys, idx: np.ndarray) -> F.Phys:
+    pick = lambda v: np.asarray(v)[idx] if np.ndim(v) else v  # noqa: E731
+    return F.Phys(pick(phys.t_c), pick(phys.t_m), pick(phys.q), pick(phys.ws_l2), pick(phys.t_l2),
+                  None, None, [pick(v) for v in phys.x])
+
+
+def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions, seed: int) -> GroupModel:
+    """Base parameters and residual ensemble of one (GPU, engine, family, group)."""
+    phys = F.frame_phys(family, df, gpu)
+    y_us = df["latency_ms"].to_numpy(dtype=np.float64) * 1e3
+    ib = _subsample(len(df), opts.max_rows_base, seed)
+    base = fit_base(_take(phys, ib), y_us[ib], max_rows=len(ib) + 1)
+    gbt = None
+    if len(df) >= opts.min_rows_gbt:
+        ig = _subsample(len(df), opts.max_rows_gbt, seed + 1)
+        sub = _take(phys, ig)
+        resid = np.log(y_us[ig] / predict_us(base, sub))
+        n_trees = int(np.clip(len(df) / opts.rows_per_tree, opts.min_trees, opts.gbt.n_trees))
+        gbt = fit_gbt(F.feature_matrix(sub), resid, list(F.FEATURES[family]),
+                      replace(opts.gbt, n_trees=n_trees, seed=seed % (2 ** 31))).rounded()
+    return GroupModel(base, gbt, len(df), shape_ranges(family, df))
+
+
+def _work_items(meas: Measurements) -> list[tuple[str, str, str, str, pd.DataFrame]]:
+    items = []
+    for family in F.COMPUTE_FAMILIES:
+        df = meas.family(family)
+        if not len(df):
+            continue
+        keys = group_keys(family, df)
+        for (gpu, backend, group), idx in df.groupby([df["gpu"], df["backend"], keys], sort=True).groups.items():
+            items.append((str(gpu), str(backend), family, str(group), df.loc[idx]))
+    return items
+
+
+def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
+                 progress: Progress | None = None) -> dict[str, dict[str, dict[str, FamilyModel]]]:
+    items = _work_items(meas)
+    out: dict[str, dict[str, dict[str, FamilyModel]]] = {}
+    for i, (gpu, backend, family, group, df) in enumerate(items):
+        if progress:
+            progress(f"{gpu} {backend} {family} {group}", i, len(items))
+        gm = fit_group(family, df.reset_index(drop=True), gpus[gpu], opts, _seed(gpu, backend, family, group))
+        out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {})).groups[group] = gm
+    if progress:
+        progress("done", len(items), len(items))
+    return out
+
+
+def fit_collectives(meas: Measurements, gpus: dict[str, GPUFeatures]) -> dict[str, GPUCollectives]:
+    out = {}
+    empty = pd.DataFrame()
+    for gpu in sorted(gpus):
+        pick = lambda fam: (meas.family(fam)[meas.family(fam)["gpu"] == gpu]  # noqa: E731
+                            if len(meas.family(fam)) else empty)
+        custom, nccl, a2a = pick("custom_allreduce"), pick("nccl"), pick("moe_a2a")
+        if len(custom) or len(nccl) or len(a2a):
+            g = gpus[gpu]
+            out[gpu] = fit_gpu_collectives(g.fabric, g.fabric_bw_gbps, custom, nccl, a2a)
+    return out
+
+
+def split_measurements(meas: Measurements, split: Split) -> tuple[Measurements, Measurements]:
+    """(train, test) copies of the measurements under a split, family by family."""
+    train, test = {}, {}
+    for fam, df in meas.frames.items():
+        m = test_mask(fam, df, split)
+        train[fam], test[fam] = df[~m].reset_index(drop=True), df[m].reset_index(drop=True)
+    return (Measurements(meas.root, train, meas.sources, meas.gpu_specs),
+            Measurements(meas.root, test, meas.sources, meas.gpu_specs))
+
+
+def without_gpu(meas: Measurements, gpu: str) -> Measurements:
+    frames = {f: d[d["gpu"] != gpu].reset_index(drop=True) for f, d in meas.frames.items()}
+    return Measurements(meas.root, {f: d for f, d in frames.items() if len(d)},
+                        [s for s in meas.sources if s.gpu != gpu],
+                        {k: v for k, v in meas.gpu_specs.items() if k != gpu})
+
+
+def ape_stats(pred: np.ndarray, meas_ms: np.ndarray) -> dict[str, float]:
+    ok = np.isfinite(pred)
+    if not ok.any():
+        return {"rows": 0}
+    e = np.abs(pred[ok] / meas_ms[ok] - 1.0)
+    return {"rows": int(ok.sum()), "mape": round(float(e.mean()), 5), "p50_ape": round(float(np.median(e)), 5),
+            "p90_ape": round(float(np.quantile(e, 0.9)), 5)}
+
+
+def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str) -> dict[str, dict[str, Any]]:
+    """APE statistics per family (and per GEMM/MoE dtype) of ``cal`` on ``test`` rows."""
+    from calibration.predict import predict_frame
+
+    collected: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for fam, df in sorted(test.frames.items()):
+        for gpu, sub in df.groupby("gpu", sort=True):
+            gf = cal.gpus.get(str(gpu)) or GPUFeatures.from_spec(test.gpu_specs[str(gpu)])
+            pred, used = predict_frame(cal, fam, sub, gf, tier)
+            keep = used == tier
+            y = sub["latency_ms"].to_numpy()
+            collected.setdefault(fam, []).append((pred[keep], y[keep]))
+            if "dtype" in sub and fam in ("gemm", "moe"):
+                for dt in sorted(sub["dtype"].unique()):
+                    m = (sub["dtype"] == dt).to_numpy() & keep
+                    collected.setdefault(f"{fam}:{dt}", []).append((pred[m], y[m]))
+            if fam in ("custom_allreduce", "nccl"):
+                collected.setdefault("collective", []).append((pred[keep], y[keep]))
+    out = {}
+    for fam, parts in sorted(collected.items()):
+        p = np.concatenate([a for a, _ in parts]) if parts else np.zeros(0)
+        y = np.concatenate([b for _, b in parts]) if parts else np.zeros(0)
+        st = ape_stats(p, y)
+        if st.get("rows"):
+            out[fam] = {**st, "method": method}
+    return out
+
+
+def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progress: Progress | None = None
+                    ) -> Calibration:
+    """The full fit: measured models, collectives, residual statistics, provenance."""
+    t0 = time.perf_counter()
+    gpus = {k: GPUFeatures.from_spec(s) for k, s in sorted(meas.gpu_specs.items())}
+    cal = Calibration(gpus=gpus)
+    cal.measured = fit_measured(meas, gpus, opts, progress)
+    cal.collectives = fit_collectives(meas, gpus)
+    if opts.residuals:
+        train, test = split_measurements(meas, opts.residual_split)
+        sub_progress = (lambda label, i, n: progress(f"residuals: {label}", i, n)) if progress else None
+        held = Calibration(gpus=gpus, measured=fit_measured(train, gpus, opts, sub_progress),
+                           collectives=fit_collectives(train, gpus))
+        cal.residuals["measured"] = residual_stats(held, test, "measured", f"split {opts.residual_split}")
+        if len(gpus) > 1:
+            cal.residuals["cross-gen"] = residual_stats(cal, meas, "cross-gen", "leave-one-GPU-out")
+    cal.provenance = {
+        "tool": "llmplan calibrate",
+        "code_version": _code_version(),
+        "fit_date": opts.fit_date,
+        "attribution": ATTRIBUTION,
+        "data": [{"path": s.path, "gpu": s.gpu, "table": s.table, "rows": s.rows, "sha256": s.sha256}
+                 for s in sorted(meas.sources, key=lambda s: s.path)],
+        "rows": meas.rows(),
+        "options": {"max_rows_base": opts.max_rows_base, "max_rows_gbt": opts.max_rows_gbt,
+                    "gbt": {"n_trees_max": opts.gbt.n_trees, "depth": opts.gbt.depth,
+                            "learning_rate": opts.gbt.learning_rate, "l2": opts.gbt.l2, "n_bins": opts.gbt.n_bins,
+                            "subsample": opts.gbt.subsample, "rows_per_tree": opts.rows_per_tree},
+                    "residual_split": str(opts.residual_split)},
+    }
+    if progress:
+        progress(f"fitted in {time.perf_counter() - t0:.0f}s", 1, 1)
+    return cal
+
+
+def _code_version() -> str:
+    try:
+        from llmplan import __version__
+    except ImportError:  # pragma: no cover
+        __version__ = "unknown"
+    return f"llmplan {__version__} / {CODE_VERSION}"

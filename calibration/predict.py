@@ -1,0 +1,101 @@
+"""Vectorised predictions of measured rows from a calibration (validation and residuals).
+
+The measured tier uses the GPU's own model for the row's engine (falling back to another
+engine measured on the same GPU, then to cross-gen for dtype groups it never measured);
+the cross-gen tier ignores the GPU's own parameters and pools the other measured GPUs
+(:mod:`calibration.crossgen`). Collectives follow :mod:`calibration.collectives`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from calibration.calib_file import Calibration
+from calibration.collectives import AlphaBeta, a2a_key, custom_key, lookup_alpha_beta, nccl_key, pooled_alpha_beta
+from calibration.crossgen import crossgen_family
+from calibration.family_model import predict_family_frame
+from calibration.features import COMPUTE_FAMILIES
+from calibration.gpu_features import GPUFeatures
+
+COLLECTIVE_FAMILIES = ("custom_allreduce", "nccl", "moe_a2a")
+TIERS = ("measured", "cross-gen")
+
+
+def predict_frame(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatures, tier: str = "measured"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted latency ms, tier used) per row of one GPU's canonical frame; NaN/"none"
+    where no model covers the row."""
+    pred = np.full(len(df), np.nan)
+    used = np.full(len(df), "none", dtype=object)
+    if not len(df):
+        return pred, used
+    if family in COMPUTE_FAMILIES:
+        _predict_compute(cal, family, df, gpu, tier, pred, used)
+    elif family in COLLECTIVE_FAMILIES:
+        _predict_collective(cal, family, df, gpu, tier, pred, used)
+    return pred, used
+
+
+def _predict_compute(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatures, tier: str,
+                     pred: np.ndarray, used: np.ndarray) -> None:
+    backends = df["backend"].astype(str).to_numpy()
+    for backend in sorted(set(backends)):
+        rows = np.flatnonzero(backends == backend)
+        sub = df.iloc[rows]
+        if tier == "measured" and gpu.key in cal.measured:
+            fm = cal.family_model(gpu.key, backend, family)
+            if fm is None:   # same GPU, another engine's kernels
+                for b in cal.backends(gpu.key):
+                    if (fm := cal.family_model(gpu.key, b, family)) is not None:
+                        break
+            if fm is not None:
+                p, ok = predict_family_frame(fm, sub, cal.gpus.get(gpu.key, gpu))
+                pred[rows[ok]] = p[ok]
+                used[rows[ok]] = "measured"
+        missing = rows[np.isnan(pred[rows])]
+        if len(missing):
+            xg = crossgen_family(cal, family, backend, exclude=gpu.key)
+            if xg is not None:
+                p, ok = predict_family_frame(xg, df.iloc[missing], gpu)
+                pred[missing[ok]] = p[ok]
+                used[missing[ok]] = "cross-gen"
+
+
+def _fabric_bw(gpu: GPUFeatures) -> float:
+    return gpu.fabric_bw_gbps
+
+
+def _predict_collective(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatures, tier: str,
+                        pred: np.ndarray, used: np.ndarray) -> None:
+    own = cal.collectives.get(gpu.key) if tier == "measured" else None
+    others = [c for g, c in sorted(cal.collectives.items()) if g != gpu.key]
+    pooled = pooled_alpha_beta(others) if others else {}
+    for i, row in enumerate(df.to_dict("records")):
+        n = int(row.get("num_gpus", row.get("ep", 0)))
+        res = None
+        if own is not None:
+            if family == "custom_allreduce":
+                res = own.custom_ar.predict_one(custom_key(row["backend"], row["mode"]), n, row["message_bytes"])
+                if res is None:
+                    for key in sorted(own.custom_ar.curves):
+                        if key.endswith("|" + row["mode"]):
+                            res = own.custom_ar.predict_one(key, n, row["message_bytes"])
+                            break
+            elif family == "nccl":
+                res = own.nccl.predict_one(nccl_key(row["op"], row["dtype"]), n, row["message_bytes"])
+            elif family == "moe_a2a":
+                res = own.moe_a2a.predict_one(a2a_key(row), n, float(row["num_tokens"]))
+        if res is not None:
+            pred[i], used[i] = res[0], "measured"
+            continue
+        ab: AlphaBeta | None = None
+        if family == "custom_allreduce":
+            ab = lookup_alpha_beta(pooled, "custom", "all_reduce", "", n, row["mode"])
+            op = "all_reduce"
+        elif family == "nccl":
+            ab = lookup_alpha_beta(pooled, "nccl", row["op"], row["dtype"], n)
+            op = row["op"]
+        if ab is not None:
+            pred[i] = ab.predict_ms(op, row["message_bytes"], n, _fabric_bw(gpu))
+            used[i] = "cross-gen"

@@ -1,0 +1,205 @@
+"""Kernel-level validation: predict every measured kernel row of one GPU and score it.
+
+Three honest modes besides scoring a calibration file as is (in-sample for its own GPUs):
+
+* ``holdout``: refit with every row of one GPU removed, then predict that GPU from its
+  specification only (cross-gen tier);
+* ``split random:F:S``: refit the target GPU on a random (1-F) share of its rows and test on
+  the rest; ``split grouped:F:S``: hold out whole shape groups (see :mod:`calibration.splits`).
+
+Every family is also scored with the specification-only :class:`sim.kernels.RooflineKernelModel`
+on the same rows. Tables above ``max_rows`` rows per family are subsampled deterministically
+for scoring (the report says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibration.calib_file import Calibration
+from calibration.fit import FitOptions, Progress, fit_calibration, split_measurements, without_gpu
+from calibration.gpu_features import GPUFeatures
+from calibration.predict import predict_frame
+from calibration.reader import Measurements
+from calibration.splits import Split
+
+FAMILY_ORDER = ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
+                "custom_allreduce", "nccl", "moe_a2a")
+#: families and the sub-family column that is reported separately
+SUBFAMILY = {"gemm": "dtype", "moe": "dtype"}
+
+
+@dataclass
+class FamilyScore:
+    family: str
+    rows: int
+    scored: int               # rows with a prediction
+    mape: float
+    p50: float
+    p90: float
+    roofline_mape: float
+    roofline_p50: float
+    tiers: dict[str, int]
+    worst: list[tuple[str, float, float]] = field(default_factory=list)  # (shape, measured, predicted)
+
+
+@dataclass
+class ValidationResult:
+    gpu: str
+    mode: str
+    scores: list[FamilyScore]
+    frame: pd.DataFrame       # one row per scored kernel
+    subsampled: dict[str, int] = field(default_factory=dict)   # family -> rows before subsampling
+    notes: list[str] = field(default_factory=list)
+
+
+def describe(family: str, r: dict[str, Any]) -> str:
+    b = r.get("backend", "")
+    if family == "gemm":
+        return f"{b} {r['dtype']} m={r['m']} n={r['n']} k={r['k']}"
+    if family == "attention_prefill":
+        return (f"{b} b={r['batch']} s={r['q_len']} h={r['num_heads']}/{r['num_kv_heads']} d={r['head_dim']} "
+                f"kv={r['kv_dtype']} w={r['window']}")
+    if family == "attention_decode":
+        return (f"{b} b={r['batch']} kv={r['kv_len']} h={r['num_heads']}/{r['num_kv_heads']} d={r['head_dim']} "
+                f"{r['kv_dtype']} w={r['window']}")
+    if family == "moe":
+        return (f"{b} {r['dtype']} t={r['num_tokens']} h={r['hidden']} i={r['inter']} k={r['topk']} "
+                f"e={r['num_experts']} tp={r['moe_tp']} ep={r['moe_ep']} skew={r['skew']}")
+    if family in ("mla_prefill", "mla_decode"):
+        return f"{b} b={r['batch']} s={r.get('q_len', 1)} kv={r['kv_len']} h={r['num_heads']} {r['kv_dtype']}"
+    if family in ("custom_allreduce", "nccl"):
+        return f"{b} {r['op']} n={r['num_gpus']} bytes={int(r['message_bytes'])} {r.get('mode', '')}"
+    if family == "moe_a2a":
+        return f"{r['comm_backend']} {r['phase']} t={r['num_tokens']} h={r['hidden']} ep={r['ep']}"
+    return family
+
+
+def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
+    """The specification-only roofline (sim.kernels) on every row."""
+    from sim.kernels import Link, RooflineKernelModel
+
+    rm = RooflineKernelModel(spec)
+    link = (Link("nvlink", spec.scaleup_bw_gbps, 8.0) if spec.scaleup_bw_gbps > 0
+            else Link("pcie", spec.pcie_bw_gbps, 15.0))
+
+    def gemm_dt(dt: str) -> str:
+        return "fp8" if dt in ("fp8", "fp8_block") and spec.supports("fp8") else "bf16"
+
+    def moe_dt(dt: str) -> str:
+        return gemm_dt(dt) if dt in ("fp8", "fp8_block") else ("bf16" if dt == "bf16" else "int4")
+
+    def call(fn: Any, *args: Any) -> float:
+        try:
+            return fn(*args).latency_ms
+        except KeyError:        # a dtype the GPU lacks: time it in bf16
+            args = tuple("bf16" if a in ("fp8", "fp4", "int4") else a for a in args)
+            return fn(*args).latency_ms
+
+    out = np.full(len(df), np.nan)
+    for i, r in enumerate(df.to_dict("records")):
+        if family == "gemm":
+            out[i] = call(rm.gemm, r["m"], r["n"], r["k"], gemm_dt(r["dtype"]))
+        elif family == "attention_prefill":
+            out[i] = call(rm.attention_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"],
+                          r["num_kv_heads"], r["head_dim"], r["kv_dtype"])
+        elif family == "attention_decode":
+            out[i] = call(rm.attention_decode, r["batch"], r["kv_len"], r["num_heads"], r["num_kv_heads"],
+                          r["head_dim"], r["kv_dtype"])
+        elif family == "moe":
+            out[i] = call(rm.moe, r["num_tokens"], r["hidden"], r["inter"], r["topk"], r["num_experts"],
+                          r["moe_tp"], r["moe_ep"], moe_dt(r["dtype"]))
+        elif family == "mla_prefill":
+            out[i] = call(rm.mla_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"], 512, 128, 64,
+                          128, r["kv_dtype"])
+        elif family == "mla_decode":
+            out[i] = call(rm.mla_decode, r["batch"], r["kv_len"], r["num_heads"], 512, 64, r["kv_dtype"])
+        elif family in ("custom_allreduce", "nccl"):
+            out[i] = rm.collective(r["op"], r["message_bytes"], r["num_gpus"], link).latency_ms
+    return out
+
+
+def _score(family: str, df: pd.DataFrame, pred: np.ndarray, tiers: np.ndarray, roof: np.ndarray,
+           n_worst: int = 3) -> FamilyScore:
+    y = df["latency_ms"].to_numpy()
+    ok = np.isfinite(pred)
+    e = np.abs(pred / y - 1.0)
+    er = np.abs(roof / y - 1.0)
+    okr = ok & np.isfinite(er)
+    worst = []
+    if ok.any():
+        recs = df.to_dict("records")
+        for i in np.argsort(-np.where(ok, e, -1))[:n_worst]:
+            worst.append((describe(family, recs[i]), float(y[i]), float(pred[i])))
+    tier_counts = {str(t): int(c) for t, c in zip(*np.unique(tiers.astype(str), return_counts=True))}
+    nan = float("nan")
+    return FamilyScore(family, len(df), int(ok.sum()),
+                       float(e[ok].mean()) if ok.any() else nan, float(np.median(e[ok])) if ok.any() else nan,
+                       float(np.quantile(e[ok], 0.9)) if ok.any() else nan,
+                       float(er[okr].mean()) if okr.any() else nan, float(np.median(er[okr])) if okr.any() else nan,
+                       tier_counts, worst)
+
+
+def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = None, split: Split | None = None,
+                     holdout_gpu: str | None = None, families: list[str] | None = None, max_rows: int = 100_000,
+                     opts: FitOptions | None = None, progress: Progress | None = None,
+                     roofline: bool = True) -> ValidationResult:
+    """Score predictions of ``gpu``'s measured rows (see the module docstring for modes)."""
+    opts = opts or FitOptions(residuals=False)
+    notes: list[str] = []
+    mode = "calibration file (in-sample for its measured GPUs)"
+    fams = [f for f in FAMILY_ORDER if f in meas.frames and (not families or f in families)]
+    test = Measurements(meas.root, {f: meas.frames[f] for f in fams}, meas.sources, meas.gpu_specs)
+    fit_on = test
+    if holdout_gpu is not None:
+        fit_on = without_gpu(fit_on, holdout_gpu)
+        mode = f"holdout {holdout_gpu}: refitted without any {holdout_gpu} row"
+    if split is not None:
+        target_only = Measurements(meas.root, {f: d[d["gpu"] == gpu] for f, d in fit_on.frames.items()},
+                                   meas.sources, {gpu: meas.gpu_specs[gpu]})
+        train, test_part = split_measurements(target_only, split)
+        fit_on = train
+        test = test_part
+        mode = f"split {split}: refitted {gpu} on the training share, scored on the held-out share"
+    if holdout_gpu is not None or split is not None:
+        if not any(len(d) for d in fit_on.frames.values()):
+            notes.append("nothing left to fit on")
+        cal = fit_calibration(fit_on, opts, progress)
+    if cal is None:
+        from calibration.calib_file import load_calibration
+
+        cal = load_calibration(None)
+    spec = meas.gpu_specs[gpu]
+    gf = GPUFeatures.from_spec(spec)
+    tier = "cross-gen" if gpu not in cal.measured and gpu not in cal.collectives else "measured"
+    scores, frames, subsampled = [], [], {}
+    for fam in fams:
+        df = test.frames.get(fam, pd.DataFrame())
+        df = df[df["gpu"] == gpu] if len(df) else df
+        if not len(df):
+            continue
+        if len(df) > max_rows:
+            subsampled[fam] = len(df)
+            df = df.sample(n=max_rows, random_state=0).sort_index()
+        df = df.reset_index(drop=True)
+        pred, tiers = predict_frame(cal, fam, df, gf, tier)
+        roof = roofline_predict(fam, df, spec) if roofline else np.full(len(df), np.nan)
+        scores.append(_score(fam, df, pred, tiers, roof))
+        for col, sub in SUBFAMILY.items():
+            if fam == col:
+                for dt in sorted(df[sub].unique()):
+                    m = (df[sub] == dt).to_numpy()
+                    s = _score(f"{fam}:{dt}", df[m], pred[m], tiers[m], roof[m])
+                    scores.append(s)
+        frames.append(df.assign(measured_ms=df["latency_ms"], predicted_ms=pred, tier=tiers, roofline_ms=roof))
+    if subsampled:
+        notes.append("scored a deterministic sample of " + ", ".join(
+            f"{max_rows} of {n} {f} rows" for f, n in subsampled.items()))
+    if "moe_a2a" in fams and tier == "cross-gen":
+        notes.append("moe_a2a was measured on one GPU only: no cross-gen model")
+    out = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()
+    return ValidationResult(gpu, mode, scores, out, subsampled, notes)
