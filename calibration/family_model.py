@@ -76,7 +76,7 @@ class GroupModel:
 
     def predict_one(self, phys: F.Phys) -> float:
         """Latency in ms for one shape (scalar Phys)."""
-        t = predict_us_scalar(self.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2)
+        t = predict_us_scalar(self.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2, phys.waves)
         if self.gbt is not None and self.gbt.n_trees:
             t *= math.exp(self.gbt.predict_one(np.array(phys.x, dtype=np.float64)))
         return t / 1e3

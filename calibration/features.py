@@ -112,6 +112,7 @@ class Phys:
     q: Any          # compute quantization factor >= 1
     ws_l2: Any      # working set / L2 capacity (inf where L2 residency is not modelled)
     t_l2: Any       # time to stream the bytes from L2 at 1 GB/s per SM, us
+    waves: Any      # waves of work units (tiles / CTAs) over the SMs (per-wave overhead)
     flops: Any
     nbytes: Any
     x: list[Any]    # residual-model features, in FEATURES[family] order
@@ -186,7 +187,7 @@ def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops:
     x = [ops.log2(m), ops.log2(n), ops.log2(k), eff_m64, eff_m128, eff_n128, w128, w256, w64,
          ops.log2(tiles / sm), ops.log2(ws), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
          ops.flag(m % 8 == 0), ops.log2(k / n)]
-    return Phys(t_c, t_m, q, ws, _l2_unit(nbytes, gpu), flops, nbytes, x)
+    return Phys(t_c, t_m, q, ws, _l2_unit(nbytes, gpu), ops.ceil(tiles / sm), flops, nbytes, x)
 
 
 def attention_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_heads: Any, head_dim: Any,
@@ -208,7 +209,7 @@ def attention_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_heads:
     x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.log2(heads / kv_heads), ops.log2(head_dim),
          ops.flag(kv_bytes < 2), attn_fp8, ops.log2(pairs / full), ops.log2(ctas / sm), eff_w, eff_t,
          ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
-    return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, flops, nbytes, x)
+    return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(ctas / sm), flops, nbytes, x)
 
 
 def attention_decode(batch: Any, kv_len: Any, heads: Any, kv_heads: Any, head_dim: Any, kv_bytes: Any,
@@ -220,10 +221,11 @@ def attention_decode(batch: Any, kv_len: Any, heads: Any, kv_heads: Any, head_di
     t_c = _us_compute(flops, peak)
     t_m = _us_memory(nbytes, gpu)
     ws = nbytes / (gpu.l2_mb * 1e6)
+    waves = ops.ceil(batch * kv_heads / gpu.sm_count)
     x = [ops.log2(batch), ops.log2(kv), ops.log2(heads), ops.log2(kv_heads), ops.log2(heads / kv_heads),
          ops.log2(head_dim), ops.flag(kv_bytes < 2), ops.flag(kv < kv_len),
          ops.log2(batch * kv_heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m)]
-    return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ws, _l2_unit(nbytes, gpu), flops, nbytes, x)
+    return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ws, _l2_unit(nbytes, gpu), waves, flops, nbytes, x)
 
 
 def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
@@ -241,10 +243,11 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
     per = assign / touched
     eff_t = per / (ops.ceil(per / 64) * 64)
     q = 1.0 / eff_t
+    units = touched * ops.ceil(per / 64) * ops.ceil(inter_l / 128)
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(per), ops.log2(touched / local), skew, ops.log2(w_bytes), block_scaled,
          weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
-    return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, flops, nbytes, x)
+    return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
 def mla_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_bytes: Any, peak: Any, gpu: GPUFeatures,
@@ -264,7 +267,7 @@ def mla_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_bytes: Any, 
     q = 1.0 / eff_w
     x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.flag(kv_bytes < 2), ops.log2(ctas / sm), eff_w,
          eff_t, ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
-    return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, flops, nbytes, x)
+    return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(ctas / sm), flops, nbytes, x)
 
 
 def mla_decode(batch: Any, kv_len: Any, heads: Any, kv_bytes: Any, peak: Any, gpu: GPUFeatures,
@@ -277,7 +280,8 @@ def mla_decode(batch: Any, kv_len: Any, heads: Any, kv_bytes: Any, peak: Any, gp
     ws = nbytes / (gpu.l2_mb * 1e6)
     x = [ops.log2(batch), ops.log2(kv), ops.log2(heads), ops.flag(kv_bytes < 2),
          ops.log2(batch * heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m)]
-    return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ws, _l2_unit(nbytes, gpu), flops, nbytes, x)
+    waves = ops.ceil(batch * ops.ceil(heads / 64) / gpu.sm_count)
+    return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ws, _l2_unit(nbytes, gpu), waves, flops, nbytes, x)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def _subsample(n: int, cap: int, seed: int) -> np.ndarray:
 def _take(phys: F.Phys, idx: np.ndarray) -> F.Phys:
     pick = lambda v: np.asarray(v)[idx] if np.ndim(v) else v  # noqa: E731
     return F.Phys(pick(phys.t_c), pick(phys.t_m), pick(phys.q), pick(phys.ws_l2), pick(phys.t_l2),
-                  None, None, [pick(v) for v in phys.x])
+                  pick(phys.waves), None, None, [pick(v) for v in phys.x])
 
 
 def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions, seed: int) -> GroupModel:

@@ -1,14 +1,16 @@
 """The physically grounded base latency model: launch floor + soft roofline with L2.
 
-    t     = floor + ( (q**g * t_c / eta_c)**p + t_mem**p )**(1/p)
+    t     = floor + wave_us * waves + ( (q**g * t_c / eta_c)**p + t_mem**p )**(1/p)
     t_mem = (1 - h) * t_m / eta_m + h * t_l2 / l2_bw_sm
     h     = 1 / (1 + (ws_l2 / l2_cap)**4)          (share of traffic served from a warm L2)
 
 ``t_c``/``t_m`` are the ideal compute/DRAM times at the specification peaks, ``q`` the
 tile/wave quantization factor, ``ws_l2`` the working set over the L2 size and ``t_l2``
-the bytes over the SM count (:mod:`calibration.features`). Seven parameters per operator
-family and dtype: ``floor_us`` (fixed per-call cost: launch, activation quantization for
-fp8, block-scale handling for fp8_block), ``eta_c``/``eta_m`` (achieved fraction of peak
+the bytes over the SM count, ``waves`` the waves of work units (tiles, CTAs) over the SMs
+(:mod:`calibration.features`). Eight parameters per operator family and dtype:
+``floor_us`` (fixed per-call cost: launch, activation quantization for fp8, block-scale
+handling for fp8_block), ``wave_us`` (fixed cost of each wave: tile prologue/epilogue,
+pipeline fill; it does not shrink with a faster GPU's peak), ``eta_c``/``eta_m`` (achieved fraction of peak
 compute / DRAM bandwidth), ``g`` (how much quantization costs), ``p`` (sharpness of the
 compute/memory transition), ``l2_cap`` (usable share of L2) and ``l2_bw_sm`` (L2 bandwidth
 per SM, GB/s: L2 bandwidth scales with the SM count, not with DRAM bandwidth). They are
@@ -31,10 +33,10 @@ from scipy.optimize import least_squares
 
 from calibration.features import Phys
 
-PARAM_NAMES = ("floor_us", "eta_c", "eta_m", "g", "p", "l2_cap", "l2_bw_sm")
+PARAM_NAMES = ("floor_us", "wave_us", "eta_c", "eta_m", "g", "p", "l2_cap", "l2_bw_sm")
 #: prior (centre) and bounds of each parameter; log-scale for all but ``g``
-PRIOR = {"floor_us": 5.0, "eta_c": 0.6, "eta_m": 0.75, "g": 0.5, "p": 3.0, "l2_cap": 0.5, "l2_bw_sm": 60.0}
-BOUNDS = {"floor_us": (0.3, 3000.0), "eta_c": (0.01, 1.5), "eta_m": (0.01, 3.0), "g": (0.0, 1.5),
+PRIOR = {"floor_us": 5.0, "wave_us": 0.5, "eta_c": 0.6, "eta_m": 0.75, "g": 0.5, "p": 3.0, "l2_cap": 0.5, "l2_bw_sm": 60.0}
+BOUNDS = {"floor_us": (0.3, 3000.0), "wave_us": (1e-3, 1000.0), "eta_c": (0.01, 1.5), "eta_m": (0.01, 3.0), "g": (0.0, 1.5),
           "p": (1.0, 12.0), "l2_cap": (0.05, 2.0), "l2_bw_sm": (5.0, 1000.0)}
 PRIOR_WEIGHT = 0.02
 
@@ -42,6 +44,7 @@ PRIOR_WEIGHT = 0.02
 @dataclass(frozen=True)
 class BaseParams:
     floor_us: float
+    wave_us: float
     eta_c: float
     eta_m: float
     g: float
@@ -66,22 +69,25 @@ def predict_us(bp: BaseParams, phys: Phys) -> Any:
     return np.exp(_log_pred(_to_theta(bp), *_arrays(phys)))
 
 
-def predict_us_scalar(bp: BaseParams, t_c: float, t_m: float, q: float, ws_l2: float, t_l2: float) -> float:
+def predict_us_scalar(bp: BaseParams, t_c: float, t_m: float, q: float, ws_l2: float, t_l2: float,
+                      waves: float) -> float:
     """The same for one shape, in plain Python floats (the kernel model's fast path)."""
     tc = (q ** bp.g) * t_c / bp.eta_c
     r = ws_l2 / bp.l2_cap
     h = 0.0 if r > 1e3 else 1.0 / (1.0 + r ** 4)
     tm = (1.0 - h) * t_m / bp.eta_m + h * t_l2 / bp.l2_bw_sm
     s = max(tc, tm)
+    fixed = bp.floor_us + bp.wave_us * waves
     if s <= 0.0:
-        return bp.floor_us
-    return bp.floor_us + s * ((tc / s) ** bp.p + (tm / s) ** bp.p) ** (1.0 / bp.p)
+        return fixed
+    return fixed + s * ((tc / s) ** bp.p + (tm / s) ** bp.p) ** (1.0 / bp.p)
 
 
 def _arrays(phys: Phys) -> tuple[np.ndarray, ...]:
     n = len(np.atleast_1d(phys.t_c))
     f = lambda v, lo: np.maximum(np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)), lo)  # noqa: E731
-    return f(phys.t_c, 1e-12), f(phys.t_m, 1e-12), f(phys.q, 1.0), f(phys.ws_l2, 0.0), f(phys.t_l2, 0.0)
+    return (f(phys.t_c, 1e-12), f(phys.t_m, 1e-12), f(phys.q, 1.0), f(phys.ws_l2, 0.0), f(phys.t_l2, 0.0),
+            f(phys.waves, 1.0))
 
 
 def _to_theta(bp: BaseParams) -> np.ndarray:
@@ -93,8 +99,8 @@ def _from_theta(theta: np.ndarray) -> BaseParams:
 
 
 def _log_pred(theta: np.ndarray, tc0: np.ndarray, tm0: np.ndarray, q: np.ndarray, ws: np.ndarray,
-              tl2: np.ndarray) -> np.ndarray:
-    lf, lec, lem, g, lp, lcap, lbw = theta
+              tl2: np.ndarray, waves: np.ndarray) -> np.ndarray:
+    lf, lw, lec, lem, g, lp, lcap, lbw = theta
     p = math.exp(lp)
     ltc = g * np.log(q) + np.log(tc0) - lec
     r = np.minimum(ws / math.exp(lcap), 1e3)
@@ -102,7 +108,7 @@ def _log_pred(theta: np.ndarray, tc0: np.ndarray, tm0: np.ndarray, q: np.ndarray
     ltm = np.log((1.0 - h) * tm0 * math.exp(-lem) + h * tl2 * math.exp(-lbw) + 1e-30)
     hi = np.maximum(ltc, ltm)
     lroof = hi + np.log(np.exp(p * (ltc - hi)) + np.exp(p * (ltm - hi))) / p
-    return np.logaddexp(lf, lroof)
+    return np.logaddexp(np.logaddexp(lf, lw + np.log(waves)), lroof)
 
 
 def fit_base(phys: Phys, latency_us: np.ndarray, init: BaseParams | None = None,

@@ -44,7 +44,7 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[\s\-_]+", "", str(name)).lower()
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """SafeLoader that rejects duplicate mapping keys (PyYAML silently keeps the last)."""
 
 

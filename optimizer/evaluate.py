@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.stats import norm
+from statistics import NormalDist
 
 from optimizer.types import SLOTarget, WorkloadStats
 from sim.step_model import AnalyticalStepModel
@@ -105,7 +105,7 @@ class ReplicaAnalyzer:
             if load >= 0.98:
                 return False, tau, b, parts, "prefill load"
             new = tau_d / (1.0 - load)
-            if abs(new - tau) <= 1e-4 * tau:
+            if abs(new - tau) <= 2e-3 * tau:
                 tau = new
                 break
             tau = 0.5 * (tau + new)
@@ -126,7 +126,7 @@ class ReplicaAnalyzer:
         ttft, tpot = {}, {}
         for q in percentiles:
             qq = q / 100.0
-            z = float(norm.ppf(qq))
+            z = NormalDist().inv_cdf(qq)
             i_q = self.wl.input_quantile(q)
             own = i_q + max(0.0, tokens - self.I)    # the prompt plus those batched beside it
             chunks = max(1, math.ceil(own / room))
@@ -172,6 +172,6 @@ class ReplicaAnalyzer:
                 hi, binding = mid, v
             else:
                 lo, best = mid, op
-            if hi - lo <= 0.005 * hi:
+            if hi - lo <= 0.01 * hi:
                 break
         return lo, binding, best, light

@@ -1,0 +1,109 @@
+"""The discrete-event half of `llmplan simulate`: run the DES, write requests.csv and plots,
+render the percentile table with SLO attainment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from optimizer.types import SLOTarget
+from sim.metrics import SLOThresholds
+from sim.replica import ReplicaSpec
+from sim.serving import simulate_serving
+
+PCTS = ("mean", "p50", "p90", "p95", "p99")
+
+
+def _thresholds(slos: list[SLOTarget]) -> SLOThresholds:
+    from optimizer.verify import thresholds
+
+    return thresholds(slos)
+
+
+def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out: Path,
+            console: Console) -> tuple[dict, list[str]]:
+    """Simulate; returns (summary fields for summary.json, extra files written)."""
+    from dataclasses import replace
+
+    spec = app.workload if rate is None else replace(app.workload, rate_rps=rate)
+    reps = [ReplicaSpec(step, app.engine, mem.kv_capacity_tokens, dep.model.max_position_embeddings)
+            for _ in range(dep.replicas)]
+    show = app.output.progress and console.is_terminal
+    if show:
+        with Progress(TextColumn("simulate"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("sim", total=1.0)
+            res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
+                                   progress=lambda f: bar.update(task, completed=f))
+    else:
+        res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos))
+    out.mkdir(parents=True, exist_ok=True)
+    ext = "parquet" if app.output.requests_format == "parquet" else "csv"
+    files = [str(res.write_requests(out / f"requests.{ext}"))]
+    if app.output.plots:
+        from sim.plots import plot_report
+
+        files += [str(p) for p in plot_report(res, out)]
+    s = res.summary
+    summary = {k: {p: s.get(f"{k}_{p}") for p in PCTS} for k in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")}
+    summary["itl_ms"] = {p: s.get(f"itl_ms_{p}") for p in PCTS}
+    df = res.requests
+    done = df[df["measured"] & df["finished"]]
+    targets = {}
+    for t in slos:
+        vals = done[f"{t.metric}_ms"].dropna().to_numpy()
+        v = float(np.percentile(vals, t.percentile)) if len(vals) else None
+        share = float((vals <= t.limit_ms).mean()) if len(vals) else None
+        targets[t.label] = {"simulated_ms": v, "met": bool(v is not None and v <= t.limit_ms), "share_within": share}
+    summary |= {
+        "requests_per_s": s.get("request_throughput_rps"), "output_tokens_per_s": s.get("output_throughput_tps"),
+        "input_tokens_per_s": s.get("input_throughput_tps"), "goodput_rps": s.get("goodput_rps"),
+        "slo_attainment": s.get("slo_attainment"), "slo_targets": targets,
+        "offered_rate_rps": rate, "requests": s.get("requests"), "measured_requests": s.get("measured_requests"),
+        "unfinished": res.unfinished, "overloaded": res.overloaded,
+        "preemptions": int(df["preemptions"].sum()),
+        "prefix_hit_rate": s.get("prefix_hit_rate"),
+        "kv_util_mean": float(res.timeseries["kv_util"].mean()) if len(res.timeseries) else None,
+        "batch_size_mean": float(res.timeseries["batch_size"].mean()) if len(res.timeseries) else None,
+        "workload": {"arrival": spec.arrival, "preset": spec.preset, "num_requests": spec.num_requests,
+                     "concurrency": spec.concurrency if spec.arrival == "closed_loop" else None},
+        "notes": (["the simulated system could not keep up (overloaded): the queue grew past its limit"]
+                  if res.overloaded else []),
+    }
+    return summary, files
+
+
+def render_summary(console: Console, summary: dict, slos: list[SLOTarget]) -> None:
+    d = summary["deployment"]
+    console.print(f"[bold]llmplan simulate[/bold] {d['model']} on {d['replicas']}x {d['gpu']} TP{d['tp']} PP{d['pp']} "
+                  f"EP{d['ep']} {d['precision']} ({d['engine']}, calibration tier {d['calibration_tier']}), "
+                  f"${d['usd_per_hour']:.2f}/h")
+    t = Table(title="Latency (ms) over measured requests", title_justify="left")
+    t.add_column("metric")
+    for p in PCTS:
+        t.add_column(p, justify="right")
+    t.add_column("analytical p90", justify="right")
+    an = summary.get("analytical", {})
+    for k, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"), ("queue_ms", "queue")):
+        row = summary.get(k, {})
+        a = (an.get(k) or {}).get("p90")
+        a_txt = "-" if a is None else ("overload" if a == float("inf") else f"{a:.1f}")
+        t.add_row(label, *[("-" if row.get(p) is None else f"{row[p]:.1f}") for p in PCTS], a_txt)
+    console.print(t)
+
+    def f(x, fmt="{:.2f}"):
+        return "-" if x is None else fmt.format(x)
+
+    console.print(f"throughput: {f(summary.get('requests_per_s'))} req/s, {f(summary.get('output_tokens_per_s'), '{:.0f}')} "
+                  f"output tok/s; goodput {f(summary.get('goodput_rps'))} req/s; SLO attainment "
+                  f"{f(summary.get('slo_attainment'), '{:.1%}')}; preemptions {summary.get('preemptions')}; "
+                  f"prefix hit rate {f(summary.get('prefix_hit_rate'), '{:.1%}')}; mean batch {f(summary.get('batch_size_mean'), '{:.1f}')}, "
+                  f"mean KV use {f(summary.get('kv_util_mean'), '{:.0%}')}")
+    for label, v in summary.get("slo_targets", {}).items():
+        mark = "[green]met[/green]" if v["met"] else "[red]missed[/red]"
+        console.print(f"  {label}: simulated {f(v['simulated_ms'], '{:.1f}')} ms {mark} "
+                      f"({f(v['share_within'], '{:.1%}')} of requests within)")
