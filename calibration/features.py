@@ -65,6 +65,9 @@ COMPUTE_DTYPE: dict[str, str] = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16",
                                  "fp8_block": "fp8", "int8": "fp8", "int4_wo": "bf16",
                                  "w4a16_mxfp4": "bf16", "fp4": "fp4", "int4": "bf16"}
 
+#: bandwidth one SM can draw, in multiples of its fair share of the DRAM bandwidth
+DECODE_SM_BW_SHARE = 3.0
+
 # DeepSeek-V3 MLA dimensions (the measured MLA tables are all DeepSeek-V3 shaped)
 MLA_KV_LORA, MLA_NOPE, MLA_ROPE, MLA_V = 512, 128, 64, 128
 
@@ -205,7 +208,12 @@ def attention_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_heads:
     ctas = batch * heads * qt
     eff_w = _wave_eff(ctas, sm, ops)
     eff_t = q_len / (qt * 128)
-    q = 1.0 / eff_w
+    # critical path: the CTA of the last 128 queries of a sequence sees every key (or the
+    # window); with few CTAs it, not the total work spread over the SMs, sets the time
+    keys = ops.where(window > 0, ops.minimum(kv_len, window + 128), kv_len)
+    crit = 4.0 * ops.minimum(q_len, 128) * keys * head_dim * sm / ops.maximum(flops / (batch * heads), 1.0)
+    q = ops.maximum(1.0 / eff_w, crit / (batch * heads))
+    q = ops.maximum(q, 1.0)
     x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.log2(heads / kv_heads), ops.log2(head_dim),
          ops.flag(kv_bytes < 2), attn_fp8, ops.log2(pairs / full), ops.log2(ctas / sm), eff_w, eff_t,
          ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
@@ -219,9 +227,13 @@ def attention_decode(batch: Any, kv_len: Any, heads: Any, kv_heads: Any, head_di
     flops = 4.0 * batch * heads * head_dim * kv
     nbytes = batch * (2.0 * kv * kv_heads * head_dim * kv_bytes + 2.0 * heads * head_dim * 2.0)
     t_c = _us_compute(flops, peak)
-    t_m = _us_memory(nbytes, gpu)
+    # split-KV (flash-decoding) fills the SMs when sequences x KV heads are few; below
+    # that the bandwidth one SM can pull (~DECODE_SM_BW_SHARE x its fair share) limits
+    units = batch * kv_heads
+    par = units * ops.minimum(ops.maximum(ops.floor(gpu.sm_count / units), 1), ops.ceil(kv / 256))
+    t_m = _us_memory(nbytes, gpu) * ops.maximum(1.0, gpu.sm_count / (DECODE_SM_BW_SHARE * par))
     ws = nbytes / (gpu.l2_mb * 1e6)
-    waves = ops.ceil(batch * kv_heads / gpu.sm_count)
+    waves = ops.ceil(units / gpu.sm_count)
     x = [ops.log2(batch), ops.log2(kv), ops.log2(heads), ops.log2(kv_heads), ops.log2(heads / kv_heads),
          ops.log2(head_dim), ops.flag(kv_bytes < 2), ops.flag(kv < kv_len),
          ops.log2(batch * kv_heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m)]
@@ -264,7 +276,8 @@ def mla_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_bytes: Any, 
     ctas = batch * heads * qt
     eff_w = _wave_eff(ctas, sm, ops)
     eff_t = q_len / (qt * 128)
-    q = 1.0 / eff_w
+    crit = 2.0 * ops.minimum(q_len, 128) * kv_len * (qk + v_dim) * sm / ops.maximum(flops / (batch * heads), 1.0)
+    q = ops.maximum(ops.maximum(1.0 / eff_w, crit / (batch * heads)), 1.0)
     x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.flag(kv_bytes < 2), ops.log2(ctas / sm), eff_w,
          eff_t, ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(ctas / sm), flops, nbytes, x)

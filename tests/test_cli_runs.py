@@ -1,0 +1,96 @@
+"""End-to-end CLI runs: output contracts, determinism, multirun summary."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from llmplan.cli import main
+from llmplan.hydra_app import compose
+from llmplan.plan_cmd import run_plan
+from llmplan.simulate_cmd import run_simulate
+
+
+def test_default_plan_contract(tmp_path):
+    code = run_plan(compose("plan", ["search.finalists=2", "search.verify_requests=300"]), tmp_path)
+    assert code == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["feasible"] is True
+    assert plan["total_usd_per_hour"] > 0 and plan["total_gpus"] >= 1
+    for d in plan["deployments"]:
+        for k in ("gpu", "replicas", "gpus_per_replica", "tp", "pp", "ep", "precision", "usd_per_hour", "ttft_ms", "tpot_ms"):
+            assert k in d
+        assert d["gpu"] in ("h100_sxm", "h200_sxm", "a100_sxm", "l40s")
+        assert d["simulated"]["ttft_ms"] > 0  # the chosen deployment was simulated
+    assert sum(d["usd_per_hour"] for d in plan["deployments"]) == pytest.approx(plan["total_usd_per_hour"], rel=1e-3)
+    assert plan["verification"]["finalists"]
+    cands = pd.read_csv(tmp_path / "candidates.csv")
+    assert {"verdict", "reason", "capacity_rps"} <= set(cands.columns)
+    assert set(cands["verdict"]) <= {"ok", "memory", "parallelism", "precision", "slo"}
+    assert (cands["verdict"] == "memory").any()  # 70B does not fit everywhere
+
+
+def test_plan_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        run_plan(compose("plan", ["model=llama3_1_8b", "search.finalists=1", "search.verify_requests=300"]), d)
+    assert (a / "plan.json").read_bytes() == (b / "plan.json").read_bytes()
+    assert (a / "candidates.csv").read_bytes() == (b / "candidates.csv").read_bytes()
+
+
+def test_simulate_contract_and_determinism(tmp_path):
+    outs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        code = run_simulate(compose("simulate", ["model=llama3_1_8b", "gpu=h100_sxm", "workload.num_requests=400"]), out)
+        assert code == 0
+        outs.append(out)
+    s = json.loads((outs[0] / "summary.json").read_text())
+    for k in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        assert set(s[k]) >= {"mean", "p50", "p90", "p99"}
+        assert s[k]["p50"] <= s[k]["p90"] <= s[k]["p99"]
+    assert s["output_tokens_per_s"] > 0 and s["requests_per_s"] > 0
+    assert s["deployment"]["gpu"] == "h100_sxm" and s["deployment"]["tp"] == 1
+    assert s["step_breakdown"]["decode"]["ops"]
+    req = pd.read_csv(outs[0] / "requests.csv")
+    assert len(req) == 400 and {"ttft_ms", "tpot_ms", "e2e_ms", "preemptions"} <= set(req.columns)
+    for f in ("summary.json", "requests.csv"):
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes()
+
+
+@pytest.mark.parametrize("workload", ["closed_loop", "bursty_chat"])
+def test_simulate_other_workloads(tmp_path, workload):
+    code = run_simulate(compose("simulate", ["model=llama3_1_8b", "gpu=h100_sxm", f"workload={workload}",
+                                             "workload.num_requests=300"] +
+                                ([] if workload == "closed_loop" else ["workload.rate_rps=5"])), tmp_path)
+    assert code == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["requests_per_s"] > 0
+
+
+def test_whatif_more_bandwidth_never_costs_more(tmp_path):
+    from llmplan.whatif_cmd import run_whatif
+    run_whatif(compose("whatif", ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0",
+                                  "whatif.gpu_scale={h100_sxm: {hbm_bw_gbps: 2.0}}"]), tmp_path)
+    d = json.loads((tmp_path / "whatif.json").read_text())
+    assert d["whatif"]["total_usd_per_hour"] <= d["baseline"]["total_usd_per_hour"]
+    cap0 = d["baseline"]["deployments"][0]["capacity_rps_per_replica"]
+    assert d["whatif"]["deployments"][0]["capacity_rps_per_replica"] >= cap0
+
+
+def test_catalog_gpus_lists_twelve(capsys):
+    assert main(["catalog", "gpus"]) == 0
+    out = capsys.readouterr().out
+    for key in ("a100_40gb_sxm", "a100_sxm", "h100_sxm", "h100_pcie", "h200_sxm", "b200", "gb200", "l40s", "l4",
+                "a10g", "mi300x", "mi325x"):
+        assert key in out
+
+
+def test_multirun_writes_each_job_and_a_summary(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "llmplan.cli", "plan", "-m", "model=llama3_1_8b,qwen3_8b",
+                        "search.finalists=0", f"hydra.sweep.dir={tmp_path}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert sorted(summary["model"]) == ["llama3_1_8b", "qwen3_8b"]
+    assert len(list(tmp_path.glob("*/plan.json"))) == 2
