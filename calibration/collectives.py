@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-from scipy.optimize import least_squares
+
+if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
+    import pandas as pd
 
 #: engines use their custom all-reduce for messages up to this size inside NVLink (vLLM's
 #: default custom_all_reduce max_size, 8 MiB), NCCL above it
@@ -74,6 +75,7 @@ class Curve:
     def fit(size: np.ndarray, latency_ms: np.ndarray) -> "Curve":
         """Median-of-3 filter (removes isolated spikes), then the least-squares monotone
         (non-decreasing) fit in log space: latency never falls as the message grows."""
+        import pandas as pd
         df = pd.DataFrame({"lx": np.round(np.log2(size), 6), "ly": np.log2(latency_ms)})
         g = df.groupby("lx", sort=True).ly.median()
         lx, ly = g.index.to_numpy(dtype=np.float64), g.to_numpy(dtype=np.float64)
@@ -141,6 +143,7 @@ class AlphaBeta:
 
 def fit_alpha_beta(op: str, n: int, nbytes: np.ndarray, latency_ms: np.ndarray, link_bw_gbps: float) -> AlphaBeta:
     """Least squares on log latency of ``alpha + factor * bytes / (bw * eta)``."""
+    from scipy.optimize import least_squares
     y = np.log(latency_ms * 1e3)
     x = bus_factor(op, n) * nbytes / (link_bw_gbps * 1e3)
 

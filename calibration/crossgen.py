@@ -17,12 +17,21 @@ import math
 import numpy as np
 
 from calibration.calib_file import Calibration
+from calibration.collectives import AlphaBeta, pooled_alpha_beta
 from calibration.family_model import FamilyModel, GroupModel
 from calibration.gbt import GBTModel
+from calibration.gpu_features import GPUFeatures
 from calibration.physics import PARAM_NAMES, BaseParams
 
-#: include the pooled residual ensembles (chosen by leave-one-GPU-out on the shipped data)
-USE_RESIDUAL = True
+#: include the pooled residual ensembles. Off: on the shipped data they help some families
+#: and hurt others when a GPU is held out (they encode kernel-specific quirks that do not
+#: transfer to another GPU generation), so the cross-gen tier is the pooled base model only.
+USE_RESIDUAL = False
+#: groups not pooled across GPUs. fp8_block GEMM latency is dominated by an engine-specific
+#: fixed cost (vLLM's Triton fallback on Ada ~300 us, its DeepGEMM/FlashInfer path on Hopper
+#: 60-90 us, ~0 in SGLang/TRT-LLM) that does not transfer between GPUs: a GPU without
+#: measurements times fp8_block GEMMs with the pooled per-tensor fp8 model instead.
+EXCLUDED_GROUPS: dict[str, frozenset[str]] = {"gemm": frozenset({"fp8_block"})}
 #: engine whose kernels stand in when the asked engine was measured on no GPU
 DEFAULT_BACKEND = "vllm"
 
@@ -87,10 +96,19 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         fm = cal.family_model(g, b, family)
         assert fm is not None
         for key, gm in fm.groups.items():
-            by_group.setdefault(key, []).append(gm)
+            if key not in EXCLUDED_GROUPS.get(family, frozenset()):
+                by_group.setdefault(key, []).append(gm)
     groups = {}
     for key, gms in sorted(by_group.items()):
         gbt = mean_gbt([m.gbt for m in gms if m.gbt is not None]) if use_residual else None
         groups[key] = GroupModel(mean_params([m.base for m in gms]), gbt, sum(m.rows for m in gms),
                                  _union_ranges(gms))
     return FamilyModel(family, groups)
+
+
+def crossgen_alpha_beta(cal: Calibration, gpu: GPUFeatures) -> dict[str, AlphaBeta]:
+    """Pooled collective parameters for ``gpu`` from the other measured GPUs, preferring
+    those whose measurements ran over the same kind of link (NVLink vs PCIe)."""
+    others = {g: c for g, c in sorted(cal.collectives.items()) if g != gpu.key}
+    same = [c for c in others.values() if c.fabric == gpu.fabric]
+    return pooled_alpha_beta(same or list(others.values()))

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
+    import pandas as pd
 
 from calibration import features as F
 from calibration.gbt import GBTModel
@@ -49,7 +51,7 @@ RANGE_COLUMNS: dict[str, tuple[str, ...]] = {
 
 def group_keys(family: str, df: pd.DataFrame) -> pd.Series:
     col = GROUP_COLUMN.get(family)
-    return df[col].astype(str) if col else pd.Series("all", index=df.index)
+    return df[col].astype(str) if col else df.index.to_series().map(lambda _: "all")
 
 
 def shape_ranges(family: str, df: pd.DataFrame) -> dict[str, list[float]]:
@@ -74,12 +76,12 @@ class GroupModel:
             t = t * np.exp(self.gbt.predict(F.feature_matrix(phys)))
         return t / 1e3
 
-    def predict_one(self, phys: F.Phys) -> float:
-        """Latency in ms for one shape (scalar Phys)."""
-        t = predict_us_scalar(self.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2, phys.waves)
+    def predict_one(self, phys: F.Phys) -> tuple[float, str]:
+        """(latency ms, dominant bound) for one shape (scalar Phys)."""
+        t, bound = predict_us_scalar(self.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2, phys.waves)
         if self.gbt is not None and self.gbt.n_trees:
             t *= math.exp(self.gbt.predict_one(np.array(phys.x, dtype=np.float64)))
-        return t / 1e3
+        return t / 1e3, bound
 
     def outside(self, shape: dict[str, float]) -> bool:
         for c, (lo, hi) in self.ranges.items():

@@ -52,6 +52,7 @@ class FitOptions:
     min_rows_gbt: int = 60           # below this a group keeps its base model only
     residual_split: Split = Split("grouped", 0.2, 0)
     residuals: bool = True           # compute residual statistics (needs a second fit)
+    spec_rows: int = 4000            # rows per (family, GPU) scored for the roofline's error band
     fit_date: str = "unspecified"
 
 
@@ -153,15 +154,27 @@ def ape_stats(pred: np.ndarray, meas_ms: np.ndarray) -> dict[str, float]:
             "p90_ape": round(float(np.quantile(e, 0.9)), 5)}
 
 
-def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str) -> dict[str, dict[str, Any]]:
-    """APE statistics per family (and per GEMM/MoE dtype) of ``cal`` on ``test`` rows."""
+def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
+                   max_rows: int | None = None) -> dict[str, dict[str, Any]]:
+    """APE statistics per family (and per GEMM/MoE dtype, pooled "collective" and "all"
+    compute families) of ``cal`` on ``test`` rows; tier "spec" scores the roofline.
+    ``max_rows`` caps the rows scored per (family, GPU) with a deterministic sample."""
     from calibration.predict import predict_frame
+    from calibration.validate_kernels import roofline_predict
 
     collected: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for fam, df in sorted(test.frames.items()):
         for gpu, sub in df.groupby("gpu", sort=True):
-            gf = cal.gpus.get(str(gpu)) or GPUFeatures.from_spec(test.gpu_specs[str(gpu)])
-            pred, used = predict_frame(cal, fam, sub, gf, tier)
+            if max_rows is not None and len(sub) > max_rows:
+                sub = sub.sample(n=max_rows, random_state=0).sort_index()
+            if tier == "spec":
+                if fam == "moe_a2a":
+                    continue
+                pred = roofline_predict(fam, sub, test.gpu_specs[str(gpu)])
+                used = np.where(np.isfinite(pred), "spec", "none")
+            else:
+                gf = cal.gpus.get(str(gpu)) or GPUFeatures.from_spec(test.gpu_specs[str(gpu)])
+                pred, used = predict_frame(cal, fam, sub, gf, tier)
             keep = used == tier
             y = sub["latency_ms"].to_numpy()
             collected.setdefault(fam, []).append((pred[keep], y[keep]))
@@ -171,6 +184,8 @@ def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str)
                     collected.setdefault(f"{fam}:{dt}", []).append((pred[m], y[m]))
             if fam in ("custom_allreduce", "nccl"):
                 collected.setdefault("collective", []).append((pred[keep], y[keep]))
+            if fam in F.COMPUTE_FAMILIES:
+                collected.setdefault("all", []).append((pred[keep], y[keep]))
     out = {}
     for fam, parts in sorted(collected.items()):
         p = np.concatenate([a for a, _ in parts]) if parts else np.zeros(0)
@@ -197,6 +212,8 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
         cal.residuals["measured"] = residual_stats(held, test, "measured", f"split {opts.residual_split}")
         if len(gpus) > 1:
             cal.residuals["cross-gen"] = residual_stats(cal, meas, "cross-gen", "leave-one-GPU-out")
+        cal.residuals["spec"] = residual_stats(cal, meas, "spec", "roofline (sim.kernels) on measured rows",
+                                               max_rows=opts.spec_rows)
     cal.provenance = {
         "tool": "llmplan calibrate",
         "code_version": _code_version(),

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from calibration.features import Phys
 
@@ -70,8 +69,9 @@ def predict_us(bp: BaseParams, phys: Phys) -> Any:
 
 
 def predict_us_scalar(bp: BaseParams, t_c: float, t_m: float, q: float, ws_l2: float, t_l2: float,
-                      waves: float) -> float:
-    """The same for one shape, in plain Python floats (the kernel model's fast path)."""
+                      waves: float) -> tuple[float, str]:
+    """The same for one shape in plain Python floats (the kernel model's fast path), with
+    the bound that dominates: ``latency`` (fixed costs), ``compute`` or ``memory``."""
     tc = (q ** bp.g) * t_c / bp.eta_c
     r = ws_l2 / bp.l2_cap
     h = 0.0 if r > 1e3 else 1.0 / (1.0 + r ** 4)
@@ -79,8 +79,10 @@ def predict_us_scalar(bp: BaseParams, t_c: float, t_m: float, q: float, ws_l2: f
     s = max(tc, tm)
     fixed = bp.floor_us + bp.wave_us * waves
     if s <= 0.0:
-        return fixed
-    return fixed + s * ((tc / s) ** bp.p + (tm / s) ** bp.p) ** (1.0 / bp.p)
+        return fixed, "latency"
+    roof = s * ((tc / s) ** bp.p + (tm / s) ** bp.p) ** (1.0 / bp.p)
+    bound = "latency" if fixed >= roof else ("compute" if tc >= tm else "memory")
+    return fixed + roof, bound
 
 
 def _arrays(phys: Phys) -> tuple[np.ndarray, ...]:
@@ -116,6 +118,8 @@ def fit_base(phys: Phys, latency_us: np.ndarray, init: BaseParams | None = None,
              weights: np.ndarray | None = None) -> BaseParams:
     """Robust least squares of log latency on the base model; ``fixed`` pins parameters,
     ``weights`` (per row) balance groups such as GPUs in a pooled fit."""
+    from scipy.optimize import least_squares  # fitting only: keep prediction imports light
+
     y = np.log(np.asarray(latency_us, dtype=np.float64))
     arrs = _arrays(phys)
     w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)

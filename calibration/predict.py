@@ -8,11 +8,14 @@ the cross-gen tier ignores the GPU's own parameters and pools the other measured
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from calibration.calib_file import Calibration
-from calibration.collectives import AlphaBeta, a2a_key, custom_key, lookup_alpha_beta, nccl_key, pooled_alpha_beta
+from calibration.collectives import AlphaBeta, a2a_key, custom_key, lookup_alpha_beta, nccl_key
+from calibration.crossgen import crossgen_alpha_beta
 from calibration.crossgen import crossgen_family
 from calibration.family_model import predict_family_frame
 from calibration.features import COMPUTE_FAMILIES
@@ -22,10 +25,11 @@ COLLECTIVE_FAMILIES = ("custom_allreduce", "nccl", "moe_a2a")
 TIERS = ("measured", "cross-gen")
 
 
-def predict_frame(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatures, tier: str = "measured"
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(predicted latency ms, tier used) per row of one GPU's canonical frame; NaN/"none"
-    where no model covers the row."""
+def predict_frame(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatures, tier: str = "measured",
+                  spec: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted latency ms, tier used) per row of one GPU's canonical frame. Rows no
+    fitted model covers use the specification roofline (tier "spec") when the GPU's
+    ``spec`` (a GPUSpec) is given, as the kernel model does; else NaN / "none"."""
     pred = np.full(len(df), np.nan)
     used = np.full(len(df), "none", dtype=object)
     if not len(df):
@@ -34,6 +38,13 @@ def predict_frame(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatu
         _predict_compute(cal, family, df, gpu, tier, pred, used)
     elif family in COLLECTIVE_FAMILIES:
         _predict_collective(cal, family, df, gpu, tier, pred, used)
+    missing = np.isnan(pred)
+    if spec is not None and missing.any() and family != "moe_a2a":
+        from calibration.validate_kernels import roofline_predict
+
+        idx = np.flatnonzero(missing)
+        pred[idx] = roofline_predict(family, df.iloc[idx], spec)
+        used[idx] = np.where(np.isfinite(pred[idx]), "spec", "none")
     return pred, used
 
 
@@ -69,8 +80,7 @@ def _fabric_bw(gpu: GPUFeatures) -> float:
 def _predict_collective(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatures, tier: str,
                         pred: np.ndarray, used: np.ndarray) -> None:
     own = cal.collectives.get(gpu.key) if tier == "measured" else None
-    others = [c for g, c in sorted(cal.collectives.items()) if g != gpu.key]
-    pooled = pooled_alpha_beta(others) if others else {}
+    pooled = crossgen_alpha_beta(cal, gpu)
     for i, row in enumerate(df.to_dict("records")):
         n = int(row.get("num_gpus", row.get("ep", 0)))
         res = None

@@ -186,7 +186,7 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
             subsampled[fam] = len(df)
             df = df.sample(n=max_rows, random_state=0).sort_index()
         df = df.reset_index(drop=True)
-        pred, tiers = predict_frame(cal, fam, df, gf, tier)
+        pred, tiers = predict_frame(cal, fam, df, gf, tier, spec)
         roof = roofline_predict(fam, df, spec) if roofline else np.full(len(df), np.nan)
         scores.append(_score(fam, df, pred, tiers, roof))
         for col, sub in SUBFAMILY.items():

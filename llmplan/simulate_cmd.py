@@ -119,6 +119,17 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
         "tpot_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.tpot_ms.items()},
     }
     summary["step_breakdown"] = {"prefill": breakdown_json(step, prefill_shape), "decode": breakdown_json(step, decode_shape)}
+    from sim.uncertainty import step_band
+
+    bands = {}
+    for name, shape in (("tpot", decode_shape), ("ttft", prefill_shape)):
+        b = step_band(step, shape, app.calibration if app.calibration not in (None, "spec") else None) \
+            if summary["deployment"]["calibration_tier"] != "spec" else None
+        if b is not None:
+            bands[name] = {"p50_pct": b.p50_pct, "p90_pct": b.p90_pct, "tier": b.tier, "extrapolated": list(b.extrapolated)}
+            if b.extrapolated:
+                notes.append(f"{name} step: kernel queries outside the calibrated shape range: {', '.join(b.extrapolated)}")
+    summary["error_band"] = bands
     summary["notes"] = notes + summary.get("notes", [])
     out = out_dir or _output_dir()
     out.mkdir(parents=True, exist_ok=True)
@@ -126,6 +137,9 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     from llmplan.simulate_run import render_summary
 
     render_summary(console, summary, slos)
+    for name, b in bands.items():
+        console.print(f"{name.upper()} step-time error band ({b['tier']} tier, held-out kernel residuals): "
+                      f"median ±{b['p50_pct']:.1f}%, p90 ±{b['p90_pct']:.1f}%")
     console.print(breakdown_table(f"Prefill step ({prefill_shape.prefill_tokens} tokens)", step, prefill_shape))
     console.print(breakdown_table(f"Decode step ({decode_shape.decode_seqs} sequences)", step, decode_shape))
     for n in summary["notes"]:

@@ -156,4 +156,20 @@ def operating_points(sel: Selection, rate_rps: float, slos: list[SLOTarget]) -> 
         if isinstance(an, ReplicaAnalyzer):
             op = an.operating_point(a.share_rps, sorted({tq, pq}))
             a.ttft_ms, a.tpot_ms = op.ttft_ms[tq], op.tpot_ms[pq]
+            a.bands = prediction_bands(an, op)
+
+
+def prediction_bands(an: ReplicaAnalyzer, op) -> dict:
+    """Error bands (from held-out kernel residuals) of the decode and prefill steps at an operating point."""
+    from sim.types import StepShape
+    from sim.uncertainty import step_band
+
+    out = {}
+    decode = StepShape.build([], [int(an.I + an.O / 2)] * max(1, int(round(op.decode_seqs))))
+    prefill = StepShape.build([(int(min(an.I, an.budget)), 0)], [])
+    for name, shape in (("tpot", decode), ("ttft", prefill)):
+        b = step_band(an.step, shape)
+        if b is not None:
+            out[name] = {"p50_pct": b.p50_pct, "p90_pct": b.p90_pct, "tier": b.tier, "extrapolated": list(b.extrapolated)}
+    return out
 

@@ -35,7 +35,7 @@ def allocation_dict(a: Allocation) -> dict:
         "load_rps_per_replica": _num(a.share_rps, 4),
         "ttft_ms": _num(a.ttft_ms), "tpot_ms": _num(a.tpot_ms),
         "kv_capacity_tokens": e.kv_capacity_tokens, "weights_gb_per_gpu": _num(e.weights_gb),
-        "calibration_tier": e.tier, "simulated": a.simulated,
+        "calibration_tier": e.tier, "simulated": a.simulated, "error_band": a.bands,
     }
 
 
@@ -113,8 +113,11 @@ def _deploy_table(title: str, sel: Selection, res: PlanResult, console_width: in
     for a in sel.allocations:
         c = a.evaluation.candidate
         sim = a.simulated or {}
-        ttft = f"{a.ttft_ms:.0f}" + (f" (sim {sim['ttft_ms']:.0f})" if sim.get("ttft_ms") is not None else "")
-        tpot = f"{a.tpot_ms:.1f}" + (f" (sim {sim['tpot_ms']:.1f})" if sim.get("tpot_ms") is not None else "")
+        bt, bp = a.bands.get("ttft", {}), a.bands.get("tpot", {})
+        ttft = f"{a.ttft_ms:.0f}" + (f" (sim {sim['ttft_ms']:.0f})" if sim.get("ttft_ms") is not None else "") + \
+            (f" ±{bt['p90_pct']:.0f}%" if bt else "")
+        tpot = f"{a.tpot_ms:.1f}" + (f" (sim {sim['tpot_ms']:.1f})" if sim.get("tpot_ms") is not None else "") + \
+            (f" ±{bp['p90_pct']:.0f}%" if bp else "")
         t.add_row(c.gpu.key, str(a.replicas), str(a.replicas * c.gpus_per_replica),
                   f"{c.par.tp}/{c.par.pp}/{c.par.ep}", f"{c.prec.weights} kv:{c.prec.kv_cache}", str(c.max_num_seqs),
                   f"{a.replicas * c.usd_per_replica_hour:.2f}", f"{a.share_rps:.2f}", ttft, tpot, a.evaluation.tier)
@@ -150,6 +153,13 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     rej = d.get("rejected", {})
     console.print(f"Candidates: {d['candidates_evaluated']} evaluated, {d['candidates_meeting_slo']} meet the SLOs; rejected: " +
                   (", ".join(f"{k} {v}" for k, v in rej.items()) or "none"))
+    extrap = sorted({op for a in sel.allocations for b in a.bands.values() for op in b.get("extrapolated", [])})
+    if extrap:
+        console.print(f"[yellow]warning:[/yellow] kernel queries outside the calibrated shape range (extrapolated): "
+                      + ", ".join(extrap))
+    if sel.feasible and any(a.bands for a in sel.allocations):
+        console.print("[dim]± = p90 error of the step time from held-out kernel residuals of the calibration tier "
+                      "(docs/ACCURACY.md)[/dim]")
     for note in res.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     if out_dir is not None:

@@ -102,6 +102,7 @@ class Allocation:
     ttft_ms: float = float("nan")          # predicted at share_rps, at the SLO percentile
     tpot_ms: float = float("nan")
     simulated: dict = field(default_factory=dict)  # DES percentiles at the target load
+    bands: dict = field(default_factory=dict)      # {ttft|tpot: {p50_pct, p90_pct, tier, extrapolated}}
 
 
 @dataclass

@@ -79,6 +79,12 @@ class LogHistogram:
     def mean(self) -> float:
         return self.total / self.count if self.count else math.nan
 
+    def frame(self) -> pd.DataFrame:
+        """The histogram as a table: ``itl_ms`` (bin centre) and ``tokens`` (weight), sorted."""
+        keys = sorted(self.bins)
+        return pd.DataFrame({"itl_ms": [math.exp((k + 0.5) / self.K) for k in keys],
+                             "tokens": [self.bins[k] for k in keys]})
+
     def quantiles(self, qs: Iterable[float]) -> list[float]:
         """Values at the given percentiles (0-100), bin centres."""
         if not self.count:

@@ -72,8 +72,8 @@ class AnalyticalStepModel:
         ops = list(self._linear(shape.tokens, self._logit_rows(shape)))
         ops += self._attn(*self._attn_key(shape))
         n_stage = self.pp
-        ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier)
-               for o in ops]
+        ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier,
+                      o.extrapolated) for o in ops]
         _, comm = self._stage_and_comm(shape)
         if comm:
             ops.append(OpTime("pp_send_recv", "comm", comm, "comm"))
@@ -111,7 +111,8 @@ class AnalyticalStepModel:
         return per_stage, comm
 
     def _op(self, name: str, family: str, kt: KernelTime, count: float) -> OpTime:
-        return OpTime(name, family, kt.latency_ms * count, kt.bound, kt.flops * count, kt.bytes * count, kt.tier)
+        return OpTime(name, family, kt.latency_ms * count, kt.bound, kt.flops * count, kt.bytes * count, kt.tier,
+                      kt.extrapolated)
 
     def _linear_ops(self, tokens: int, logit_rows: int) -> tuple[OpTime, ...]:
         """Token-count-dependent operators of one pipeline stage (all but attention)."""

@@ -69,6 +69,7 @@ class OpTime:
     flops: float = 0.0
     bytes: float = 0.0
     tier: str = "spec"    # measured | cross-gen | spec  (calibration tier of its efficiency)
+    extrapolated: bool = False  # the kernel query lies outside the fitted shape range
 
 
 @dataclass(frozen=True)

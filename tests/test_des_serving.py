@@ -28,6 +28,8 @@ def test_result_tables_and_json_summary(tmp_path):
     assert list(ts.columns) == ["time_ms", "replica", "running", "waiting", "batch_size", "kv_util", "preemptions"]
     assert len(ts) > 50 and ts["kv_util"].between(0, 1).all() and set(ts["replica"]) == {0, 1}
     assert ts["time_ms"].is_monotonic_increasing
+    h = res.itl_histogram
+    assert h["tokens"].sum() == s["itl_count"] and h["itl_ms"].is_monotonic_increasing
     p = res.write_requests(tmp_path / "r.csv")
     assert p.read_text().splitlines()[0].startswith("request_id,replica,arrival_ms")
     try:

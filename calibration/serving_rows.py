@@ -1,0 +1,418 @@
+"""Measured serving runs (``e2e_serving.csv`` layout) -> simulator deployments.
+
+Each row of the file is one closed-loop benchmark run: a model served by one engine
+(vLLM, SGLang or TensorRT-LLM) on one kind of GPU with fixed prompt and output lengths at
+a fixed client concurrency. :func:`map_rows` turns every row into a :class:`RowMapping`:
+a :class:`ServingCase` ready to simulate, or a ``status`` that says why it cannot be
+simulated (never silently dropped). Status strings are ``"<reason>: <detail>"`` with
+``reason`` one of :data:`REASONS`.
+
+Mapping (documented in docs/ACCURACY.md, section Serving):
+
+* model: ``model_path`` through :func:`model_catalog.loader.load_model` (HF ids and aliases);
+  an unknown model is a status (``unknown_model``), not an error, so one odd row does not
+  stop a whole file.
+* GPU: ``system`` through :func:`hardware_catalog.loader.get_gpu` (any catalog GPU).
+* engine: ``backend`` -> ``conf/engine/<backend>.yaml`` (vllm, sglang, trtllm), with fitted
+  host-overhead terms laid over it (see :mod:`calibration.engine_fit`). ``max_num_seqs`` is
+  raised to ``max(batch_size x attention_dp_size, concurrency)`` (the run's batch limit; the
+  client never queues behind a cap the file may under-report) and
+  ``max_num_batched_tokens`` to at least ``max_num_seqs``.
+* precision: ``gemm_quant_mode`` (else ``precision``) ``fp8``/``fp8_block``/... -> fp8 weights;
+  ``nvfp4``/``mxfp4``/``fp4`` -> fp4 weights; ``bf16``/``fp16``/empty -> the model's shipped
+  format when that is fp8 or fp4, else bf16. KV cache: fp8 when the row's precision (or,
+  when empty, the weights) is fp8 or fp4 and the GPU has fp8, else bf16 (the planner's
+  ``kv_cache_dtype: auto`` rule).
+* parallelism: ``Parallelism(tp=tp_size, pp=pp_size, ep=moe_ep_size)`` for MoE models
+  (``moe_tp_size x moe_ep_size`` must equal ``tp_size``), ``ep=1`` for dense models (their
+  ``moe_*`` columns are ignored).
+* workload: closed loop with concurrency from ``silicon_concurrency=N`` in
+  ``silicon_data_source`` (else ``batch_size``), fixed ``isl``/``osl``.
+
+Not simulated: ``mode`` other than ``agg`` (disaggregated serving is not modelled),
+``attention_dp_size > 1`` (attention data parallelism is not modelled), parallelism or
+precision the model/GPU rejects (:func:`sim.deployment.parallelism_problem`), weights that
+leave no room for one request's KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hardware_catalog.spec import GPUSpec
+from llmplan.errors import CatalogError, UserError
+from model_catalog.spec import ModelSpec
+from sim.deployment import Deployment, parallelism_problem
+from sim.memory import plan_memory
+from sim.types import EngineProfile, Parallelism, Precision
+
+#: columns a measurements file must have (the e2e_serving.csv layout)
+REQUIRED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "precision", "mode", "isl", "osl",
+                    "gemm_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+                    "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+#: engines with a profile in conf/engine/
+BACKENDS = ("vllm", "sglang", "trtllm")
+#: why a row is not simulated (first word of its status)
+REASONS = ("disagg", "attention_dp", "unknown_model", "unknown_gpu", "unknown_backend", "precision",
+           "parallelism", "memory", "invalid")
+SIMULATED = "simulated"
+
+FP8_MODES = frozenset({"fp8", "fp8_block", "fp8_static", "fp8_dynamic", "w8a8_fp8", "fp8_e4m3"})
+FP4_MODES = frozenset({"fp4", "nvfp4", "mxfp4", "w4a4_nvfp4", "w4a16_mxfp4"})
+BF16_MODES = frozenset({"", "bf16", "bfloat16", "fp16", "float16", "half", "none", "auto"})
+_CONC = re.compile(r"silicon_concurrency\s*=\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class ServingCase:
+    """One simulable measured run."""
+
+    index: int                 # row position in the file (0-based)
+    row_id: str                # the file's ``id`` column, else the index
+    backend: str               # vllm | sglang | trtllm
+    model_path: str            # as written in the file
+    mode: str                  # agg
+    dep: Deployment            # model x GPU x parallelism x precision x engine (1 replica)
+    concurrency: int           # closed-loop clients
+    isl: int                   # prompt tokens per request
+    osl: int                   # output tokens per request
+    measured_ttft_ms: float
+    measured_tpot_ms: float
+
+    @property
+    def dense(self) -> bool:
+        return not self.dep.model.is_moe
+
+
+@dataclass(frozen=True)
+class RowMapping:
+    """A row's outcome: a case to simulate (status ``simulated``) or why not."""
+
+    index: int
+    case: ServingCase | None
+    status: str
+
+    @property
+    def reason(self) -> str:
+        """``simulated`` or the reason category (first word of the status)."""
+        return self.status.split(":", 1)[0]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def check_columns(df: pd.DataFrame, source: str) -> None:
+    """UserError naming the first missing column and the file."""
+    for col in REQUIRED_COLUMNS:
+        if col not in df.columns:
+            raise UserError(f"column '{col}' is missing from {source}", key="measurements",
+                            fix="give a file in the e2e_serving.csv layout (see shared/measurements/README.md)")
+
+
+def read_serving_csv(path: str | Path) -> pd.DataFrame:
+    """Read a measurements file and check its columns (UserError on any problem)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"measurements file not found: {p}", key="measurements")
+    try:
+        df = pd.read_csv(p)
+    except Exception as e:  # noqa: BLE001 - any parse failure is the user's file
+        raise UserError(f"cannot read {p}: {e}", key="measurements") from e
+    check_columns(df, str(p))
+    return df.reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- engines
+
+
+@lru_cache(maxsize=None)
+def base_engine(backend: str) -> EngineProfile:
+    """The engine profile of ``conf/engine/<backend>.yaml`` (placeholder host overheads)."""
+    from omegaconf import OmegaConf
+
+    from llmplan.paths import conf_dir
+
+    path = conf_dir() / "engine" / f"{backend}.yaml"
+    if backend not in BACKENDS or not path.is_file():
+        raise UserError(f"no engine profile for backend '{backend}'", key="backend", fix=f"known: {', '.join(BACKENDS)}")
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    assert isinstance(raw, dict)
+    fields = EngineProfile.__dataclass_fields__
+    return EngineProfile(**{k: v for k, v in raw.items() if k in fields})
+
+
+def engine_profiles(overrides: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, EngineProfile]:
+    """Profiles of every backend, with ``overrides[backend]`` fields (e.g. fitted host
+    overheads) laid over the conf values; keys that are not EngineProfile fields are ignored."""
+    out = {}
+    fields = EngineProfile.__dataclass_fields__
+    for b in BACKENDS:
+        e = base_engine(b)
+        over = {k: v for k, v in (overrides or {}).get(b, {}).items() if k in fields}
+        out[b] = replace(e, **over) if over else e
+    return out
+
+
+# ----------------------------------------------------------------------------- fields
+
+
+def _num(v: Any) -> float:
+    """A float, NaN for empty/unparsable."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return x
+
+
+def _int(v: Any, default: int) -> int:
+    x = _num(v)
+    return default if not math.isfinite(x) else int(round(x))
+
+
+def _text(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v).strip().lower()
+
+
+def concurrency_of(row: Mapping[str, Any]) -> int:
+    """Clients of the closed-loop run: ``silicon_concurrency=N`` in the source, else batch_size."""
+    m = _CONC.search(str(row.get("silicon_data_source") or ""))
+    if m:
+        return int(m.group(1))
+    return _int(row.get("batch_size"), 0)
+
+
+def precision_of(row: Mapping[str, Any], model: ModelSpec, gpu: GPUSpec) -> Precision | str:
+    """Weights/KV precision of a row (see the module docstring), or a status string."""
+    mode = _text(row.get("gemm_quant_mode")) or _text(row.get("precision"))
+    if mode in FP8_MODES:
+        w = "fp8"
+    elif mode in FP4_MODES:
+        w = "fp4"
+    elif mode in BF16_MODES:
+        w = model.native_dtype if model.native_dtype in ("fp8", "fp4") else "bf16"
+    else:
+        return f"precision: unknown gemm_quant_mode/precision '{mode}'"
+    declared = _text(row.get("precision")) or w
+    low = declared in FP8_MODES or declared in FP4_MODES
+    kv = "fp8" if low and gpu.supports("fp8") else "bf16"
+    return Precision(w, kv)
+
+
+def parallelism_of(row: Mapping[str, Any], model: ModelSpec) -> Parallelism | str:
+    """Parallelism of a row, or a status string."""
+    tp, pp = _int(row.get("tp_size"), 1), _int(row.get("pp_size"), 1)
+    if not model.is_moe:
+        return Parallelism(tp, pp, 1)
+    ep = max(1, _int(row.get("moe_ep_size"), 1))
+    moe_tp = max(1, _int(row.get("moe_tp_size"), max(1, tp // ep)))
+    if moe_tp * ep != tp:
+        return (f"parallelism: moe_tp_size {moe_tp} x moe_ep_size {ep} != tp_size {tp} "
+                "(experts must be sharded over the TP group)")
+    return Parallelism(tp, pp, ep)
+
+
+# ----------------------------------------------------------------------------- mapping
+
+
+def _load_model(name: str) -> ModelSpec | str:
+    from model_catalog.loader import load_model
+
+    try:
+        return load_model(name)
+    except CatalogError as e:
+        return f"unknown_model: {name}: {e}"
+
+
+def _load_gpu(name: str) -> GPUSpec | str:
+    from hardware_catalog.loader import get_gpu
+
+    try:
+        return get_gpu(name)
+    except CatalogError as e:
+        return f"unknown_gpu: {name}: {e}"
+
+
+def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProfile]) -> RowMapping:
+    """One row -> a case to simulate, or a status saying why not."""
+    def skip(status: str) -> RowMapping:
+        return RowMapping(index, None, status)
+
+    mode = _text(row.get("mode"))
+    if mode != "agg":
+        return skip(f"disagg: mode '{mode}' (disaggregated prefill/decode is not modelled)" if mode == "disagg"
+                    else f"invalid: unknown mode '{mode}'")
+    adp = _int(row.get("attention_dp_size"), 1)
+    if adp > 1:
+        return skip(f"attention_dp: attention_dp_size={adp} (attention data parallelism is not modelled)")
+    backend = _text(row.get("backend"))
+    if backend not in engines:
+        return skip(f"unknown_backend: '{backend}' (known: {', '.join(engines)})")
+    isl, osl = _int(row.get("isl"), 0), _int(row.get("osl"), 0)
+    conc = concurrency_of(row)
+    ttft, tpot = _num(row.get("silicon_ttft_ms")), _num(row.get("silicon_tpot_ms"))
+    if isl < 1 or osl < 2 or conc < 1:
+        return skip(f"invalid: isl={isl}, osl={osl}, concurrency={conc} (need isl >= 1, osl >= 2, concurrency >= 1)")
+    if not (ttft > 0 and tpot > 0):
+        return skip(f"invalid: measured ttft={ttft}, tpot={tpot} (need both > 0)")
+    model = _load_model(str(row.get("model_path") or ""))
+    if isinstance(model, str):
+        return skip(model)
+    gpu = _load_gpu(str(row.get("system") or ""))
+    if isinstance(gpu, str):
+        return skip(gpu)
+    prec = precision_of(row, model, gpu)
+    if isinstance(prec, str):
+        return skip(prec)
+    par = parallelism_of(row, model)
+    if isinstance(par, str):
+        return skip(par)
+    problem = parallelism_problem(model, gpu, par, prec)
+    if problem:
+        return skip(("precision: " if "not supported" in problem else "parallelism: ") + problem)
+    batch = max(_int(row.get("batch_size"), conc), 1) * adp
+    base = engines[backend]
+    seqs = max(batch, conc)
+    engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=max(base.max_num_batched_tokens, seqs))
+    mem = plan_memory(model, gpu, par, prec, engine, isl + osl)
+    if not mem.fits:
+        return skip(f"memory: {mem.reason}")
+    rid = row.get("id")
+    case = ServingCase(index, str(rid) if rid is not None and _text(rid) else str(index), backend,
+                       str(row.get("model_path")), mode, Deployment(model, gpu, par, prec, engine), conc, isl, osl,
+                       ttft, tpot)
+    return RowMapping(index, case, SIMULATED)
+
+
+def map_rows(df: pd.DataFrame, engines: Mapping[str, EngineProfile]) -> list[RowMapping]:
+    """Every row of a measurements frame, in order."""
+    return [map_row(r, i, engines) for i, r in enumerate(df.to_dict("records"))]
+
+
+# ----------------------------------------------------------------------------- simulation
+
+#: tier names, most trusted first (a step's tier is its least trusted kernel's)
+TIER_ORDER = ("measured", "cross-gen", "spec")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How a measured run is replayed in the discrete-event simulator.
+
+    ``requests = max(waves x concurrency, min_requests)``. ``window``: ``steady`` leaves the
+    first ``concurrency`` requests (the start-up burst) and the last ``concurrency`` (the
+    drain) out of the means; ``all`` counts every request, as a benchmark client that
+    reports over all its requests would.
+    """
+
+    calibration: str | None = None   # kernel calibration: None (default fit), a file, or "spec"
+    waves: int = 4
+    min_requests: int = 60
+    window: str = "steady"           # steady | all
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Simulated means over the measured requests of one run (NaN when not simulated)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    tier: str
+    status: str = SIMULATED
+    requests: int = 0
+
+
+def num_requests(concurrency: int, opts: SimOptions) -> int:
+    return max(opts.waves * concurrency, opts.min_requests)
+
+
+@lru_cache(maxsize=32)
+def _kernels(gpu_key: str, backend: str, calibration: str | None) -> Any:
+    from hardware_catalog.loader import get_gpu
+    from sim.deployment import make_kernel_model
+
+    return make_kernel_model(get_gpu(gpu_key), backend, calibration)
+
+
+def resolve_calibration(calibration: str | None) -> tuple[str | None, str]:
+    """The calibration to use and a note. The default (None) falls back to the
+    specification roofline, with a note, when no default calibration file is installed;
+    an explicit file that cannot be loaded is a UserError."""
+    from hardware_catalog.loader import get_gpu
+    from sim.deployment import make_kernel_model
+
+    try:
+        make_kernel_model(get_gpu("h100_sxm"), "vllm", calibration)
+    except UserError as e:
+        if calibration is not None:
+            raise
+        return "spec", f"default kernel calibration unavailable ({e}); using the specification roofline"
+    return calibration, ""
+
+
+def kernel_tier(step: Any) -> str:
+    """Calibration tier of a step model's kernels: the kernel model's own ``tier``
+    (measured | cross-gen | spec) when it has one, else the tier carrying most of the time
+    of a representative mixed step (host overhead and pipeline sends excluded)."""
+    from sim.types import StepShape
+
+    tier = getattr(step.kernels, "tier", None)
+    if isinstance(tier, str):
+        return tier
+    weight: dict[str, float] = {}
+    for o in step.breakdown(StepShape.build([(512, 0)], [1024] * 8)).ops:
+        if o.family != "host" and o.name != "pp_send_recv":
+            weight[o.tier] = weight.get(o.tier, 0.0) + o.latency_ms
+    return max(weight, key=lambda t: (weight[t], t)) if weight else "spec"
+
+
+def step_model(case: ServingCase, calibration: str | None) -> Any:
+    """The analytical step model of a case (kernel models cached per GPU/engine/calibration)."""
+    from sim.deployment import build
+
+    km = _kernels(case.dep.gpu.key, case.dep.engine.kernel_backend, calibration)
+    step, _ = build(case.dep, calibration, case.isl + case.osl, kernels=km)
+    return step
+
+
+def simulate_case(case: ServingCase, opts: SimOptions, cost: Any = None) -> Prediction:
+    """Replay one run in the DES: one replica, closed loop, fixed lengths. ``cost``
+    replaces the step cost model (the engine fit uses probe cost models)."""
+    from sim.memory import plan_memory
+    from sim.metrics import MeasureWindow
+    from sim.replica import ReplicaSpec
+    from sim.serving import simulate_serving
+    from sim.workload import LengthSpec, WorkloadSpec
+
+    dep = case.dep
+    step = step_model(case, opts.calibration)
+    tier = kernel_tier(step)
+    mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, case.isl + case.osl)
+    n = num_requests(case.concurrency, opts)
+    spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=case.concurrency, num_requests=n,
+                        input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl),
+                        output_tokens=LengthSpec(kind="fixed", mean_tokens=case.osl), seed=opts.seed)
+    if opts.window == "steady":
+        window = MeasureWindow(0.0, case.concurrency / n, warmup_requests=case.concurrency)
+    else:
+        window = MeasureWindow(0.0, 0.0, warmup_requests=0)
+    replica = ReplicaSpec(cost if cost is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + case.osl)
+    try:
+        res = simulate_serving(spec, [replica], seed=opts.seed, window=window)
+    except UserError as e:  # e.g. one request's KV does not fit beyond the watermark
+        return Prediction(math.nan, math.nan, tier, f"memory: {e}")
+    s = res.summary
+    if res.overloaded or s.get("ttft_ms_mean") is None or s.get("tpot_ms_mean") is None:
+        return Prediction(math.nan, math.nan, tier, f"invalid: simulation did not finish ({res.unfinished} unfinished)")
+    return Prediction(float(s["ttft_ms_mean"]), float(s["tpot_ms_mean"]), tier, SIMULATED, int(s["measured_finished"]))

@@ -1,0 +1,297 @@
+"""KernelModel fitted to measured kernel latencies (``llmplan calibrate``).
+
+Tiers (``KernelTime.tier``):
+
+* ``measured``: the calibration has this GPU (same catalog key and the same performance
+  figures): its own fitted parameters for the asked engine (``backend``), or for another
+  engine measured on the same GPU when the asked one was not (A100 sglang -> A100 vllm);
+* ``cross-gen``: any other GPU, including what-if GPUs whose figures were overridden:
+  the pooled model of the measured GPUs applied to this GPU's specification;
+* ``spec``: families never measured (``memory_op``; a dtype no GPU measured) delegate to
+  :class:`sim.kernels.RooflineKernelModel`.
+
+``KernelTime.extrapolated`` is set when the query lies outside the shape range fitted for
+that family/GPU (or the link is not the one measured).
+
+Collectives: ``collective("all_reduce", ...)`` is the TP all-reduce of activations: the
+engine's custom all-reduce (CUDA-graph launch) for messages up to 8 MiB inside the
+measured NVLink domain (PCIe: only between 2 GPUs), NCCL otherwise; other ops use the
+NCCL tables. A link other than the measured one (PCIe or network on an NVLink GPU) uses
+the alpha-beta model over that link's bandwidth plus its start-up latency per step.
+
+MLA: ``mla_prefill``/``mla_decode`` time the attention core only (fitted on the
+kernel-level ``mla_context``/``mla_generation`` tables); the step model times the MLA
+projections as GEMMs.
+
+Calls are cached per model instance (the step model repeats shapes), and the uncached
+scalar path evaluates the fitted model in plain Python plus a few numpy calls.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from hardware_catalog.spec import GPUSpec
+from llmplan.errors import UserError
+from sim.kernels import KernelModel, KernelTime, Link, RooflineKernelModel
+
+from calibration.calib_file import Calibration, load_calibration
+from calibration.collectives import (CUSTOM_AR_MAX_BYTES, OPS, AlphaBeta, custom_key, lookup_alpha_beta, nccl_key,
+                                     ring_steps)
+from calibration.crossgen import crossgen_alpha_beta, crossgen_family
+from calibration.family_model import FamilyModel, scalar_phys
+from calibration.gpu_features import GPUFeatures
+
+DEFAULT_MOE_SKEW = 1.01   # routing imbalance assumed for MoE (power-law exponent; 0 = balanced)
+_CACHE_SIZE = 1 << 16
+
+
+class CalibratedKernelModel:
+    """A :class:`sim.kernels.KernelModel` backed by a calibration file."""
+
+    def __init__(self, gpu: GPUSpec, backend: str = "vllm", calibration: Calibration | None = None,
+                 moe_skew: float = DEFAULT_MOE_SKEW, allreduce_mode: str = "graph"):
+        self.gpu = gpu
+        self.backend = backend
+        self.cal = calibration if calibration is not None else load_calibration(None)
+        self.moe_skew = float(moe_skew)
+        self.allreduce_mode = allreduce_mode
+        self._gf = GPUFeatures.from_spec(gpu)
+        stored = self.cal.gpus.get(gpu.key)
+        self.measured = stored is not None and stored.same_hardware(self._gf) and gpu.key in self.cal.measured
+        self.tier = "measured" if self.measured else "cross-gen"
+        self._feat = stored if self.measured and stored is not None else self._gf
+        self._roof = RooflineKernelModel(gpu)
+        self._families: dict[str, list[tuple[FamilyModel, str, GPUFeatures]]] = {}
+        self.backend_used: dict[str, str] = {}
+        self._coll = self.cal.collectives.get(gpu.key) if self.measured else None
+        self._ab: dict[str, AlphaBeta] | None = None
+        for name in ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
+                     "collective"):
+            setattr(self, "_c_" + name, functools.lru_cache(maxsize=_CACHE_SIZE)(getattr(self, "_" + name)))
+
+    # -- model selection -------------------------------------------------------------------
+    def _candidates(self, family: str) -> list[tuple[FamilyModel, str, GPUFeatures]]:
+        """Models to try in order: own measured (asked engine, then another), cross-gen."""
+        if family in self._families:
+            return self._families[family]
+        out: list[tuple[FamilyModel, str, GPUFeatures]] = []
+        if self.measured:
+            key = self.gpu.key
+            order = [self.backend] + [b for b in self.cal.backends(key) if b != self.backend]
+            for b in order:
+                fm = self.cal.family_model(key, b, family)
+                if fm is not None:
+                    out.append((fm, "measured", self._feat))
+                    self.backend_used[family] = b
+                    break
+        xg = crossgen_family(self.cal, family, self.backend, exclude=self.gpu.key if not self.measured else None)
+        if xg is not None:
+            out.append((xg, "cross-gen", self._gf))
+        self._families[family] = out
+        return out
+
+    def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
+                 exact_dims: bool = True) -> KernelTime | None:
+        for fm, tier, feat in self._candidates(family):
+            group, exact = fm.resolve_group(dtype)
+            if group is None:
+                continue
+            gm = fm.groups[group]
+            phys = scalar_phys(family, feat, group, q)
+            ms, bound = gm.predict_one(phys)
+            extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)
+            return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap)
+        return None
+
+    # -- KernelModel protocol ----------------------------------------------------------------
+    def gemm(self, m: int, n: int, k: int, dtype: str) -> KernelTime:
+        return self._c_gemm(int(m), int(n), int(k), str(dtype))
+
+    def _gemm(self, m: int, n: int, k: int, dtype: str) -> KernelTime:
+        if m <= 0 or n <= 0 or k <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        kt = self._predict("gemm", dtype, {"m": m, "n": n, "k": k, "dtype": dtype}, {"m": m, "n": n, "k": k})
+        return kt if kt is not None else self._roof.gemm(m, n, k, _roof_dtype(self.gpu, dtype))
+
+    def attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, num_kv_heads: int,
+                          head_dim: int, kv_dtype: str) -> KernelTime:
+        return self._c_attention_prefill(int(batch), int(q_len), int(kv_len), int(num_heads), int(num_kv_heads),
+                                         int(head_dim), str(kv_dtype))
+
+    def _attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, num_kv_heads: int,
+                           head_dim: int, kv_dtype: str) -> KernelTime:
+        if batch <= 0 or q_len <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        kv_len = max(kv_len, q_len)
+        q = {"batch": batch, "q_len": q_len, "kv_len": kv_len, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
+             "head_dim": head_dim, "kv_dtype": kv_dtype}
+        rs = {"batch": batch, "q_len": q_len, "ctx": kv_len - q_len, "num_heads": num_heads,
+              "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+        kt = self._predict("attention_prefill", None, q, rs)
+        return kt if kt is not None else self._roof.attention_prefill(batch, q_len, kv_len, num_heads, num_kv_heads,
+                                                                      head_dim, kv_dtype)
+
+    def attention_decode(self, batch: int, kv_len: float, num_heads: int, num_kv_heads: int, head_dim: int,
+                         kv_dtype: str) -> KernelTime:
+        return self._c_attention_decode(int(batch), float(kv_len), int(num_heads), int(num_kv_heads), int(head_dim),
+                                        str(kv_dtype))
+
+    def _attention_decode(self, batch: int, kv_len: float, num_heads: int, num_kv_heads: int, head_dim: int,
+                          kv_dtype: str) -> KernelTime:
+        if batch <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        kv = max(kv_len, 1.0)
+        q = {"batch": batch, "kv_len": kv, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
+             "head_dim": head_dim, "kv_dtype": kv_dtype}
+        rs = {"batch": batch, "kv_len": kv, "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+        kt = self._predict("attention_decode", None, q, rs)
+        return kt if kt is not None else self._roof.attention_decode(batch, kv, num_heads, num_kv_heads, head_dim,
+                                                                     kv_dtype)
+
+    def moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
+            dtype: str) -> KernelTime:
+        return self._c_moe(int(num_tokens), int(hidden), int(inter), int(topk), int(num_experts), int(moe_tp),
+                           int(moe_ep), str(dtype))
+
+    def _moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
+             dtype: str) -> KernelTime:
+        if num_tokens <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        q = {"num_tokens": num_tokens, "hidden": hidden, "inter": inter, "topk": topk, "num_experts": num_experts,
+             "moe_tp": max(moe_tp, 1), "moe_ep": max(moe_ep, 1), "dtype": dtype, "skew": self.moe_skew}
+        rs = {k: float(v) for k, v in q.items() if k not in ("dtype", "skew")}
+        kt = self._predict("moe", dtype, q, rs)
+        if kt is not None:
+            return kt
+        return self._roof.moe(num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep,
+                              _roof_dtype(self.gpu, dtype))
+
+    def mla_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, kv_lora_rank: int, qk_nope_dim: int,
+                    qk_rope_dim: int, v_head_dim: int, kv_dtype: str) -> KernelTime:
+        return self._c_mla_prefill(int(batch), int(q_len), int(kv_len), int(num_heads), int(kv_lora_rank),
+                                   int(qk_nope_dim), int(qk_rope_dim), int(v_head_dim), str(kv_dtype))
+
+    def _mla_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, kv_lora_rank: int, qk_nope_dim: int,
+                     qk_rope_dim: int, v_head_dim: int, kv_dtype: str) -> KernelTime:
+        if batch <= 0 or q_len <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        kv_len = max(kv_len, q_len)
+        q = {"batch": batch, "q_len": q_len, "kv_len": kv_len, "num_heads": num_heads, "kv_dtype": kv_dtype,
+             "qk_nope_dim": qk_nope_dim, "qk_rope_dim": qk_rope_dim, "v_head_dim": v_head_dim}
+        rs = {"batch": batch, "q_len": q_len, "ctx": kv_len - q_len, "num_heads": num_heads}
+        same = (qk_nope_dim, qk_rope_dim, v_head_dim) == (128, 64, 128)
+        kt = self._predict("mla_prefill", None, q, rs, exact_dims=same)
+        return kt if kt is not None else self._roof.mla_prefill(batch, q_len, kv_len, num_heads, kv_lora_rank,
+                                                                qk_nope_dim, qk_rope_dim, v_head_dim, kv_dtype)
+
+    def mla_decode(self, batch: int, kv_len: float, num_heads: int, kv_lora_rank: int, qk_rope_dim: int,
+                   kv_dtype: str) -> KernelTime:
+        return self._c_mla_decode(int(batch), float(kv_len), int(num_heads), int(kv_lora_rank), int(qk_rope_dim),
+                                  str(kv_dtype))
+
+    def _mla_decode(self, batch: int, kv_len: float, num_heads: int, kv_lora_rank: int, qk_rope_dim: int,
+                    kv_dtype: str) -> KernelTime:
+        if batch <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        kv = max(kv_len, 1.0)
+        q = {"batch": batch, "kv_len": kv, "num_heads": num_heads, "kv_dtype": kv_dtype,
+             "kv_lora_rank": kv_lora_rank, "qk_rope_dim": qk_rope_dim}
+        rs = {"batch": batch, "kv_len": kv, "num_heads": num_heads}
+        kt = self._predict("mla_decode", None, q, rs, exact_dims=(kv_lora_rank, qk_rope_dim) == (512, 64))
+        return kt if kt is not None else self._roof.mla_decode(batch, kv, num_heads, kv_lora_rank, qk_rope_dim,
+                                                               kv_dtype)
+
+    def memory_op(self, nbytes: float) -> KernelTime:
+        return self._roof.memory_op(nbytes)
+
+    def collective(self, op: str, message_bytes: float, num_gpus: int, link: Link) -> KernelTime:
+        if op not in OPS:
+            raise ValueError(f"unknown collective op '{op}' (known: {', '.join(OPS)})")
+        return self._c_collective(op, float(message_bytes), int(num_gpus), link)
+
+    def _collective(self, op: str, nbytes: float, n: int, link: Link) -> KernelTime:
+        if (n <= 1 and op != "p2p") or nbytes <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "comm", self.tier)
+        fabric = self._feat.fabric
+        on_fabric = link.name == fabric
+        coll = self._coll
+        if coll is not None and on_fabric and op != "p2p":
+            res = None
+            if op == "all_reduce" and nbytes <= CUSTOM_AR_MAX_BYTES and (fabric == "nvlink" or n == 2):
+                keys = [custom_key(self.backend, self.allreduce_mode)] + sorted(
+                    k for k in coll.custom_ar.curves if k.endswith("|" + self.allreduce_mode))
+                for key in keys:
+                    if (res := coll.custom_ar.predict_one(key, n, nbytes)) is not None:
+                        break
+            if res is None:
+                res = coll.nccl.predict_one(nccl_key(op, "fp16"), n, nbytes)
+            if res is not None:
+                return KernelTime(res[0], 0.0, nbytes, "comm", "measured", not res[1])
+        table = coll.alpha_beta if coll is not None else self._crossgen_ab()
+        ab = lookup_alpha_beta(table, "nccl", op, "fp16", n)
+        if ab is None:
+            return self._roof.collective(op, nbytes, n, link)
+        extra = 0.0 if on_fabric else link.latency_us * ring_steps(op, n)
+        ms = ab.predict_ms(op, nbytes, n, link.bw_gbps, extra)
+        tier = "cross-gen" if not (self.measured and on_fabric) else "measured"
+        return KernelTime(ms, 0.0, nbytes, "comm", tier, not on_fabric)
+
+    def _crossgen_ab(self) -> dict[str, AlphaBeta]:
+        if self._ab is None:
+            self._ab = crossgen_alpha_beta(self.cal, self._gf)
+        return self._ab
+
+
+def _roof_dtype(gpu: GPUSpec, dtype: str) -> str:
+    """A dtype the roofline can time on this GPU (fp8_block -> fp8; unsupported -> bf16)."""
+    d = {"fp8_block": "fp8", "int4_wo": "int4", "w4a16_mxfp4": "fp4"}.get(dtype, dtype)
+    return d if gpu.supports(d) else "bf16"
+
+
+_MODELS: dict[tuple[Any, ...], tuple[Calibration, CalibratedKernelModel]] = {}
+
+
+def kernel_model_for(gpu: GPUSpec, backend: str = "vllm", calibration: str | Path | None = None) -> KernelModel:
+    """The calibrated kernel model of ``gpu`` for an engine's kernels (``vllm`` | ``sglang`` |
+    ``trtllm``); ``calibration`` defaults to the shipped fit. Loaded files and models are
+    cached (keyed by the GPU's performance figures, so a what-if copy gets its own model)."""
+    cal = load_calibration(calibration)
+    key = (gpu.key, GPUFeatures.from_spec(gpu), float(gpu.tdp_w), str(backend),
+           None if calibration is None else str(Path(calibration).resolve()))
+    hit = _MODELS.get(key)
+    if hit is not None and hit[0] is cal:
+        return hit[1]
+    if len(_MODELS) > 256:
+        _MODELS.clear()
+    model = CalibratedKernelModel(gpu, str(backend), cal)
+    _MODELS[key] = (cal, model)
+    return model
+
+
+_ALIASES = {"attn_prefill": "attention_prefill", "prefill_attention": "attention_prefill",
+            "attn_decode": "attention_decode", "decode_attention": "attention_decode",
+            "comm": "collective", "collectives": "collective", "all_reduce": "custom_allreduce",
+            "mla": "mla_decode", "memory": "memory_op"}
+
+
+def error_band(family: str, tier: str, calibration: str | Path | None = None) -> dict[str, float]:
+    """{"p50_ape": .., "p90_ape": .., "mape": .., "rows": ..} of a family in a tier, from the
+    validation residuals stored in the calibration (measured: grouped split; cross-gen:
+    leave-one-GPU-out; spec: the roofline on the measured GPUs). Sub-families such as
+    ``gemm:fp8`` are accepted; an unknown family falls back to the tier's pooled figures."""
+    cal = load_calibration(calibration)
+    res = cal.residuals.get(tier)
+    if res is None:
+        raise UserError(f"no residual statistics for tier '{tier}'", key="tier",
+                        fix="tiers: " + ", ".join(sorted(cal.residuals)) if cal.residuals else
+                        "re-run `llmplan calibrate` (residual statistics were not computed)")
+    fam = _ALIASES.get(family, family)
+    stats = res.get(fam)
+    if stats is None and ":" in fam:
+        stats = res.get(fam.split(":", 1)[0])
+    if stats is None:
+        stats = res.get("all", {})
+    return {k: float(stats[k]) for k in ("p50_ape", "p90_ape", "mape", "rows") if k in stats}
