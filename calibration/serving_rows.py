@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -312,14 +312,25 @@ class SimOptions:
     ``requests = max(waves x concurrency, min_requests)``. ``window``: ``steady`` leaves the
     first ``concurrency`` requests (the start-up burst) and the last ``concurrency`` (the
     drain) out of the means; ``all`` counts every request, as a benchmark client that
-    reports over all its requests would.
+    reports over all its requests would. ``osl_jitter`` > 0 draws output lengths uniformly
+    in ``osl x [1 - j, 1 + j]`` (mean ``osl``): identical requests otherwise stay in lock-step
+    forever in a deterministic simulator, while real clients drift apart (network, tokenizer
+    and scheduling jitter); 0 keeps every length fixed.
     """
 
     calibration: str | None = None   # kernel calibration: None (default fit), a file, or "spec"
     waves: int = 4
     min_requests: int = 60
     window: str = "steady"           # steady | all
+    osl_jitter: float = 0.0
     seed: int = 0
+
+    def osl_range(self, osl: int) -> tuple[int, int]:
+        """Smallest and largest output length drawn for a run of ``osl`` tokens."""
+        if self.osl_jitter <= 0:
+            return osl, osl
+        d = int(round(osl * self.osl_jitter))
+        return max(2, osl - d), osl + d
 
 
 @dataclass(frozen=True)
@@ -386,9 +397,10 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
     return step
 
 
-def simulate_case(case: ServingCase, opts: SimOptions, cost: Any = None) -> Prediction:
-    """Replay one run in the DES: one replica, closed loop, fixed lengths. ``cost``
-    replaces the step cost model (the engine fit uses probe cost models)."""
+def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any] | None = None) -> Prediction:
+    """Replay one run in the DES: one replica, closed loop, fixed lengths (see
+    :class:`SimOptions`). ``wrap`` maps the case's step model to the cost model the replica
+    uses (engine corrections; the engine fit's probe models); None uses it as is."""
     from sim.memory import plan_memory
     from sim.metrics import MeasureWindow
     from sim.replica import ReplicaSpec
@@ -400,14 +412,16 @@ def simulate_case(case: ServingCase, opts: SimOptions, cost: Any = None) -> Pred
     tier = kernel_tier(step)
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, case.isl + case.osl)
     n = num_requests(case.concurrency, opts)
+    lo, hi = opts.osl_range(case.osl)
+    out = (LengthSpec(kind="fixed", mean_tokens=case.osl) if lo == hi
+           else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
     spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=case.concurrency, num_requests=n,
-                        input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl),
-                        output_tokens=LengthSpec(kind="fixed", mean_tokens=case.osl), seed=opts.seed)
+                        input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl), output_tokens=out, seed=opts.seed)
     if opts.window == "steady":
         window = MeasureWindow(0.0, case.concurrency / n, warmup_requests=case.concurrency)
     else:
         window = MeasureWindow(0.0, 0.0, warmup_requests=0)
-    replica = ReplicaSpec(cost if cost is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + case.osl)
+    replica = ReplicaSpec(wrap(step) if wrap is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + hi)
     try:
         res = simulate_serving(spec, [replica], seed=opts.seed, window=window)
     except UserError as e:  # e.g. one request's KV does not fit beyond the watermark
@@ -416,3 +430,33 @@ def simulate_case(case: ServingCase, opts: SimOptions, cost: Any = None) -> Pred
     if res.overloaded or s.get("ttft_ms_mean") is None or s.get("tpot_ms_mean") is None:
         return Prediction(math.nan, math.nan, tier, f"invalid: simulation did not finish ({res.unfinished} unfinished)")
     return Prediction(float(s["ttft_ms_mean"]), float(s["tpot_ms_mean"]), tier, SIMULATED, int(s["measured_finished"]))
+
+
+# ----------------------------------------------------------------------------- parallel runs
+
+
+def parallel_map(fn: Callable[[Any], Any], items: list[Any], workers: int = 2,
+                 progress: Callable[[int, int], None] | None = None) -> list[Any]:
+    """``[fn(x) for x in items]`` in order, on a pool of ``workers`` processes (fork) when
+    that is available and worth it. ``fn`` and the items must be picklable (top-level
+    function, plain data: catalog records are rebuilt in the workers from the rows).
+    ``progress(done, total)`` is called as results arrive."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    total = len(items)
+    if workers <= 1 or total < 4 or "fork" not in mp.get_all_start_methods():
+        out = []
+        for i, x in enumerate(items):
+            out.append(fn(x))
+            if progress:
+                progress(i + 1, total)
+        return out
+    results: list[Any] = [None] * total
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
+        futures = {ex.submit(fn, x): i for i, x in enumerate(items)}
+        for done, fut in enumerate(as_completed(futures), 1):
+            results[futures[fut]] = fut.result()
+            if progress:
+                progress(done, total)
+    return results

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from llmplan.errors import ConfigError, suggest
+from llmplan.errors import EXIT_USER_ERROR, ConfigError, UserError, suggest
 from llmplan.paths import conf_dir
 
 #: exit code of the last job run in this process (hydra.main does not return it)
@@ -174,6 +174,16 @@ def _split_args(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     return flags, overrides, extra
 
 
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
 def run(command: str, config_name: str, argv: list[str], task: Callable[[DictConfig], int], summary: str) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print_help(command, summary)
@@ -202,8 +212,14 @@ def run(command: str, config_name: str, argv: list[str], task: Callable[[DictCon
     _LAST_CODE[0] = 0
 
     def job(cfg: DictConfig) -> int:
-        code = task(cfg)
+        try:
+            code = task(cfg)
+        except UserError as exc:
+            print(exc.render(), file=sys.stderr)
+            code = EXIT_USER_ERROR
         _LAST_CODE[0] = code
+        if code and not _is_multirun():
+            sys.exit(code)  # SystemExit passes through Hydra; a multirun job records its code instead
         return code
 
     job.__module__ = "llmplan"

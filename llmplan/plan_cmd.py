@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from llmplan import hydra_app
-from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_USER_ERROR, UserError
+from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK
 from llmplan.progress import make_console, stage_progress
 from llmplan.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
@@ -76,26 +75,5 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     return EXIT_OK if res.selection.feasible else EXIT_INFEASIBLE
 
 
-def _job(cfg: DictConfig) -> int:
-    try:
-        code = run_plan(cfg)
-    except UserError as exc:
-        print(exc.render(), file=sys.stderr)
-        code = EXIT_USER_ERROR
-    if code and not _is_multirun():
-        sys.exit(code)
-    return code
-
-
-def _is_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    try:
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except ValueError:
-        return False
-
-
 def main(argv: list[str]) -> int:
-    return hydra_app.run("plan", "plan", argv, _job, SUMMARY)
+    return hydra_app.run("plan", "plan", argv, lambda cfg: run_plan(cfg), SUMMARY)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmplan import hydra_app
-from llmplan.errors import EXIT_OK, EXIT_USER_ERROR, ConfigError, InfeasibleDeployment, UserError
+from llmplan.errors import EXIT_OK, ConfigError, InfeasibleDeployment
 from llmplan.progress import make_console
 from llmplan.resolve import check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app
 from optimizer.enumerate import kv_dtype_for
@@ -155,20 +154,7 @@ def _output_dir() -> Path:
     return output_dir()
 
 
-def _job(cfg: DictConfig) -> int:
-    try:
-        code = run_simulate(cfg)
-    except UserError as exc:
-        print(exc.render(), file=sys.stderr)
-        code = EXIT_USER_ERROR
-    from llmplan.plan_cmd import _is_multirun
-
-    if code and not _is_multirun():
-        sys.exit(code)
-    return code
-
-
 def main(argv: list[str]) -> int:
-    return hydra_app.run("simulate", "simulate", argv, _job, SUMMARY)
+    return hydra_app.run("simulate", "simulate", argv, lambda cfg: run_simulate(cfg), SUMMARY)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,8 +18,8 @@ from omegaconf import DictConfig
 from rich.table import Table
 
 from llmplan import hydra_app
-from llmplan.errors import EXIT_OK, EXIT_USER_ERROR, ConfigError, UserError
-from llmplan.plan_cmd import _is_multirun, output_dir, plan_from_app
+from llmplan.errors import EXIT_OK, ConfigError
+from llmplan.plan_cmd import output_dir, plan_from_app
 from llmplan.progress import make_console
 from llmplan.resolve import to_app
 from optimizer import report
@@ -130,16 +129,5 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
     return EXIT_OK
 
 
-def _job(cfg: DictConfig) -> int:
-    try:
-        code = run_whatif(cfg)
-    except UserError as exc:
-        print(exc.render(), file=sys.stderr)
-        code = EXIT_USER_ERROR
-    if code and not _is_multirun():
-        sys.exit(code)
-    return code
-
-
 def main(argv: list[str]) -> int:
-    return hydra_app.run("whatif", "whatif", argv, _job, SUMMARY)
+    return hydra_app.run("whatif", "whatif", argv, lambda cfg: run_whatif(cfg), SUMMARY)

@@ -135,10 +135,8 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
             f"Cheapest deployment: ${sel.total_usd_per_hour:.2f}/h, {sel.total_gpus} GPUs, "
             f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res, console.width))
         for i, alt in enumerate(res.alternatives, 1):
-            c0 = alt.allocations[0].evaluation.candidate
             console.print(f"  alternative {i}: ${alt.total_usd_per_hour:.2f}/h, {alt.total_gpus} GPUs: " +
-                          " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in alt.allocations) +
-                          ("" if c0 else ""))
+                          " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in alt.allocations))
     else:
         console.print(f"[bold red]No deployment meets the targets.[/bold red] Binding: {sel.binding}")
         ok = [e for e in res.evaluations if e.verdict in ("ok", "slo")]
@@ -155,7 +153,7 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
                   (", ".join(f"{k} {v}" for k, v in rej.items()) or "none"))
     extrap = sorted({op for a in sel.allocations for b in a.bands.values() for op in b.get("extrapolated", [])})
     if extrap:
-        console.print(f"[yellow]warning:[/yellow] kernel queries outside the calibrated shape range (extrapolated): "
+        console.print("[yellow]warning:[/yellow] kernel queries outside the calibrated shape range (extrapolated): "
                       + ", ".join(extrap))
     if sel.feasible and any(a.bands for a in sel.allocations):
         console.print("[dim]± = p90 error of the step time from held-out kernel residuals of the calibration tier "

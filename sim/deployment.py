@@ -72,8 +72,11 @@ def make_kernel_model(gpu: GPUSpec, backend: str, calibration: str | None) -> Ke
     if calibration is not None and calibration.lower() in SPEC_ONLY:
         return RooflineKernelModel(gpu)
     try:
+        from calibration.calib_file import DEFAULT_PATH
         from sim.calibrated import kernel_model_for
     except ImportError:  # calibration not available in this build
+        return RooflineKernelModel(gpu)
+    if calibration is None and not DEFAULT_PATH.is_file():
         return RooflineKernelModel(gpu)
     return kernel_model_for(gpu, backend=backend, calibration=calibration)
 

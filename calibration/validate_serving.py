@@ -1,0 +1,297 @@
+"""``llmplan validate serving``: replay measured serving runs in the simulator and score them.
+
+Every row of a file in the ``e2e_serving.csv`` layout is mapped to a deployment
+(:mod:`calibration.serving_rows`); simulable rows are replayed in the discrete-event
+simulator as closed-loop runs (concurrency N, fixed prompt/output lengths,
+``max(4N, 60)`` requests; the means leave out the first N requests, the start-up burst,
+and the last N, the drain). The predicted TTFT and TPOT are the *means* over the
+measured requests, as benchmark clients report them. Rows that cannot be simulated get a
+status with the reason; they are counted and listed, never dropped.
+
+Engine host overheads come from the fitted ``calibration/data/engine_profiles.json`` by
+default (``--engine-profiles``), kernel times from the kernel calibration
+(``--calibration``; ``spec`` for the specification roofline). ``--fit-engines`` refits the
+engine terms on the file first (see :mod:`calibration.engine_fit`) and validates with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from calibration.engine_fit import (DEFAULT_OUT, add_sim_args, ape_stats, corrected, fit_frame,
+                                    load_engine_overrides, print_fit, sim_options, write_profiles)
+from calibration.serving_rows import (BACKENDS, SIMULATED, Prediction, SimOptions, engine_profiles, map_row,
+                                      map_rows, parallel_map, read_serving_csv)
+from llmplan.errors import EXIT_USER_ERROR, UserError
+
+#: accuracy targets for aggregated dense-model rows on H100 (median APE)
+TARGET_GPU = "h100_sxm"
+TARGET_TTFT = 0.15
+TARGET_TPOT = 0.08
+ADDED_COLUMNS = ("predicted_ttft_ms", "predicted_tpot_ms", "tier", "status")
+
+
+@dataclass
+class ServingValidation:
+    """Per-row results (the input rows plus :data:`ADDED_COLUMNS` and helpers) and notes."""
+
+    frame: pd.DataFrame
+    notes: list[str]
+    engines: str                  # where the engine terms came from
+    seconds: float
+
+
+def _predict_task(task: tuple[dict, int, dict, SimOptions]) -> Prediction:
+    row, index, overrides, opts = task
+    m = map_row(row, index, engine_profiles(overrides))
+    if m.case is None:
+        return Prediction(math.nan, math.nan, "", m.status)
+    from calibration.serving_rows import simulate_case
+
+    scale = float(overrides.get(m.case.backend, {}).get("prefill_scale", 1.0))
+    return simulate_case(m.case, opts, wrap=corrected(scale))
+
+
+def select_rows(df: pd.DataFrame, model: str | None, backend: str | None) -> pd.DataFrame:
+    """Rows of one model (model_path substring, or the same catalog model) and/or engine."""
+    keep = np.ones(len(df), bool)
+    if backend:
+        keep &= df["backend"].astype(str).str.lower().eq(backend.lower()).to_numpy()
+    if model:
+        paths = df["model_path"].astype(str)
+        sub = paths.str.lower().str.contains(model.lower(), regex=False).to_numpy()
+        same = np.zeros(len(df), bool)
+        try:
+            from model_catalog.loader import load_model, resolve_key
+
+            key = load_model(model).key
+            for p in paths.unique():
+                try:
+                    if resolve_key(p) == key:
+                        same |= (paths == p).to_numpy()
+                except UserError:
+                    pass
+        except UserError:
+            pass
+        keep &= sub | same
+    return df[keep].reset_index(drop=True)
+
+
+def spread(indices: list[int], limit: int | None) -> list[int]:
+    """At most ``limit`` indices spread evenly over the list (deterministic)."""
+    if limit is None or limit >= len(indices):
+        return indices
+    if limit <= 0:
+        return []
+    pos = np.unique(np.linspace(0, len(indices) - 1, limit).round().astype(int))
+    return [indices[i] for i in pos]
+
+
+def validate_serving(df: pd.DataFrame, opts: SimOptions, overrides: dict[str, dict[str, float]],
+                     limit: int | None = None, workers: int = 2, progress: Any = None) -> pd.DataFrame:
+    """Simulate the simulable rows of ``df``; returns ``df`` plus :data:`ADDED_COLUMNS` and
+    ``model_key``, ``dense``, ``gpu``, ``ttft_ape``, ``tpot_ape`` (helpers for the report)."""
+    engines = engine_profiles(overrides)
+    maps = map_rows(df, engines)
+    ok = [m.index for m in maps if m.case is not None]
+    run = spread(ok, limit)
+    rows = df.to_dict("records")
+    preds = parallel_map(_predict_task, [(rows[i], i, overrides, opts) for i in run], workers, progress)
+    out = df.copy()
+    status = [m.status for m in maps]
+    for i in set(ok) - set(run):
+        status[i] = f"limit: not run (--limit {limit})"
+    ttft = np.full(len(df), np.nan)
+    tpot = np.full(len(df), np.nan)
+    tier = [""] * len(df)
+    for i, p in zip(run, preds):
+        ttft[i], tpot[i], tier[i], status[i] = p.ttft_ms, p.tpot_ms, p.tier, p.status
+    out["predicted_ttft_ms"] = ttft
+    out["predicted_tpot_ms"] = tpot
+    out["tier"] = tier
+    out["status"] = status
+    out["model_key"] = [m.case.dep.model.key if m.case else str(r.get("model_path")) for m, r in zip(maps, rows)]
+    out["dense"] = [bool(m.case.dense) if m.case else False for m in maps]
+    out["gpu"] = df["system"].astype(str)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["ttft_ape"] = np.abs(ttft / df["silicon_ttft_ms"].to_numpy(float) - 1.0)
+        out["tpot_ape"] = np.abs(tpot / df["silicon_tpot_ms"].to_numpy(float) - 1.0)
+    return out
+
+
+# ----------------------------------------------------------------------------- aggregates
+
+
+def aggregate(res: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """rows, MAPE, median APE, p90 APE of TTFT and TPOT (percent) per group of simulated rows."""
+    sim = res[res["status"] == SIMULATED]
+    recs = []
+    for key, g in sim.groupby(by, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        t = ape_stats(g["predicted_ttft_ms"].to_numpy(float), g["silicon_ttft_ms"].to_numpy(float))
+        p = ape_stats(g["predicted_tpot_ms"].to_numpy(float), g["silicon_tpot_ms"].to_numpy(float))
+        recs.append({**dict(zip(by, key)), "rows": len(g), "ttft_mape": 100 * t[0], "ttft_median": 100 * t[1],
+                     "ttft_p90": 100 * t[2], "tpot_mape": 100 * p[0], "tpot_median": 100 * p[1],
+                     "tpot_p90": 100 * p[2]})
+    return pd.DataFrame(recs)
+
+
+def not_simulated(res: pd.DataFrame) -> pd.DataFrame:
+    """Rows not simulated, counted per reason, with a few row ids and the first detail."""
+    rest = res[res["status"] != SIMULATED]
+    recs = []
+    ids = rest["id"].astype(str) if "id" in rest.columns else rest.index.astype(str)
+    for reason, g in rest.groupby(rest["status"].str.split(":").str[0], sort=True):
+        recs.append({"reason": reason, "rows": len(g), "example": g["status"].iloc[0],
+                     "ids": ", ".join(ids.loc[g.index[:3]])})
+    return pd.DataFrame(recs)
+
+
+def targets(res: pd.DataFrame) -> pd.DataFrame:
+    """Median APE of aggregated dense rows on H100 per engine against the targets."""
+    sel = res[(res["gpu"] == TARGET_GPU) & res["dense"] & (res["mode"].astype(str) == "agg")]
+    agg = aggregate(sel, ["backend"])
+    if not len(agg):
+        return agg
+    agg["ttft_met"] = agg["ttft_median"] <= 100 * TARGET_TTFT
+    agg["tpot_met"] = agg["tpot_median"] <= 100 * TARGET_TPOT
+    return agg
+
+
+def print_report(res: pd.DataFrame, console: Any, notes: list[str], engines: str, seconds: float,
+                 worst: int = 5) -> None:
+    from rich.table import Table
+
+    sim = res["status"] == SIMULATED
+    tiers = ", ".join(f"{t} {n}" for t, n in res.loc[sim, "tier"].value_counts().sort_index().items())
+    console.print(f"[bold]validate serving[/]: {int(sim.sum())} of {len(res)} rows simulated in {seconds:.0f} s; "
+                  f"engine terms: {engines}; kernel tiers: {tiers or 'none'}")
+    for n in notes:
+        console.print(f"[yellow]note:[/] {n}")
+    console.print("predicted = mean over the simulated steady-state requests; errors are |pred/meas - 1| in %")
+
+    def table(df: pd.DataFrame, title: str, keys: list[str]) -> None:
+        t = Table(title=title)
+        for c in keys + ["rows", "TTFT MAPE", "TTFT med", "TTFT p90", "TPOT MAPE", "TPOT med", "TPOT p90"]:
+            t.add_column(c, justify="left" if c in keys else "right")
+        for r in df.to_dict("records"):
+            t.add_row(*[str(r[k]) for k in keys], str(r["rows"]),
+                      *(f"{r[c]:.1f}" for c in ("ttft_mape", "ttft_median", "ttft_p90", "tpot_mape", "tpot_median",
+                                                "tpot_p90")))
+        console.print(t)
+
+    if sim.any():
+        table(aggregate(res, ["backend"]), "Per engine", ["backend"])
+        table(aggregate(res, ["backend", "model_key"]), "Per engine and model", ["backend", "model_key"])
+        table(aggregate(res, ["mode"]), "Per mode", ["mode"])
+        tg = targets(res)
+        if len(tg):
+            t = Table(title=f"Targets: {TARGET_GPU} aggregated dense rows, median APE TTFT <= "
+                            f"{100 * TARGET_TTFT:.0f}%, TPOT <= {100 * TARGET_TPOT:.0f}%")
+            for c in ("backend", "rows", "TTFT med", "met", "TPOT med", "met "):
+                t.add_column(c)
+            for r in tg.to_dict("records"):
+                t.add_row(r["backend"], str(r["rows"]), f"{r['ttft_median']:.1f}", "yes" if r["ttft_met"] else "NO",
+                          f"{r['tpot_median']:.1f}", "yes" if r["tpot_met"] else "NO")
+            console.print(t)
+        if worst:
+            w = res[sim].assign(err=res.loc[sim, ["ttft_ape", "tpot_ape"]].max(axis=1)).nlargest(worst, "err")
+            t = Table(title=f"Worst {len(w)} rows (largest of the two errors)")
+            for c in ("row", "engine", "model", "tp", "ep", "isl", "osl", "conc", "TTFT meas", "TTFT pred",
+                      "TPOT meas", "TPOT pred"):
+                t.add_column(c)
+            from calibration.serving_rows import concurrency_of
+
+            for i, r in w.iterrows():
+                t.add_row(str(i), str(r["backend"]), str(r["model_key"]), str(r["tp_size"]), str(r["moe_ep_size"]),
+                          str(r["isl"]), str(r["osl"]), str(concurrency_of(r)),
+                          f"{r['silicon_ttft_ms']:.0f}", f"{r['predicted_ttft_ms']:.0f}",
+                          f"{r['silicon_tpot_ms']:.1f}", f"{r['predicted_tpot_ms']:.1f}")
+            console.print(t)
+    ns = not_simulated(res)
+    if len(ns):
+        t = Table(title="Rows not simulated")
+        for c in ("reason", "rows", "first ids", "example status"):
+            t.add_column(c)
+        for r in ns.to_dict("records"):
+            t.add_row(r["reason"], str(r["rows"]), r["ids"], r["example"][:110])
+        console.print(t)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="llmplan validate serving",
+                                 description="Replay measured serving runs in the simulator and score TTFT/TPOT.")
+    ap.add_argument("--measurements", required=True, help="serving runs in the e2e_serving.csv layout")
+    ap.add_argument("--out", default=None, help="write the rows with predicted_ttft_ms, predicted_tpot_ms, tier, status")
+    ap.add_argument("--engine-profiles", default="default",
+                    help="fitted engine terms: 'default' (calibration/data/engine_profiles.json), 'none' "
+                         "(conf/engine values) or a JSON file")
+    ap.add_argument("--limit", type=int, default=None, help="simulate at most N rows (spread over the file)")
+    ap.add_argument("--model", default=None, help="only rows of this model (HF id, catalog key or substring)")
+    ap.add_argument("--backend", default=None, choices=BACKENDS, help="only rows of this engine")
+    ap.add_argument("--fit-engines", action="store_true",
+                    help="fit the engine terms on these rows first (writes --fit-out) and validate with them")
+    ap.add_argument("--fit-out", default=str(DEFAULT_OUT), help="where --fit-engines writes (default: %(default)s)")
+    ap.add_argument("--prefill-scale", action="store_true", help="with --fit-engines: also fit a prefill multiplier")
+    ap.add_argument("--seed", type=int, default=0, help="with --fit-engines: seed of the hold-out split")
+    ap.add_argument("--worst", type=int, default=5, help="list the N worst rows")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_sim_args(ap)
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``llmplan validate serving`` (argv: the arguments after ``serving``)."""
+    from llmplan.progress import make_console, stage_progress
+
+    a = build_parser().parse_args(argv)
+    console = make_console()
+    t0 = time.perf_counter()
+    try:
+        if a.limit is not None and a.limit < 0:
+            raise UserError("--limit must be >= 0", key="--limit")
+        path = Path(a.measurements).expanduser()
+        df = select_rows(read_serving_csv(path), a.model, a.backend)
+        if not len(df):
+            raise UserError("no rows match --model/--backend", key="--model")
+        opts, note = sim_options(a)
+        notes = [note] if note else []
+        with stage_progress(console, not a.no_progress) as upd:
+            if a.fit_engines:
+                prog = (lambda d, t: upd("fit", d, t)) if upd else None
+                fit = fit_frame(df, path, opts, a.seed, a.prefill_scale, workers=a.workers, progress=prog)
+                print_fit(fit, console)
+                written = write_profiles(Path(a.fit_out), fit.fits, fit.provenance)
+                notes.append(f"engine terms fitted on these rows and written to {written}")
+                a.engine_profiles = str(written)
+            overrides, engines = load_engine_overrides(a.engine_profiles)
+            prog = (lambda d, t: upd("simulate", d, t)) if upd else None
+            res = validate_serving(df, opts, overrides, a.limit, a.workers, prog)
+    except UserError as e:
+        console.print(e.render(), style="red", markup=False, highlight=False)
+        return EXIT_USER_ERROR
+    secs = time.perf_counter() - t0
+    print_report(res, console, notes, engines, secs, a.worst)
+    if a.out:
+        out = Path(a.out).expanduser()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        res.drop(columns=["model_key", "dense", "gpu", "ttft_ape", "tpot_ape"]).to_csv(out, index=False)
+        console.print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
