@@ -82,7 +82,7 @@ class Curve:
         if len(ly) >= 3:
             med = np.median(np.stack([np.r_[ly[1], ly[:-1]], ly, np.r_[ly[1:], ly[-2]]]), axis=0)
             ly = np.r_[med[0] if ly[0] > ly[1] else ly[0], med[1:-1], ly[-1]]
-        return Curve(lx, isotonic(ly))
+        return Curve.from_dict(Curve(lx, isotonic(ly)).to_dict())
 
 
 def isotonic(y: np.ndarray) -> np.ndarray:
@@ -153,12 +153,12 @@ def fit_alpha_beta(op: str, n: int, nbytes: np.ndarray, latency_ms: np.ndarray, 
     th0 = np.array([math.log(max(float(np.min(latency_ms)) * 1e3 * 0.8, 0.5)), math.log(0.5)])
     sol = least_squares(resid, th0, bounds=([math.log(0.05), math.log(1e-3)], [math.log(1e5), math.log(4.0)]),
                         loss="soft_l1", f_scale=0.1)
-    return AlphaBeta(float(math.exp(sol.x[0])), float(math.exp(sol.x[1])))
+    return AlphaBeta(**AlphaBeta(float(math.exp(sol.x[0])), float(math.exp(sol.x[1]))).to_dict())
 
 
 def geo_mean(params: list[AlphaBeta]) -> AlphaBeta:
-    return AlphaBeta(float(math.exp(np.mean([math.log(p.alpha_us) for p in params]))),
-                     float(math.exp(np.mean([math.log(p.eta) for p in params]))))
+    return AlphaBeta(**AlphaBeta(float(math.exp(np.mean([math.log(p.alpha_us) for p in params]))),
+                                 float(math.exp(np.mean([math.log(p.eta) for p in params])))).to_dict())
 
 
 def custom_key(backend: str, mode: str) -> str:

@@ -294,7 +294,10 @@ def mla_decode(batch: Any, kv_len: Any, heads: Any, kv_bytes: Any, peak: Any, gp
     x = [ops.log2(batch), ops.log2(kv), ops.log2(heads), ops.flag(kv_bytes < 2),
          ops.log2(batch * heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m)]
     waves = ops.ceil(batch * ops.ceil(heads / 64) / gpu.sm_count)
-    return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ws, _l2_unit(nbytes, gpu), waves, flops, nbytes, x)
+    # absorbed-MLA decode kernels (FlashMLA and kin) process heads in tiles of 64: fewer
+    # heads per GPU still pay for a whole tile
+    q = ops.ceil(heads / 64) * 64 / heads
+    return Phys(t_c, t_m, q, ws, _l2_unit(nbytes, gpu), waves, flops, nbytes, x)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,12 +28,12 @@ import pandas as pd
 from calibration import features as F
 from calibration.calib_file import Calibration
 from calibration.collectives import GPUCollectives, fit_gpu_collectives
-from calibration.family_model import FamilyModel, GroupModel, group_keys, shape_ranges
+from calibration.family_model import GROUP_COLUMN, FamilyModel, GroupModel, group_keys, shape_ranges
 from calibration.gbt import GBTParams, fit_gbt
 from calibration.gpu_features import GPUFeatures
-from calibration.physics import fit_base, predict_us
+from calibration.physics import PRIOR_WEIGHT, BaseParams, fit_base, predict_us
 from calibration.reader import Measurements
-from calibration.splits import Split, test_mask
+from calibration.splits import Split, group_ids, held_out_mask
 
 CODE_VERSION = "calibration-1"
 ATTRIBUTION = ("Fitted to kernel latencies measured by NVIDIA's aiconfigurator-core 0.12.0 performance "
@@ -50,6 +50,7 @@ class FitOptions:
     rows_per_tree: int = 80          # ensembles get ~rows/rows_per_tree trees (<= gbt.n_trees)
     min_trees: int = 30
     min_rows_gbt: int = 60           # below this a group keeps its base model only
+    few_configs: float = 8.0         # groups with fewer shape configurations lean on the pooled prior
     residual_split: Split = Split("grouped", 0.2, 0)
     residuals: bool = True           # compute residual statistics (needs a second fit)
     spec_rows: int = 4000            # rows per (family, GPU) scored for the roofline's error band
@@ -72,12 +73,22 @@ def _take(phys: F.Phys, idx: np.ndarray) -> F.Phys:
                   pick(phys.waves), None, None, [pick(v) for v in phys.x])
 
 
-def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions, seed: int) -> GroupModel:
-    """Base parameters and residual ensemble of one (GPU, engine, family, group)."""
+def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions, seed: int,
+              prior: BaseParams | None = None) -> GroupModel:
+    """Base parameters and residual ensemble of one (GPU, engine, family, group).
+
+    ``prior``: the engine's pooled fit over all groups of the family. Groups covering few
+    shape configurations (e.g. one MoE expert configuration) are shrunk towards it
+    strongly, so the base model still extrapolates like its siblings."""
     phys = F.frame_phys(family, df, gpu)
     y_us = df["latency_ms"].to_numpy(dtype=np.float64) * 1e3
     ib = _subsample(len(df), opts.max_rows_base, seed)
-    base = fit_base(_take(phys, ib), y_us[ib], max_rows=len(ib) + 1)
+    weight = PRIOR_WEIGHT
+    if prior is not None:
+        n_cfg = group_ids(family, df).nunique()
+        weight = PRIOR_WEIGHT * max(1.0, opts.few_configs / max(n_cfg, 1))
+    base = fit_base(_take(phys, ib), y_us[ib], max_rows=len(ib) + 1, prior=prior, prior_weight=weight)
+    base = BaseParams.from_dict(base.to_dict())   # exactly what the JSON file will hold
     gbt = None
     if len(df) >= opts.min_rows_gbt:
         ig = _subsample(len(df), opts.max_rows_gbt, seed + 1)
@@ -86,7 +97,15 @@ def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions,
         n_trees = int(np.clip(len(df) / opts.rows_per_tree, opts.min_trees, opts.gbt.n_trees))
         gbt = fit_gbt(F.feature_matrix(sub), resid, list(F.FEATURES[family]),
                       replace(opts.gbt, n_trees=n_trees, seed=seed % (2 ** 31))).rounded()
-    return GroupModel(base, gbt, len(df), shape_ranges(family, df))
+    return GroupModel.from_dict(GroupModel(base, gbt, len(df), shape_ranges(family, df)).to_dict())
+
+
+def fit_pooled_base(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions, seed: int) -> BaseParams:
+    """One base fit over every dtype group of an engine's family (the groups' prior)."""
+    idx = _subsample(len(df), opts.max_rows_base, seed)
+    sub = df.iloc[idx]
+    return fit_base(F.frame_phys(family, sub, gpu), sub["latency_ms"].to_numpy(dtype=np.float64) * 1e3,
+                    max_rows=len(idx) + 1)
 
 
 def _work_items(meas: Measurements) -> list[tuple[str, str, str, str, pd.DataFrame]]:
@@ -105,10 +124,19 @@ def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOpti
                  progress: Progress | None = None) -> dict[str, dict[str, dict[str, FamilyModel]]]:
     items = _work_items(meas)
     out: dict[str, dict[str, dict[str, FamilyModel]]] = {}
+    priors: dict[tuple[str, str, str], BaseParams | None] = {}
     for i, (gpu, backend, family, group, df) in enumerate(items):
         if progress:
             progress(f"{gpu} {backend} {family} {group}", i, len(items))
-        gm = fit_group(family, df.reset_index(drop=True), gpus[gpu], opts, _seed(gpu, backend, family, group))
+        key = (gpu, backend, family)
+        if key not in priors:
+            fam = meas.family(family)
+            rows = fam[(fam["gpu"] == gpu) & (fam["backend"] == backend)]
+            multi = GROUP_COLUMN.get(family) is not None and rows[GROUP_COLUMN[family]].nunique() > 1
+            priors[key] = fit_pooled_base(family, rows.reset_index(drop=True), gpus[gpu], opts,
+                                          _seed(gpu, backend, family)) if multi else None
+        gm = fit_group(family, df.reset_index(drop=True), gpus[gpu], opts, _seed(gpu, backend, family, group),
+                       priors[key])
         out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {})).groups[group] = gm
     if progress:
         progress("done", len(items), len(items))
@@ -132,7 +160,7 @@ def split_measurements(meas: Measurements, split: Split) -> tuple[Measurements, 
     """(train, test) copies of the measurements under a split, family by family."""
     train, test = {}, {}
     for fam, df in meas.frames.items():
-        m = test_mask(fam, df, split)
+        m = held_out_mask(fam, df, split)
         train[fam], test[fam] = df[~m].reset_index(drop=True), df[m].reset_index(drop=True)
     return (Measurements(meas.root, train, meas.sources, meas.gpu_specs),
             Measurements(meas.root, test, meas.sources, meas.gpu_specs))

@@ -115,9 +115,12 @@ def _log_pred(theta: np.ndarray, tc0: np.ndarray, tm0: np.ndarray, q: np.ndarray
 
 def fit_base(phys: Phys, latency_us: np.ndarray, init: BaseParams | None = None,
              fixed: dict[str, float] | None = None, max_rows: int = 20000, seed: int = 0,
-             weights: np.ndarray | None = None) -> BaseParams:
+             weights: np.ndarray | None = None, prior: BaseParams | None = None,
+             prior_weight: float = PRIOR_WEIGHT) -> BaseParams:
     """Robust least squares of log latency on the base model; ``fixed`` pins parameters,
-    ``weights`` (per row) balance groups such as GPUs in a pooled fit."""
+    ``weights`` (per row) balance groups such as GPUs in a pooled fit; ``prior`` (default
+    :data:`PRIOR`) is the centre the parameters are shrunk towards with ``prior_weight``
+    (per parameter, in log units, relative to sqrt(rows))."""
     from scipy.optimize import least_squares  # fitting only: keep prediction imports light
 
     y = np.log(np.asarray(latency_us, dtype=np.float64))
@@ -131,25 +134,25 @@ def fit_base(phys: Phys, latency_us: np.ndarray, init: BaseParams | None = None,
     if not np.any(arrs[3] < 1e6):
         fixed.setdefault("l2_cap", PRIOR["l2_cap"])
         fixed.setdefault("l2_bw_sm", PRIOR["l2_bw_sm"])
-    start = init or BaseParams.prior()
-    if "floor_us" not in fixed and init is None and len(y):
+    start = init or prior or BaseParams.prior()
+    if "floor_us" not in fixed and init is None and prior is None and len(y):
         start = BaseParams(float(np.clip(np.exp(np.quantile(y, 0.02)) * 0.8, 0.5, 500.0)),
                            *(getattr(start, k) for k in PARAM_NAMES[1:]))
     theta0 = _to_theta(start)
-    prior = _to_theta(BaseParams.prior())
+    centre = _to_theta(prior or BaseParams.prior())
     free = [i for i, k in enumerate(PARAM_NAMES) if k not in fixed]
     for k, v in fixed.items():
         theta0[PARAM_NAMES.index(k)] = v if k == "g" else math.log(v)
     lo = np.array([BOUNDS[k][0] if k == "g" else math.log(BOUNDS[k][0]) for k in PARAM_NAMES])
     hi = np.array([BOUNDS[k][1] if k == "g" else math.log(BOUNDS[k][1]) for k in PARAM_NAMES])
     theta0 = np.clip(theta0, lo + 1e-9, hi - 1e-9)
-    w_prior = PRIOR_WEIGHT * math.sqrt(max(len(y), 1))
+    w_prior = prior_weight * math.sqrt(max(len(y), 1))
 
     def resid(free_theta: np.ndarray) -> np.ndarray:
         th = theta0.copy()
         th[free] = free_theta
         r = (_log_pred(th, *arrs) - y) * sw
-        return np.concatenate([r, w_prior * (free_theta - prior[free])])
+        return np.concatenate([r, w_prior * (free_theta - centre[free])])
 
     if not free or len(y) == 0:
         return _from_theta(theta0)

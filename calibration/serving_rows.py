@@ -357,18 +357,20 @@ def _kernels(gpu_key: str, backend: str, calibration: str | None) -> Any:
 
 
 def resolve_calibration(calibration: str | None) -> tuple[str | None, str]:
-    """The calibration to use and a note. The default (None) falls back to the
-    specification roofline, with a note, when no default calibration file is installed;
-    an explicit file that cannot be loaded is a UserError."""
+    """The calibration to use and a note. The default (None) runs on the specification
+    roofline, with a note, when no default calibration file is installed; an explicit file
+    that cannot be loaded is a UserError."""
     from hardware_catalog.loader import get_gpu
     from sim.deployment import make_kernel_model
 
     try:
-        make_kernel_model(get_gpu("h100_sxm"), "vllm", calibration)
+        km = make_kernel_model(get_gpu("h100_sxm"), "vllm", calibration)
     except UserError as e:
         if calibration is not None:
             raise
         return "spec", f"default kernel calibration unavailable ({e}); using the specification roofline"
+    if calibration is None and getattr(km, "tier", None) == "spec":
+        return "spec", "no default kernel calibration installed; using the specification roofline (tier spec)"
     return calibration, ""
 
 

@@ -78,7 +78,7 @@ def group_ids(family: str, df: pd.DataFrame) -> pd.Series:
     return out
 
 
-def test_mask(family: str, df: pd.DataFrame, split: Split) -> np.ndarray:
+def held_out_mask(family: str, df: pd.DataFrame, split: Split) -> np.ndarray:
     """Boolean mask of the held-out (test) rows of one family's frame."""
     if split.kind == "random":
         # a keyed hash per row position keeps the mask stable for a given frame and seed

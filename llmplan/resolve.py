@@ -137,7 +137,7 @@ def workload_sample(app: AppConfig, model: ModelSpec, need_rate: bool = True):
     from sim.workload import generate_workload
 
     spec = app.workload
-    if spec.arrival == "closed_loop":
+    if spec.arrival == "closed_loop" and need_rate:
         raise ConfigError("plan needs an open-loop target rate", key="workload.arrival",
                           fix="use workload=chat (Poisson) or set workload.arrival=poisson workload.rate_rps=<req/s>")
     if spec.rate_rps is not None and not spec.rate_rps > 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -13,10 +14,10 @@ from rich.table import Table
 from llmplan import hydra_app
 from llmplan.errors import EXIT_OK, ConfigError, InfeasibleDeployment
 from llmplan.progress import make_console
-from llmplan.resolve import check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app
+from llmplan.resolve import (check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app,
+                             workload_sample)
 from optimizer.enumerate import kv_dtype_for
 from optimizer.evaluate import ReplicaAnalyzer
-from optimizer.types import WorkloadStats
 from sim.deployment import Deployment, build, parallelism_problem
 from sim.types import Parallelism, Precision, StepShape
 
@@ -83,12 +84,14 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     dep, step, mem = resolve_deployment(app, model)
     from llmplan.simulate_run import run_des  # the discrete-event part
 
-    # analytical view (capacity, latency at the load)
+    # analytical view (capacity, latency at the load) from the workload's own length sample
     wl_spec = app.workload
-    from sim.workload import mean_lengths
-
-    mean_in, mean_out = mean_lengths(wl_spec) if wl_spec.arrival != "trace" else (1024.0, 256.0)
-    stats = WorkloadStats(wl_spec.rate_rps or 1.0, mean_in, mean_out, 4096, wl_spec.cv if wl_spec.arrival == "gamma" else 1.0)
+    probe = app if wl_spec.rate_rps or wl_spec.arrival in ("trace", "closed_loop") else \
+        replace(app, workload=replace(wl_spec, rate_rps=1.0))
+    if wl_spec.arrival == "closed_loop":
+        probe = replace(app, workload=replace(wl_spec, arrival="poisson", rate_rps=1.0))
+    stats, _ = workload_sample(probe, model, need_rate=False)
+    mean_in, mean_out = stats.mean_input_tokens, stats.mean_output_tokens
     an = ReplicaAnalyzer(step, stats, app.engine.max_num_seqs, app.engine.max_num_batched_tokens,
                          mem.kv_capacity_tokens, app.engine.chunked_prefill)
     cap_rps, limit, _, _ = an.capacity([])
@@ -98,8 +101,9 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
         rate = round(LOAD_FRACTION * cap_rps * dep.replicas, 4)
         notes.append(f"workload.rate_rps not set: driving at {rate:g} req/s = {LOAD_FRACTION:.0%} of the analytical "
                      f"capacity ({cap_rps:.2f} req/s per replica, limited by {limit or 'throughput'})")
-    an_op = an.operating_point((rate or cap_rps * LOAD_FRACTION * dep.replicas) / dep.replicas,
-                               sorted({s.percentile for s in slos} | {50.0, 90.0, 99.0}))
+    an_rate = rate if rate is not None else (stats.rate_rps if wl_spec.arrival == "trace" else None)
+    pcts = sorted({s.percentile for s in slos} | {50.0, 90.0, 99.0})
+    an_op = an.operating_point(an_rate / dep.replicas, pcts) if an_rate else None
     sim_summary, extra_files = run_des(app, dep, step, mem, rate, slos, out_dir or _output_dir(), console)
     decode_shape = StepShape.build([], [int(mean_in + mean_out / 2)] * max(1, min(app.engine.max_num_seqs, 32)))
     prefill_shape = StepShape.build([(int(min(mean_in, app.engine.max_num_batched_tokens)), 0)], [])
@@ -113,9 +117,9 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
         "calibration_tier": getattr(step.kernels, "tier", "spec"),
     }
     summary["analytical"] = {
-        "capacity_rps": round(cap_rps * dep.replicas, 4), "capacity_limit": limit,
-        "ttft_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.ttft_ms.items()},
-        "tpot_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.tpot_ms.items()},
+        "capacity_rps": round(cap_rps * dep.replicas, 4), "capacity_limit": limit, "rate_rps": an_rate,
+        "ttft_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.ttft_ms.items()} if an_op else None,
+        "tpot_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.tpot_ms.items()} if an_op else None,
     }
     summary["step_breakdown"] = {"prefill": breakdown_json(step, prefill_shape), "decode": breakdown_json(step, decode_shape)}
     from sim.uncertainty import step_band

@@ -1,0 +1,132 @@
+"""``llmplan calibrate``: fit the kernel latency model to measured kernel tables.
+
+    llmplan calibrate --measurements DIR --out FILE [--gpus a,b] [--holdout-gpu NAME]
+                      [--fit-date YYYY-MM-DD] [--no-residuals] [--quiet]
+
+Writes a portable JSON calibration (never pickle) with provenance and the validation
+residuals used for error bands, shows progress and prints a summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from pathlib import Path
+
+from llmplan.errors import UserError
+
+from calibration.calib_file import Calibration
+
+DESCRIPTION = "Fit kernel latency models (per GPU, engine, operator family) to measured kernel tables."
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmplan calibrate", description=DESCRIPTION)
+    p.add_argument("--measurements", required=True, metavar="DIR",
+                   help="folder with one sub-folder per GPU holding <table>.csv[.gz] files")
+    p.add_argument("--out", required=True, metavar="FILE", help="calibration file to write (.json)")
+    p.add_argument("--gpus", metavar="A,B", help="fit only these GPUs (catalog keys or aliases)")
+    p.add_argument("--holdout-gpu", metavar="NAME", help="leave every row of this GPU out of the fit")
+    p.add_argument("--fit-date", metavar="YYYY-MM-DD",
+                   help="date recorded in the provenance (default: newest input file's date)")
+    p.add_argument("--no-residuals", action="store_true",
+                   help="skip the held-out residual statistics (faster; no error bands)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _fit_date(arg: str | None, paths: list[Path]) -> str:
+    if arg:
+        try:
+            return dt.date.fromisoformat(arg).isoformat()
+        except ValueError as exc:
+            raise UserError(f"bad --fit-date '{arg}'", key="fit-date", fix="use YYYY-MM-DD") from exc
+    newest = max((p.stat().st_mtime for p in paths), default=0.0)
+    return dt.datetime.fromtimestamp(newest, dt.timezone.utc).date().isoformat()
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from rich.console import Console
+
+    from calibration.fit import FitOptions, fit_calibration, without_gpu
+    from calibration.gpu_features import resolve_gpu
+    from calibration.reader import read_measurements
+
+    out = Path(args.out)
+    if out.suffix.lower() in (".pkl", ".pickle"):
+        raise UserError(f"refusing to write '{out}': calibration files are JSON, never pickle", key="out",
+                        fix="use a .json file name")
+    console = Console(stderr=True)
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
+    t0 = time.perf_counter()
+    with console.status("reading measurements..."):
+        meas = read_measurements(args.measurements, gpus=gpus)
+    if args.holdout_gpu:
+        key = resolve_gpu(args.holdout_gpu).key
+        if key not in meas.gpu_specs:
+            raise UserError(f"--holdout-gpu {key} has no measurements under {args.measurements}",
+                            key="holdout-gpu", fix="measured GPUs: " + ", ".join(meas.gpus))
+        meas = without_gpu(meas, key)
+        if not meas.gpu_specs:
+            raise UserError("nothing left to fit after the holdout", key="holdout-gpu")
+    console.print(f"read {meas.rows():,} rows from {len(meas.sources)} tables of "
+                  f"{', '.join(meas.gpus)} in {time.perf_counter() - t0:.1f}s")
+    opts = FitOptions(residuals=not args.no_residuals,
+                      fit_date=_fit_date(args.fit_date, [meas.root / s.path for s in meas.sources]))
+    cal = _fit_with_progress(meas, opts, console, args.quiet, fit_calibration)
+    cal.provenance["measurements"] = str(Path(args.measurements))
+    if args.holdout_gpu:
+        cal.provenance["holdout_gpu"] = resolve_gpu(args.holdout_gpu).key
+    path = cal.save(out)
+    size = path.stat().st_size / 1e6
+    print_summary(cal, Console())
+    console.print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - t0:.0f}s")
+    return 0
+
+
+def _fit_with_progress(meas, opts, console, quiet, fit):  # type: ignore[no-untyped-def]
+    if quiet:
+        return fit(meas, opts)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:<48}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("fitting", total=1)
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label[:48], completed=done, total=max(total, 1))
+
+        return fit(meas, opts, progress)
+
+
+def print_summary(cal: Calibration, console) -> None:  # type: ignore[no-untyped-def]
+    """Per (GPU, engine, family): rows, dtype groups, base parameters; then residuals."""
+    from rich.table import Table
+
+    t = Table(title="fitted kernel models (base parameters of the largest group)")
+    for col in ("GPU", "engine", "family", "groups", "rows", "floor us", "eta_c", "eta_m", "trees"):
+        t.add_column(col, justify="right" if col not in ("GPU", "engine", "family", "groups") else "left")
+    for gpu, by_b in sorted(cal.measured.items()):
+        for backend, fams in sorted(by_b.items()):
+            for fam, fm in sorted(fams.items()):
+                big = max(fm.groups.values(), key=lambda g: g.rows)
+                trees = sum(g.gbt.n_trees for g in fm.groups.values() if g.gbt is not None)
+                t.add_row(gpu, backend, fam, ",".join(sorted(fm.groups)), f"{sum(g.rows for g in fm.groups.values()):,}",
+                          f"{big.base.floor_us:.1f}", f"{big.base.eta_c:.2f}", f"{big.base.eta_m:.2f}", str(trees))
+    for gpu, coll in sorted(cal.collectives.items()):
+        n = sum(len(v) for cs in (coll.custom_ar, coll.nccl, coll.moe_a2a) for v in cs.curves.values())
+        t.add_row(gpu, "-", "collectives", coll.fabric, f"{n} curves", "", "", "", "")
+    console.print(t)
+    if cal.residuals:
+        r = Table(title="held-out residuals (absolute percentage error) used for error bands")
+        for col in ("tier", "family", "rows", "MAPE %", "p50 %", "p90 %", "method"):
+            r.add_column(col, justify="right" if col in ("rows", "MAPE %", "p50 %", "p90 %") else "left")
+        for tier, fams in sorted(cal.residuals.items()):
+            for fam, st in sorted(fams.items()):
+                if ":" in fam:
+                    continue
+                r.add_row(tier, fam, f"{st['rows']:,}", f"{100 * st['mape']:.1f}", f"{100 * st['p50_ape']:.1f}",
+                          f"{100 * st['p90_ape']:.1f}", st.get("method", ""))
+        console.print(r)

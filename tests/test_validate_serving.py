@@ -1,0 +1,186 @@
+"""`llmplan validate serving`: row mapping, end-to-end run, cross-gen GPUs, engine fit."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration import engine_fit as ef
+from calibration import serving_rows as sr
+from calibration import validate_serving as vs
+from llmplan.errors import UserError
+
+SPEC = sr.SimOptions(calibration="spec")
+
+
+def row(**kw) -> dict:
+    """One synthetic row in the e2e_serving.csv layout (aggregated dense Llama-3.1-8B on H100)."""
+    r = {"id": "r", "silicon_data_source": "synthetic; silicon_concurrency=4", "backend": "trtllm",
+         "backend_version": "x", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm",
+         "precision": math.nan, "mode": "agg", "isl": 256, "osl": 32, "gemm_quant_mode": math.nan,
+         "moe_quant_mode": math.nan, "batch_size": 4, "tp_size": 1, "pp_size": 1, "attention_dp_size": math.nan,
+         "moe_tp_size": 1, "moe_ep_size": 1, "silicon_ttft_ms": 60.0, "silicon_tpot_ms": 8.0}
+    r.update(kw)
+    return r
+
+
+def mapped(**kw) -> sr.RowMapping:
+    return sr.map_row(row(**kw), 0, sr.engine_profiles())
+
+
+# ----------------------------------------------------------------------------- mapping
+
+
+def test_dense_agg_row_maps_to_deployment():
+    m = mapped()
+    assert m.status == sr.SIMULATED and m.case is not None
+    c = m.case
+    assert c.dep.model.key == "llama3_1_8b" and c.dep.gpu.key == "h100_sxm"
+    assert (c.dep.par.tp, c.dep.par.pp, c.dep.par.ep) == (1, 1, 1)
+    assert (c.dep.prec.weights, c.dep.prec.kv_cache) == ("bf16", "bf16")
+    assert (c.concurrency, c.isl, c.osl) == (4, 256, 32)
+    assert c.dep.engine.name == "trtllm" and c.dep.engine.max_num_seqs >= 4
+
+
+def test_concurrency_falls_back_to_batch_size():
+    assert mapped(silicon_data_source="no field here", batch_size=12).case.concurrency == 12
+
+
+def test_moe_row_with_expert_parallelism_and_fp8():
+    m = mapped(model_path="Qwen/Qwen3-30B-A3B", backend="vllm", tp_size=2, moe_tp_size=1, moe_ep_size=2,
+               precision="fp8", gemm_quant_mode="fp8_block")
+    assert m.status == sr.SIMULATED
+    c = m.case
+    assert c.dep.model.is_moe and not c.dense
+    assert (c.dep.par.tp, c.dep.par.ep, c.dep.par.moe_tp) == (2, 2, 1)
+    assert (c.dep.prec.weights, c.dep.prec.kv_cache) == ("fp8", "fp8")
+
+
+def test_fp8_native_model_without_precision_keeps_fp8():
+    m = mapped(model_path="Qwen/Qwen3-235B-A22B-FP8", tp_size=8, moe_tp_size=1, moe_ep_size=8)
+    assert m.case is not None and m.case.dep.prec.weights == "fp8"
+
+
+@pytest.mark.parametrize("kw, reason", [
+    ({"mode": "disagg"}, "disagg"),
+    ({"attention_dp_size": 2}, "attention_dp"),
+    ({"model_path": "acme/NoSuchModel-7B"}, "unknown_model"),
+    ({"system": "no_such_gpu"}, "unknown_gpu"),
+    ({"backend": "tgi"}, "unknown_backend"),
+    ({"tp_size": 3}, "parallelism"),
+    ({"model_path": "Qwen/Qwen3-30B-A3B", "tp_size": 4, "moe_tp_size": 1, "moe_ep_size": 2}, "parallelism"),
+    ({"precision": "fp4", "gemm_quant_mode": "nvfp4"}, "precision"),
+    ({"model_path": "meta-llama/Meta-Llama-3.1-405B", "tp_size": 1}, "memory"),
+    ({"osl": 1}, "invalid"),
+])
+def test_rows_that_cannot_be_simulated_get_a_reason(kw, reason):
+    m = mapped(**kw)
+    assert m.case is None and m.reason == reason, m.status
+    assert reason in sr.REASONS
+
+
+def test_missing_column_is_a_user_error_naming_it(tmp_path):
+    p = tmp_path / "bad.csv"
+    pd.DataFrame([row()]).drop(columns=["tp_size"]).to_csv(p, index=False)
+    with pytest.raises(UserError) as e:
+        sr.read_serving_csv(p)
+    assert "tp_size" in str(e.value) and "bad.csv" in str(e.value)
+    assert vs.main(["--measurements", str(p), "--no-progress"]) == 2
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def test_validate_serving_end_to_end_writes_added_columns(tmp_path):
+    src = tmp_path / "runs.csv"
+    out = tmp_path / "pred.csv"
+    rows = [row(id="a"), row(id="b", isl=512, osl=16, batch_size=8, silicon_data_source="silicon_concurrency=8",
+                             backend="vllm"),
+            row(id="c", mode="disagg")]
+    pd.DataFrame(rows).to_csv(src, index=False)
+    rc = vs.main(["--measurements", str(src), "--out", str(out), "--calibration", "spec", "--engine-profiles", "none",
+                  "--no-progress", "--workers", "1"])
+    assert rc == 0
+    df = pd.read_csv(out)
+    assert list(df.columns[-4:]) == list(vs.ADDED_COLUMNS) and len(df) == 3
+    assert list(df["status"][:2]) == [sr.SIMULATED, sr.SIMULATED]
+    assert df["status"][2].startswith("disagg")
+    assert (df["predicted_ttft_ms"][:2] > 0).all() and (df["predicted_tpot_ms"][:2] > 0).all()
+    assert np.isnan(df["predicted_ttft_ms"][2])
+    assert list(df["tier"][:2]) == ["spec", "spec"]
+
+
+def test_aggregates_and_limit():
+    df = pd.DataFrame([row(id="a"), row(id="b", osl=48), row(id="c", mode="disagg")])
+    res = vs.validate_serving(df, SPEC, {}, limit=1, workers=1)
+    assert list(res["status"].str.split(":").str[0]) == [sr.SIMULATED, "limit", "disagg"]
+    agg = vs.aggregate(res, ["backend"])
+    assert agg["rows"].tolist() == [1]
+    assert set(vs.not_simulated(res)["reason"]) == {"limit", "disagg"}
+
+
+@pytest.mark.parametrize("gpu", ["b200", "h200_sxm"])
+def test_gpu_without_kernel_measurements(gpu):
+    """Rows for any catalog GPU run; with the default calibration they use the cross-gen tier."""
+    cal, note = sr.resolve_calibration(None)
+    df = pd.DataFrame([row(system=gpu, precision="fp8", gemm_quant_mode="fp8")])
+    res = vs.validate_serving(df, replace(SPEC, calibration=cal), {}, workers=1)
+    assert res["status"][0] == sr.SIMULATED
+    assert res["tier"][0] == ("spec" if cal == "spec" else "cross-gen"), note
+    assert res["predicted_tpot_ms"][0] > 0
+
+
+# ----------------------------------------------------------------------------- engine fit
+
+
+def _cases() -> list[sr.ServingCase]:
+    shapes = [(256, 32, 4, "trtllm"), (1024, 16, 8, "trtllm"), (512, 64, 16, "trtllm"), (128, 32, 1, "trtllm"),
+              (2048, 16, 4, "trtllm"), (512, 24, 32, "trtllm")]
+    out = []
+    for i, (isl, osl, n, b) in enumerate(shapes):
+        m = sr.map_row(row(isl=isl, osl=osl, batch_size=n, silicon_data_source=f"silicon_concurrency={n}",
+                           backend=b), i, sr.engine_profiles())
+        out.append(m.case)
+    return out
+
+
+def test_linear_decomposition_matches_direct_simulation():
+    case = _cases()[2]
+    b = ef.basis_for(case, SPEC)
+    p = ef.EngineParams(2.0, 0.04, 1.3)
+    eng = replace(case.dep.engine, host_overhead_ms=2.0, host_overhead_per_seq_ms=0.04)
+    direct = sr.simulate_case(replace(case, dep=replace(case.dep, engine=eng)), SPEC, wrap=ef.corrected(1.3))
+    assert b.predict(p) == pytest.approx((direct.ttft_ms, direct.tpot_ms), rel=1e-9)
+
+
+def test_engine_fit_recovers_known_host_overhead():
+    truth = ef.EngineParams(2.5, 0.03, 1.0)
+    bases = []
+    for c in _cases():
+        b = ef.basis_for(c, SPEC)
+        t, p = b.predict(truth)
+        bases.append(replace(b, measured_ttft_ms=t, measured_tpot_ms=p))
+    got = ef.fit_params(bases, ef.EngineParams(0.8, 0.005))
+    assert got.host_overhead_ms == pytest.approx(2.5, rel=0.05)
+    assert got.host_overhead_per_seq_ms == pytest.approx(0.03, rel=0.1)
+    assert ef.score(bases, got).tpot_median < 0.01
+    fit = ef.fit_engine("trtllm", bases, ef.EngineParams(0.8, 0.005), seed=0, prefill_scale=False)
+    assert fit.scores["after/test"].tpot_median < fit.scores["before/test"].tpot_median
+
+
+def test_engine_profiles_file_round_trip(tmp_path):
+    bases = [ef.basis_for(c, SPEC) for c in _cases()[:4]]
+    fit = ef.fit_engine("trtllm", bases, ef.EngineParams(0.8, 0.005), seed=0, prefill_scale=False)
+    path = ef.write_profiles(tmp_path / "p.json", {"trtllm": fit}, {"data_file": "synthetic"})
+    over, where = ef.load_engine_overrides(str(path))
+    assert where == str(path)
+    assert over["trtllm"]["host_overhead_ms"] == pytest.approx(fit.final.host_overhead_ms, abs=1e-4)
+    prof = sr.engine_profiles(over)["trtllm"]
+    assert prof.host_overhead_ms == pytest.approx(fit.final.host_overhead_ms, abs=1e-4)
+    assert ef.load_engine_overrides("none")[0] == {}
+    with pytest.raises(UserError):
+        ef.load_engine_overrides(str(tmp_path / "missing.json"))
