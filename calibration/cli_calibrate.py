@@ -81,7 +81,9 @@ def main(argv: list[str]) -> int:
         cal.provenance["holdout_gpu"] = resolve_gpu(args.holdout_gpu).key
     path = cal.save(out)
     size = path.stat().st_size / 1e6
-    print_summary(cal, Console())
+    from calibration.cli_validate import _console
+
+    print_summary(cal, _console())
     console.print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - t0:.0f}s")
     return 0
 

@@ -89,7 +89,6 @@ def kernels_main(argv: list[str]) -> int:
     holdout = resolve_gpu(a.holdout_gpu).key if a.holdout_gpu else None
     if a.out and Path(a.out).suffix.lower() != ".csv":
         raise UserError(f"--out {a.out}: expected a .csv file name", key="out")
-    cal = None if (split or holdout) else load_calibration(a.calibration)
     err = Console(stderr=True)
     t0 = time.perf_counter()
     with err.status("reading measurements..."):
@@ -100,6 +99,7 @@ def kernels_main(argv: list[str]) -> int:
     if holdout is not None and holdout not in meas.gpu_specs:
         raise UserError(f"--holdout-gpu {holdout} has no measurements under {a.measurements}", key="holdout-gpu",
                         fix="measured GPUs there: " + ", ".join(meas.gpus))
+    cal = None if (split or holdout) else load_calibration(a.calibration)
     progress = None
     if (split or holdout) and not a.quiet:
         status = err.status("refitting...")

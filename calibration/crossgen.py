@@ -20,7 +20,7 @@ from calibration.calib_file import Calibration
 from calibration.collectives import AlphaBeta, pooled_alpha_beta
 from calibration.family_model import FamilyModel, GroupModel
 from calibration.gbt import GBTModel
-from calibration.gpu_features import GPUFeatures
+from calibration.gpu_features import GPUFeatures, link_kind
 from calibration.physics import PARAM_NAMES, BaseParams
 
 #: include the pooled residual ensembles. Off: on the shipped data they help some families
@@ -110,5 +110,5 @@ def crossgen_alpha_beta(cal: Calibration, gpu: GPUFeatures) -> dict[str, AlphaBe
     """Pooled collective parameters for ``gpu`` from the other measured GPUs, preferring
     those whose measurements ran over the same kind of link (NVLink vs PCIe)."""
     others = {g: c for g, c in sorted(cal.collectives.items()) if g != gpu.key}
-    same = [c for c in others.values() if c.fabric == gpu.fabric]
+    same = [c for c in others.values() if link_kind(c.fabric) == gpu.fabric]
     return pooled_alpha_beta(same or list(others.values()))

@@ -44,8 +44,9 @@ class GPUFeatures:
 
     @property
     def fabric(self) -> str:
-        """The link its multi-GPU measurements ran over: NVLink when it has one, else PCIe."""
-        return "nvlink" if self.scaleup_bw_gbps > 0 else "pcie"
+        """The kind of link its multi-GPU measurements ran over: the scale-up fabric
+        (NVLink / xGMI) when it has one, else PCIe (see :func:`link_kind`)."""
+        return "scaleup" if self.scaleup_bw_gbps > 0 else "pcie"
 
     @property
     def fabric_bw_gbps(self) -> float:
@@ -66,6 +67,11 @@ class GPUFeatures:
             if abs(a - b) > SAME_HW_RTOL * max(abs(a), abs(b), 1e-9):
                 return False
         return True
+
+
+def link_kind(name: str) -> str:
+    """``scaleup`` for NVLink/xGMI links, else the link's own name (pcie, network)."""
+    return "scaleup" if name in ("nvlink", "xgmi", "scaleup") else name
 
 
 def catalog_resolver() -> Callable[[str], GPUSpec]:

@@ -35,7 +35,9 @@ from calibration.features import Phys
 PARAM_NAMES = ("floor_us", "wave_us", "eta_c", "eta_m", "g", "p", "l2_cap", "l2_bw_sm")
 #: prior (centre) and bounds of each parameter; log-scale for all but ``g``
 PRIOR = {"floor_us": 5.0, "wave_us": 0.5, "eta_c": 0.6, "eta_m": 0.75, "g": 0.5, "p": 3.0, "l2_cap": 0.5, "l2_bw_sm": 60.0}
-BOUNDS = {"floor_us": (0.3, 3000.0), "wave_us": (1e-3, 1000.0), "eta_c": (0.01, 1.5), "eta_m": (0.01, 3.0), "g": (0.0, 1.5),
+#: physical ranges: efficiencies at most 100% of peak compute and 125% of DRAM bandwidth
+#: (the L2 term carries warm-cache reuse), at most 4 us of fixed cost per wave
+BOUNDS = {"floor_us": (0.3, 3000.0), "wave_us": (1e-3, 4.0), "eta_c": (0.01, 1.0), "eta_m": (0.01, 1.25), "g": (0.0, 1.5),
           "p": (1.0, 12.0), "l2_cap": (0.05, 2.0), "l2_bw_sm": (5.0, 1000.0)}
 PRIOR_WEIGHT = 0.02
 

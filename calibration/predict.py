@@ -96,6 +96,8 @@ def _predict_collective(cal: Calibration, family: str, df: pd.DataFrame, gpu: GP
                 res = own.nccl.predict_one(nccl_key(row["op"], row["dtype"]), n, row["message_bytes"])
             elif family == "moe_a2a":
                 res = own.moe_a2a.predict_one(a2a_key(row), n, float(row["num_tokens"]))
+                if res is None:
+                    res = _a2a_nearest(own, row, n)
         if res is not None:
             pred[i], used[i] = res[0], "measured"
             continue
@@ -109,3 +111,26 @@ def _predict_collective(cal: Calibration, family: str, df: pd.DataFrame, gpu: GP
         if ab is not None:
             pred[i] = ab.predict_ms(op, row["message_bytes"], n, _fabric_bw(gpu))
             used[i] = "cross-gen"
+
+
+def _a2a_nearest(own: Any, row: dict[str, Any], n: int) -> tuple[float, bool] | None:
+    """An all-to-all configuration never measured: the measured curve of the same DeepEP
+    mode whose bytes per token (hidden x topk) are closest, with the token axis scaled by
+    the bytes ratio (fixed cost kept, bandwidth part scaled)."""
+    import math
+
+    prefix = f"{row['comm_backend']}|{row['phase']}|"
+    want = float(row["hidden"]) * float(row["topk"])
+    best, best_d = None, math.inf
+    for key in own.moe_a2a.curves:
+        if not key.startswith(prefix) or not key.endswith(f"|{int(row['sms'])}"):
+            continue
+        _, _, h, k, _, _ = key.split("|")
+        d = abs(math.log(float(h) * float(k) / want))
+        if d < best_d:
+            best, best_d = key, d
+    if best is None:
+        return None
+    _, _, h, k, _, _ = best.split("|")
+    res = own.moe_a2a.predict_one(best, n, float(row["num_tokens"]) * want / (float(h) * float(k)))
+    return None if res is None else (res[0], False)

@@ -315,7 +315,11 @@ class SimOptions:
     reports over all its requests would. ``osl_jitter`` > 0 draws output lengths uniformly
     in ``osl x [1 - j, 1 + j]`` (mean ``osl``): identical requests otherwise stay in lock-step
     forever in a deterministic simulator, while real clients drift apart (network, tokenizer
-    and scheduling jitter); 0 keeps every length fixed.
+    and scheduling jitter); 0 keeps every length fixed. ``start``: ``burst`` sends every
+    client's first request at once with the run's lengths; ``staggered`` gives the first
+    (warm-up) request of client k ``osl x (k+1)/N`` output tokens so the clients' phases are
+    spread evenly over one request's lifetime when the measured requests start (they keep
+    the fixed lengths).
     """
 
     calibration: str | None = None   # kernel calibration: None (default fit), a file, or "spec"
@@ -323,6 +327,7 @@ class SimOptions:
     min_requests: int = 60
     window: str = "steady"           # steady | all
     osl_jitter: float = 0.0
+    start: str = "burst"             # burst | staggered
     seed: int = 0
 
     def osl_range(self, osl: int) -> tuple[int, int]:
@@ -419,13 +424,25 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
            else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
     spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=case.concurrency, num_requests=n,
                         input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl), output_tokens=out, seed=opts.seed)
+    workload: Any = spec
+    if opts.start == "staggered":
+        import numpy as np
+
+        from sim.workload import Request, generate_workload
+
+        wl = generate_workload(spec, np.random.default_rng([spec.seed, opts.seed]))
+        N = case.concurrency
+        for k in range(min(N, n)):
+            q = wl.requests[k]
+            wl.requests[k] = Request(q.arrival_ms, q.input_tokens, max(1, round(case.osl * (k + 1) / N)), q.hash_ids)
+        workload = wl
     if opts.window == "steady":
         window = MeasureWindow(0.0, case.concurrency / n, warmup_requests=case.concurrency)
     else:
         window = MeasureWindow(0.0, 0.0, warmup_requests=0)
     replica = ReplicaSpec(wrap(step) if wrap is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + hi)
     try:
-        res = simulate_serving(spec, [replica], seed=opts.seed, window=window)
+        res = simulate_serving(workload, [replica], seed=opts.seed, window=window)
     except UserError as e:  # e.g. one request's KV does not fit beyond the watermark
         return Prediction(math.nan, math.nan, tier, f"memory: {e}")
     s = res.summary

@@ -42,7 +42,7 @@ from calibration.collectives import (CUSTOM_AR_MAX_BYTES, OPS, AlphaBeta, custom
                                      ring_steps)
 from calibration.crossgen import crossgen_alpha_beta, crossgen_family
 from calibration.family_model import FamilyModel, scalar_phys
-from calibration.gpu_features import GPUFeatures
+from calibration.gpu_features import GPUFeatures, link_kind
 
 DEFAULT_MOE_SKEW = 1.01   # routing imbalance assumed for MoE (power-law exponent; 0 = balanced)
 _CACHE_SIZE = 1 << 16
@@ -216,11 +216,11 @@ class CalibratedKernelModel:
         if (n <= 1 and op != "p2p") or nbytes <= 0:
             return KernelTime(0.0, 0.0, 0.0, "comm", self.tier)
         fabric = self._feat.fabric
-        on_fabric = link.name == fabric
+        on_fabric = link_kind(link.name) == fabric
         coll = self._coll
         if coll is not None and on_fabric and op != "p2p":
             res = None
-            if op == "all_reduce" and nbytes <= CUSTOM_AR_MAX_BYTES and (fabric == "nvlink" or n == 2):
+            if op == "all_reduce" and nbytes <= CUSTOM_AR_MAX_BYTES and (fabric == "scaleup" or n == 2):
                 keys = [custom_key(self.backend, self.allreduce_mode)] + sorted(
                     k for k in coll.custom_ar.curves if k.endswith("|" + self.allreduce_mode))
                 for key in keys:
