@@ -80,7 +80,7 @@ class SearchConfig:
     # replicas allowed per candidate in the ILP
     max_replicas: int = 256
     # finalists verified in the discrete-event simulator (0 = analytical only)
-    finalists: int = 4
+    finalists: int = 3
     # requests per simulation in verification bisections
     verify_requests: int = 600
     # runner-up alternatives shown
