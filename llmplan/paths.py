@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+_HERE = Path(__file__).resolve().parent
+
 
 def conf_dir() -> Path:
-    """The Hydra config directory (``conf/`` in a checkout, ``llmplan/conf`` in a wheel)."""
-    try:
-        import importlib.resources as resources
-
-        path = Path(str(resources.files("llmplan.conf")))
+    """The Hydra config directory: ``llmplan/conf`` in a wheel (pyproject maps the
+    repository's ``conf/`` there), ``conf/`` beside the package in a checkout."""
+    for path in (_HERE / "conf", _HERE.parent / "conf"):
         if (path / "plan.yaml").is_file():
             return path
-    except ModuleNotFoundError:
-        pass
-    path = Path(__file__).resolve().parent.parent / "conf"
-    if not (path / "plan.yaml").is_file():
-        raise RuntimeError(f"llmplan config directory not found (looked in {path})")
-    return path
+    raise RuntimeError(f"llmplan config directory not found (looked in {_HERE / 'conf'} and {_HERE.parent / 'conf'})")
