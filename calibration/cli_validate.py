@@ -100,15 +100,11 @@ def kernels_main(argv: list[str]) -> int:
         raise UserError(f"--holdout-gpu {holdout} has no measurements under {a.measurements}", key="holdout-gpu",
                         fix="measured GPUs there: " + ", ".join(meas.gpus))
     cal = None if (split or holdout) else load_calibration(a.calibration)
+    status = err.status("refitting...") if (split or holdout) and not a.quiet else None
     progress = None
-    if (split or holdout) and not a.quiet:
-        status = err.status("refitting...")
+    if status is not None:
         status.start()
-
-        def progress(label: str, done: int, total: int) -> None:
-            status.update(f"refitting: {label} ({done}/{total})")
-    else:
-        status = None
+        progress = lambda label, done, total: status.update(f"refitting: {label} ({done}/{total})")  # noqa: E731
     try:
         res = validate_kernels(meas, gpu, cal, split, holdout, families, a.max_rows, progress=progress,
                                roofline=not a.no_roofline)

@@ -1,11 +1,23 @@
-"""Engine-level terms fitted to measured serving runs (host overhead, prefill correction).
+"""Engine-level terms fitted to measured serving runs.
 
 Per engine (vllm, sglang, trtllm) we fit the per-iteration host overhead
 ``host_overhead_ms`` (h0), the per-running-sequence overhead ``host_overhead_per_seq_ms``
-(h1) and, optionally, a multiplicative correction ``prefill_scale`` (s) on the marginal
-cost of the prefill chunks of a step, by minimising the squared log error of the mean
-TTFT and mean TPOT over that engine's simulable aggregated rows (robust ``soft_l1`` loss,
-so the few runs that exhaust the KV cache do not dominate).
+(h1), optionally a multiplicative correction ``prefill_scale`` (s) on the marginal cost of
+the prefill chunks of a step, and the engine's *desynchronisation* ``osl_jitter`` (chosen
+from :data:`JITTER_GRID`), by minimising the squared log error of the mean TTFT and mean
+TPOT over that engine's simulable aggregated rows (robust ``soft_l1`` loss, so the few runs
+that exhaust the KV cache do not dominate).
+
+Desynchronisation: N identical closed-loop clients stay in lock-step forever in a
+deterministic simulator (they arrive, prefill and finish together), while a real engine
+and client drift apart to a degree that depends on the engine's request intake. The
+simulator breaks lock-step by drawing output lengths uniformly in ``osl x [1 - j, 1 + j]``
+(mean unchanged); ``j`` is picked per engine on the training rows.
+
+Scheduling policy: SGLang does not mix prefill chunks into decode batches unless started
+with ``--enable-mixed-chunk`` (off by default); it runs prefill batches first. That is the
+simulator's ``chunked_prefill: false`` policy, set here for sglang (:data:`SCHEDULER`)
+and written to the profile file with the fitted terms.
 
 Method (exact, and fast): in a closed loop without think time, one replica with ``pp=1``
 makes the same scheduling decisions whatever the step durations are: requests arrive
@@ -18,10 +30,10 @@ give coefficients from which the DES result for any parameters is a dot product.
 then costs nothing per evaluation; ``tests/test_validate_serving.py`` checks the identity
 against direct simulation.
 
-Hold-out: the rows of each engine are split at random (``seed``) into halves; the
-parameters fitted on one half are scored on the other, before (the conf/engine
-placeholders) and after. The values written to ``calibration/data/engine_profiles.json``
-are then fitted on all rows of the engine.
+Hold-out: the rows of each engine are split at random (``seed``) into halves; the terms
+fitted on one half (jitter included) are scored on the other, before (the conf/engine
+placeholders, no jitter) and after. The values written to
+``calibration/data/engine_profiles.json`` are then fitted on all rows of the engine.
 
 Run: ``python -m calibration.engine_fit --measurements FILE.csv --out calibration/data/engine_profiles.json``
 (or ``llmplan validate serving --measurements FILE.csv --fit-engines``).
@@ -50,6 +62,10 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "data" / "engine_profiles.json"
 BOUNDS = ((0.0, 50.0), (0.0, 2.0), (0.25, 4.0))
 #: soft_l1 scale of the log residuals (about 25% error before the loss turns linear)
 F_SCALE = 0.25
+#: desynchronisation values tried per engine (osl_jitter, see the module docstring)
+JITTER_GRID = (0.0, 0.01, 0.02, 0.04)
+#: scheduling policy of the measured engine versions where it differs from conf/engine
+SCHEDULER: dict[str, dict[str, Any]] = {"sglang": {"chunked_prefill": False}}
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,7 @@ class EngineParams:
     host_overhead_ms: float
     host_overhead_per_seq_ms: float
     prefill_scale: float = 1.0
+    osl_jitter: float = 0.0
 
     def vector(self) -> np.ndarray:
         return np.array([self.host_overhead_ms, self.host_overhead_per_seq_ms, self.prefill_scale])
@@ -171,18 +188,20 @@ def basis_for(case: ServingCase, opts: SimOptions) -> Basis | str:
                  case.measured_tpot_ms, (t[0], t[1], t[2], t[3]), (p[0], p[1], p[2], p[3]), runs[0].tier)
 
 
-def _basis_task(task: tuple[dict, int, SimOptions]) -> Basis | str:
-    row, index, opts = task
-    m = map_row(row, index, engine_profiles())
+def _basis_task(task: tuple[dict, int, dict, SimOptions]) -> Basis | str:
+    row, index, overrides, opts = task
+    m = map_row(row, index, engine_profiles(overrides))
     if m.case is None:
         return m.status
     return basis_for(m.case, opts)
 
 
 def compute_bases(rows: list[dict], indices: list[int], opts: SimOptions, workers: int = 2,
-                  progress: Callable[[int, int], None] | None = None) -> list[Basis | str]:
-    """Bases of the given rows (parallel)."""
-    return parallel_map(_basis_task, [(rows[i], i, opts) for i in indices], workers, progress)
+                  progress: Callable[[int, int], None] | None = None,
+                  overrides: dict[str, dict[str, Any]] | None = None) -> list[Basis | str]:
+    """Bases of the given rows (parallel); ``overrides`` as for :func:`engine_profiles`."""
+    ov = SCHEDULER if overrides is None else overrides
+    return parallel_map(_basis_task, [(rows[i], i, ov, opts) for i in indices], workers, progress)
 
 
 # ----------------------------------------------------------------------------- fit and scores
@@ -222,10 +241,16 @@ def score(bases: list[Basis], p: EngineParams) -> Errors:
 
 def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False) -> EngineParams:
     """Least-squares fit of (h0, h1[, s]) to the log errors of mean TTFT and TPOT."""
+    return fit_with_cost(bases, start, prefill_scale)[0]
+
+
+def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False
+                  ) -> tuple[EngineParams, float]:
+    """:func:`fit_params` and the final robust cost (comparable between bases of the same rows)."""
     from scipy.optimize import least_squares
 
     if not bases:
-        return start
+        return start, math.inf
     T = np.array([b.ttft for b in bases])
     P = np.array([b.tpot for b in bases])
     y = np.log(np.concatenate([[b.measured_ttft_ms for b in bases], [b.measured_tpot_ms for b in bases]]))
@@ -233,11 +258,8 @@ def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = Fa
     lo = np.array([BOUNDS[i][0] for i in range(k)])
     hi = np.array([BOUNDS[i][1] for i in range(k)])
 
-    def full(v: np.ndarray) -> np.ndarray:
-        return np.array([1.0, v[0], v[1], (v[2] - 1.0) if k == 3 else 0.0])
-
     def resid(v: np.ndarray) -> np.ndarray:
-        x = full(v)
+        x = np.array([1.0, v[0], v[1], (v[2] - 1.0) if k == 3 else 0.0])
         pred = np.concatenate([T @ x, P @ x])
         return np.log(np.maximum(pred, 1e-9)) - y
 
@@ -248,7 +270,7 @@ def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = Fa
         if best is None or r.cost < best.cost:
             best = r
     v = best.x
-    return EngineParams(float(v[0]), float(v[1]), float(v[2]) if k == 3 else 1.0)
+    return EngineParams(float(v[0]), float(v[1]), float(v[2]) if k == 3 else 1.0), float(best.cost)
 
 
 def random_halves(bases: list[Basis], seed: int) -> tuple[list[Basis], list[Basis]]:
@@ -264,24 +286,41 @@ class EngineFit:
     """Fit of one engine: parameters, hold-out and in-sample scores."""
 
     backend: str
-    start: EngineParams                 # conf/engine values (before)
+    start: EngineParams                 # conf/engine values, no jitter (before)
     holdout: EngineParams               # fitted on the training half
     final: EngineParams                 # fitted on all rows (written to the profile file)
     rows: int
     scores: dict[str, Errors] = field(default_factory=dict)  # before/after x train/test/all/dense
 
 
-def fit_engine(backend: str, bases: list[Basis], start: EngineParams, seed: int,
+def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scale: bool) -> EngineParams:
+    """Best (h0, h1[, s]) for each jitter; the jitter with the lowest cost wins."""
+    best: tuple[float, EngineParams] | None = None
+    for j, bases in sorted(by_jitter.items()):
+        p, cost = fit_with_cost(bases, start, prefill_scale)
+        if best is None or cost < best[0] - 1e-12:
+            best = (cost, replace(p, osl_jitter=j))
+    assert best is not None
+    return best[1]
+
+
+def fit_engine(backend: str, by_jitter: dict[float, list[Basis]], start: EngineParams, seed: int,
                prefill_scale: bool) -> EngineFit:
-    train, test = random_halves(bases, seed)
-    hold = fit_params(train, start, prefill_scale)
-    final = fit_params(bases, start, prefill_scale)
-    dense = [b for b in bases if b.dense]
-    sc = {"before/train": score(train, start), "before/test": score(test, start),
+    """Hold-out fit on random halves, then the final fit on all rows. ``by_jitter`` maps each
+    desynchronisation value to the bases of the same rows (in the same order)."""
+    j0 = min(by_jitter)
+    halves = {j: random_halves(b, seed) for j, b in by_jitter.items()}
+    hold = _pick({j: h[0] for j, h in halves.items()}, start, prefill_scale)
+    final = _pick(by_jitter, start, prefill_scale)
+    train0, test0 = halves[j0]
+    train, test = halves[hold.osl_jitter]
+    every0, every = by_jitter[j0], by_jitter[final.osl_jitter]
+    sc = {"before/train": score(train0, start), "before/test": score(test0, start),
           "after/train": score(train, hold), "after/test": score(test, hold),
-          "before/all": score(bases, start), "final/all": score(bases, final),
-          "before/dense": score(dense, start), "final/dense": score(dense, final)}
-    return EngineFit(backend, start, hold, final, len(bases), sc)
+          "before/all": score(every0, start), "final/all": score(every, final),
+          "before/dense": score([b for b in every0 if b.dense], start),
+          "final/dense": score([b for b in every if b.dense], final)}
+    return EngineFit(backend, start, hold, final, len(every), sc)
 
 
 # ----------------------------------------------------------------------------- provenance, files
@@ -297,6 +336,16 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _calibration_sha(calibration: str | None) -> str | None:
+    """sha256 of the kernel calibration file used (None for the specification roofline)."""
+    if calibration is not None and calibration.lower() in ("spec", "none", "roofline"):
+        return None
+    from calibration.calib_file import DEFAULT_PATH
+
+    p = Path(calibration).expanduser() if calibration else DEFAULT_PATH
+    return _sha256(p) if p.is_file() else None
+
+
 def write_profiles(path: Path, fits: dict[str, EngineFit], provenance: dict[str, Any]) -> Path:
     """Write fitted values and provenance as JSON (stable key order)."""
     engines = {}
@@ -304,6 +353,8 @@ def write_profiles(path: Path, fits: dict[str, EngineFit], provenance: dict[str,
         engines[b] = {"host_overhead_ms": round(f.final.host_overhead_ms, 4),
                       "host_overhead_per_seq_ms": round(f.final.host_overhead_per_seq_ms, 5),
                       "prefill_scale": round(f.final.prefill_scale, 4),
+                      "osl_jitter": f.final.osl_jitter,
+                      **SCHEDULER.get(b, {}),
                       "rows": f.rows,
                       "holdout": {"fitted_on_half": {k: round(v, 5) for k, v in asdict(f.holdout).items()},
                                   **{k: _rounded(asdict(v)) for k, v in f.scores.items()}}}
@@ -318,12 +369,16 @@ def _rounded(d: dict) -> dict:
             for k, v in d.items()}
 
 
-def load_engine_overrides(spec: str | None) -> tuple[dict[str, dict[str, float]], str]:
+#: numeric per-engine keys of the profile file
+NUMERIC_KEYS = ("host_overhead_ms", "host_overhead_per_seq_ms", "prefill_scale", "osl_jitter")
+
+
+def load_engine_overrides(spec: str | None) -> tuple[dict[str, dict[str, Any]], str]:
     """Engine overrides from ``--engine-profiles``: ``default`` (the packaged fit, when
     present), ``none`` (conf/engine values) or a JSON file. Returns (overrides, description)."""
     if spec is None or spec == "default":
         if not DEFAULT_OUT.is_file():
-            return {}, "conf/engine placeholders (no fitted engine_profiles.json installed)"
+            return dict(SCHEDULER), "conf/engine placeholders (no fitted engine_profiles.json installed)"
         path = DEFAULT_OUT
     elif spec == "none":
         return {}, "conf/engine values (--engine-profiles none)"
@@ -335,11 +390,29 @@ def load_engine_overrides(spec: str | None) -> tuple[dict[str, dict[str, float]]
     try:
         doc = json.loads(path.read_text())
         engines = doc["engines"]
-        out = {b: {k: float(v[k]) for k in ("host_overhead_ms", "host_overhead_per_seq_ms", "prefill_scale") if k in v}
-               for b, v in engines.items()}
+        out: dict[str, dict[str, Any]] = {}
+        for b, v in engines.items():
+            out[b] = {k: float(v[k]) for k in NUMERIC_KEYS if k in v}
+            if "chunked_prefill" in v:
+                out[b]["chunked_prefill"] = bool(v["chunked_prefill"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"cannot read engine profiles {path}: {e}", key="--engine-profiles") from e
     return out, str(path)
+
+
+def staleness_note(profiles: str, calibration: str | None) -> str:
+    """A note when a profile file was fitted against another kernel calibration than the
+    one in use ("" when they match or cannot be compared)."""
+    try:
+        doc = json.loads(Path(profiles).read_text())
+        fitted = doc["_provenance"].get("kernel_calibration_sha256")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    now = _calibration_sha(calibration)
+    if fitted is None or now is None or fitted == now:
+        return ""
+    return ("the engine terms were fitted against another kernel calibration (sha256 "
+            f"{fitted[:12]}..., now {now[:12]}...); refit with `python -m calibration.engine_fit`")
 
 
 # ----------------------------------------------------------------------------- driver
@@ -350,56 +423,87 @@ class FitResult:
     fits: dict[str, EngineFit]
     skipped: dict[str, int]            # reason -> rows not used
     provenance: dict[str, Any]
+    bases: dict[float, list[Basis]] = field(default_factory=dict)   # jitter -> bases
 
 
 def run_fit(measurements: str | Path, opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
             backends: tuple[str, ...] = BACKENDS, workers: int = 2,
-            progress: Callable[[int, int], None] | None = None) -> FitResult:
+            progress: Callable[[int, int], None] | None = None,
+            jitters: tuple[float, ...] = JITTER_GRID) -> FitResult:
     """Read a measurements file and fit every engine in it (see :func:`fit_frame`)."""
     path = Path(measurements).expanduser()
-    return fit_frame(read_serving_csv(path), path, opts, seed, prefill_scale, backends, workers, progress)
+    return fit_frame(read_serving_csv(path), path, opts, seed, prefill_scale, backends, workers, progress, jitters)
 
 
 def fit_frame(df: Any, path: Path, opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
               backends: tuple[str, ...] = BACKENDS, workers: int = 2,
-              progress: Callable[[int, int], None] | None = None) -> FitResult:
-    """Bases for every simulable row of ``df`` (read from ``path``), then a fit per engine."""
-    base = engine_profiles()
-    maps = map_rows(df, base)
+              progress: Callable[[int, int], None] | None = None,
+              jitters: tuple[float, ...] = JITTER_GRID) -> FitResult:
+    """Bases for every simulable row of ``df`` (read from ``path``) at each jitter of
+    ``jitters`` (:func:`collect_bases`), then a fit per engine (:func:`fit_bases`)."""
+    by_j, skipped = collect_bases(df, opts, backends, workers, progress, jitters)
+    return fit_bases(by_j, skipped, df, path, opts, seed, prefill_scale)
+
+
+def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKENDS, workers: int = 2,
+                  progress: Callable[[int, int], None] | None = None,
+                  jitters: tuple[float, ...] = JITTER_GRID) -> tuple[dict[float, list[Basis]], dict[str, int]]:
+    """{jitter: bases of the same rows, in order} and {reason: rows not used}. Rows without
+    a basis at some jitter are left out at every jitter."""
+    if not jitters:
+        raise UserError("no desynchronisation values to try", key="--jitter-grid")
+    maps = map_rows(df, engine_profiles(SCHEDULER))
     skipped: dict[str, int] = {}
     for m in maps:
         if m.case is None:
             skipped[m.reason] = skipped.get(m.reason, 0) + 1
     idx = [m.index for m in maps if m.case is not None and m.case.backend in backends]
     rows = df.to_dict("records")
-    out = compute_bases(rows, idx, opts, workers, progress)
-    bases: list[Basis] = []
-    for b in out:
-        if isinstance(b, str):
-            r = b.split(":", 1)[0]
-            skipped[r] = skipped.get(r, 0) + 1
-        else:
-            bases.append(b)
+    grid = sorted(set(float(j) for j in jitters))
+    per_j: dict[float, list[Basis | str]] = {}
+    for k, j in enumerate(grid):
+        prog = (lambda d, t, k=k: progress(k * t + d, len(grid) * t)) if progress else None
+        per_j[j] = compute_bases(rows, idx, replace(opts, osl_jitter=j), workers, prog)
+    bad: dict[int, str] = {}
+    for j in grid:
+        for i, b in zip(idx, per_j[j]):
+            if isinstance(b, str) and i not in bad:
+                bad[i] = b.split(":", 1)[0]
+    for r in bad.values():
+        skipped[r] = skipped.get(r, 0) + 1
+    keep = [n for n, i in enumerate(idx) if i not in bad]
+    by_j: dict[float, list[Basis]] = {j: [per_j[j][n] for n in keep] for j in grid}  # type: ignore[misc]
+    return by_j, skipped
+
+
+def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, path: Path, opts: SimOptions,
+              seed: int = 0, prefill_scale: bool = False) -> FitResult:
+    """Fit every engine present in the bases; provenance from the measurements ``df``/``path``."""
+    base = engine_profiles(SCHEDULER)
+    grid = sorted(by_j)
     fits = {}
-    for be in backends:
-        mine = [b for b in bases if b.backend == be]
-        if not mine:
+    for be in BACKENDS:
+        mine = {j: [b for b in bs if b.backend == be] for j, bs in by_j.items()}
+        if not mine[grid[0]]:
             continue
         e = base[be]
-        fits[be] = fit_engine(be, mine, EngineParams(e.host_overhead_ms, e.host_overhead_per_seq_ms, 1.0), seed,
+        fits[be] = fit_engine(be, mine, EngineParams(e.host_overhead_ms, e.host_overhead_per_seq_ms), seed,
                               prefill_scale)
     first, last = data_dates(df["silicon_data_source"].tolist())
-    tiers = sorted({b.tier for b in bases})
     prov = {"data_file": path.name, "data_sha256": _sha256(path) if path.is_file() else None,
             "rows_in_file": int(len(df)),
             "rows_fitted": {b: f.rows for b, f in fits.items()}, "rows_not_used": dict(sorted(skipped.items())),
             "measured_from": first, "measured_to": last, "gpus": sorted(df["system"].astype(str).unique().tolist()),
-            "kernel_calibration": opts.calibration or "default", "kernel_tiers": tiers,
-            "sim_options": asdict(opts), "split": f"random halves per engine, seed {seed}",
+            "kernel_calibration": opts.calibration or "default",
+            "kernel_calibration_sha256": _calibration_sha(opts.calibration),
+            "kernel_tiers": sorted({b.tier for b in by_j[grid[0]]}),
+            "sim_options": {k: v for k, v in asdict(opts).items() if k != "osl_jitter"},
+            "jitter_grid": grid, "scheduler": SCHEDULER, "split": f"random halves per engine, seed {seed}",
             "method": ("least squares on log(mean TTFT) and log(mean TPOT), soft_l1 loss (f_scale "
-                       f"{F_SCALE}); exact linear decomposition of closed-loop DES runs (calibration/engine_fit.py)"),
+                       f"{F_SCALE}) per desynchronisation value, lowest cost wins; exact linear decomposition "
+                       "of closed-loop DES runs (calibration/engine_fit.py)"),
             "prefill_scale_fitted": prefill_scale}
-    return FitResult(fits, skipped, prov)
+    return FitResult(fits, skipped, prov, by_j)
 
 
 def print_fit(res: FitResult, console: Any = None) -> None:
@@ -410,14 +514,15 @@ def print_fit(res: FitResult, console: Any = None) -> None:
 
     console = console or make_console()
     t = Table(title="Engine terms (before: conf/engine; half: fitted on the training half; final: all rows)")
-    for c in ("engine", "rows", "h0 ms before", "h1 ms before", "h0 half", "h1 half", "s half",
-              "h0 final", "h1 final", "s final"):
+    for c in ("engine", "rows", "h0 ms before", "h1 ms before", "h0 half", "h1 half", "s half", "j half",
+              "h0 final", "h1 final", "s final", "j final"):
         t.add_column(c, justify="right" if c != "engine" else "left")
     for b, f in res.fits.items():
         t.add_row(b, str(f.rows), f"{f.start.host_overhead_ms:.3f}", f"{f.start.host_overhead_per_seq_ms:.4f}",
                   f"{f.holdout.host_overhead_ms:.3f}", f"{f.holdout.host_overhead_per_seq_ms:.4f}",
-                  f"{f.holdout.prefill_scale:.3f}", f"{f.final.host_overhead_ms:.3f}",
-                  f"{f.final.host_overhead_per_seq_ms:.4f}", f"{f.final.prefill_scale:.3f}")
+                  f"{f.holdout.prefill_scale:.3f}", f"{f.holdout.osl_jitter:.2f}", f"{f.final.host_overhead_ms:.3f}",
+                  f"{f.final.host_overhead_per_seq_ms:.4f}", f"{f.final.prefill_scale:.3f}",
+                  f"{f.final.osl_jitter:.2f}")
     console.print(t)
     e = Table(title="Errors of mean TTFT / TPOT (MAPE, median APE, p90 APE, %)")
     for c in ("engine", "set", "rows", "TTFT MAPE", "TTFT med", "TTFT p90", "TPOT MAPE", "TPOT med", "TPOT p90"):
@@ -437,19 +542,36 @@ def add_sim_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--calibration", default=None,
                     help="kernel calibration file, or 'spec' for the specification roofline (default: packaged fit)")
     ap.add_argument("--waves", type=int, default=d.waves, help=f"requests = max(waves x concurrency, {d.min_requests})")
-    ap.add_argument("--window", choices=("steady", "all"), default=d.window,
-                    help="requests averaged: steady (skip start-up burst and drain) or all")
-    ap.add_argument("--osl-jitter", type=float, default=d.osl_jitter,
-                    help="output lengths uniform in osl x [1-j, 1+j] (breaks lock-step of identical clients)")
+    ap.add_argument("--window", choices=("all", "steady"), default=d.window,
+                    help="requests averaged: all (as benchmark clients report) or steady (skip start-up burst "
+                         "and drain)")
+    ap.add_argument("--osl-jitter", type=float, default=None,
+                    help="output lengths uniform in osl x [1-j, 1+j] for every engine (default: each engine's "
+                         "fitted desynchronisation from the profile file, else 0)")
     ap.add_argument("--workers", type=int, default=2, help="simulation processes")
+
+
+def add_jitter_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--jitter-grid", default=",".join(str(j) for j in JITTER_GRID),
+                    help="desynchronisation values tried per engine (comma separated; default %(default)s)")
+
+
+def parse_grid(text: str) -> tuple[float, ...]:
+    try:
+        grid = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as e:
+        raise UserError(f"bad --jitter-grid '{text}': {e}", key="--jitter-grid") from e
+    if not grid or any(not (0.0 <= j < 1.0) for j in grid):
+        raise UserError(f"--jitter-grid values must be in [0, 1), got '{text}'", key="--jitter-grid")
+    return grid
 
 
 def sim_options(a: argparse.Namespace) -> tuple[SimOptions, str]:
     """SimOptions from parsed arguments, with the calibration resolved (and a note)."""
-    if a.waves < 1 or not (0.0 <= a.osl_jitter < 1.0):
+    if a.waves < 1 or (a.osl_jitter is not None and not (0.0 <= a.osl_jitter < 1.0)):
         raise UserError("need --waves >= 1 and 0 <= --osl-jitter < 1", key="--waves/--osl-jitter")
     cal, note = resolve_calibration(a.calibration)
-    return SimOptions(calibration=cal, waves=a.waves, window=a.window, osl_jitter=a.osl_jitter), note
+    return SimOptions(calibration=cal, waves=a.waves, window=a.window, osl_jitter=a.osl_jitter or 0.0), note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -462,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random hold-out split")
     ap.add_argument("--prefill-scale", action="store_true", help="also fit a per-engine prefill-time multiplier")
     ap.add_argument("--backend", action="append", choices=BACKENDS, help="engines to fit (default: all)")
+    add_jitter_arg(ap)
     add_sim_args(ap)
     a = ap.parse_args(argv)
     console = make_console()
@@ -471,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[yellow]note:[/] {note}")
         with stage_progress(console) as upd:
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
-            res = run_fit(a.measurements, opts, a.seed, a.prefill_scale, tuple(a.backend or BACKENDS), a.workers, prog)
+            res = run_fit(a.measurements, opts, a.seed, a.prefill_scale, tuple(a.backend or BACKENDS), a.workers, prog,
+                          parse_grid(a.jitter_grid))
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR

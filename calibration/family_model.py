@@ -49,6 +49,11 @@ RANGE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: configuration columns: outside a group's range of these, the family's shared residual
+#: ensemble (fitted over all groups) replaces the group's own
+CONFIG_COLUMNS: dict[str, tuple[str, ...]] = {"moe": ("hidden", "inter", "topk", "num_experts")}
+
+
 def group_keys(family: str, df: pd.DataFrame) -> pd.Series:
     col = GROUP_COLUMN.get(family)
     return df[col].astype(str) if col else df.index.to_series().map(lambda _: "all")
@@ -69,19 +74,31 @@ class GroupModel:
     rows: int = 0
     ranges: dict[str, list[float]] = field(default_factory=dict)
 
-    def predict_frame(self, phys: F.Phys) -> np.ndarray:
-        """Latency in ms for every row of a vectorised Phys."""
+    def predict_frame(self, phys: F.Phys, gbt: GBTModel | None = None, use: np.ndarray | None = None) -> np.ndarray:
+        """Latency in ms for every row of a vectorised Phys; rows flagged in ``use`` take the
+        residual ensemble ``gbt`` instead of the group's own."""
         t = predict_us(self.base, phys)
-        if self.gbt is not None and self.gbt.n_trees:
-            t = t * np.exp(self.gbt.predict(F.feature_matrix(phys)))
+        own = self.gbt is not None and self.gbt.n_trees
+        if own or gbt is not None:
+            x = F.feature_matrix(phys)
+            r = self.gbt.predict(x) if own else np.zeros(len(x))
+            if gbt is not None and use is not None and use.any():
+                r[use] = gbt.predict(x[use])
+            t = t * np.exp(r)
         return t / 1e3
 
-    def predict_one(self, phys: F.Phys) -> tuple[float, str]:
-        """(latency ms, dominant bound) for one shape (scalar Phys)."""
+    def predict_one(self, phys: F.Phys, gbt: GBTModel | None = None) -> tuple[float, str]:
+        """(latency ms, dominant bound) for one shape (scalar Phys); ``gbt`` replaces the
+        group's residual ensemble when given."""
         t, bound = predict_us_scalar(self.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2, phys.waves)
-        if self.gbt is not None and self.gbt.n_trees:
-            t *= math.exp(self.gbt.predict_one(np.array(phys.x, dtype=np.float64)))
+        g = gbt if gbt is not None else self.gbt
+        if g is not None and g.n_trees:
+            t *= math.exp(g.predict_one(np.array(phys.x, dtype=np.float64)))
         return t / 1e3, bound
+
+    def outside_config(self, family: str, shape: dict[str, float]) -> bool:
+        """The query's model configuration (e.g. MoE expert shape) lies outside this group's."""
+        return self.outside({c: shape[c] for c in CONFIG_COLUMNS.get(family, ()) if c in shape})
 
     def outside(self, shape: dict[str, float]) -> bool:
         for c, (lo, hi) in self.ranges.items():
@@ -104,10 +121,15 @@ class GroupModel:
 
 @dataclass
 class FamilyModel:
-    """Group models of one family for one (GPU, backend), or the cross-gen pool."""
+    """Group models of one family for one (GPU, backend), or the cross-gen pool.
+
+    ``shared_gbt``: one residual ensemble fitted over every group's rows (used for MoE,
+    whose features carry the dtype, so expert-configuration effects are learnt from all
+    formats); the groups then hold the same object."""
 
     family: str
     groups: dict[str, GroupModel]
+    shared_gbt: GBTModel | None = None
 
     def resolve_group(self, dtype: str | None) -> tuple[str | None, bool]:
         """(group to use, exact) for a query dtype; None when no group fits."""
@@ -120,11 +142,13 @@ class FamilyModel:
         return None, False
 
     def to_dict(self) -> dict[str, Any]:
-        return {g: m.to_dict() for g, m in sorted(self.groups.items())}
+        return {"groups": {g: m.to_dict() for g, m in sorted(self.groups.items())},
+                "shared_gbt": None if self.shared_gbt is None else self.shared_gbt.to_dict()}
 
     @staticmethod
     def from_dict(family: str, d: dict[str, Any]) -> "FamilyModel":
-        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d.items()})
+        shared = None if d.get("shared_gbt") is None else GBTModel.from_dict(d["shared_gbt"])
+        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared)
 
 
 def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +164,16 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures)
             continue
         mask = keys == key
         sub = df[mask]
-        out[mask] = model.groups[g].predict_frame(F.frame_phys(model.family, sub, gpu))
+        gm = model.groups[g]
+        use = None
+        if model.shared_gbt is not None and model.family in CONFIG_COLUMNS:
+            use = np.zeros(len(sub), dtype=bool)
+            for c in CONFIG_COLUMNS[model.family]:
+                if c in gm.ranges:
+                    lo, hi = gm.ranges[c]
+                    v = sub[c].to_numpy(dtype=np.float64)
+                    use |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
+        out[mask] = gm.predict_frame(F.frame_phys(model.family, sub, gpu), model.shared_gbt, use)
     return out, ~np.isnan(out)
 
 

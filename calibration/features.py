@@ -77,10 +77,10 @@ FEATURES: dict[str, tuple[str, ...]] = {
              "log_tc_over_tm", "log_t_roof_us", "m_aligned8", "log_k_per_n"),
     "attention_prefill": ("log_batch", "log_q", "log_heads", "log_gqa", "log_head_dim", "kv_fp8", "attn_fp8",
                           "log_window_frac", "log_ctas_per_sm", "eff_wave", "eff_tile_q", "log_kv_over_q",
-                          "log_tc_over_tm", "log_t_roof_us"),
+                          "log_tc_over_tm", "log_t_roof_us", "sliding_window"),
     "attention_decode": ("log_batch", "log_kv", "log_heads", "log_kv_heads", "log_gqa", "log_head_dim",
                          "kv_fp8", "windowed", "log_par_per_sm", "log_ws_over_l2", "log_t_roof_us",
-                         "log_tc_over_tm"),
+                         "log_tc_over_tm", "sliding_window"),
     "moe": ("log_tokens", "log_hidden", "log_inter_local", "log_topk", "log_local_experts", "log_assign",
             "log_tok_per_expert", "log_touched_frac", "skew", "log_wbytes", "block_scaled", "weight_only",
             "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us"),
@@ -161,6 +161,8 @@ def gemm_quant(m: Any, n: Any, k: Any, sm: int, ops: Any) -> Any:
     work rounded up to whole waves over the SMs, over the ideal work, divided by the tile
     shape's relative efficiency. When tiles are fewer than SMs, K is split (k/split >= 256)
     to fill one wave, as cuBLAS/CUTLASS heuristics do."""
+    if ops is PY:
+        return _gemm_quant_scalar(m, n, k, sm)
     best = None
     kmax = ops.maximum(ops.minimum(ops.floor(k / 256), GEMM_MAX_SPLIT), 1)
     for tm, tn, eff in GEMM_TILES:
@@ -169,6 +171,19 @@ def gemm_quant(m: Any, n: Any, k: Any, sm: int, ops: Any) -> Any:
         qc = ops.ceil(tiles * split / sm) * (tm * tn * sm) / (m * n * eff * split)
         best = qc if best is None else ops.minimum(best, qc)
     return ops.maximum(best, 1.0)
+
+
+def _gemm_quant_scalar(m: float, n: float, k: float, sm: int) -> float:
+    """:func:`gemm_quant` for one shape in plain Python (same arithmetic, fewer calls)."""
+    kmax = max(min(math.floor(k / 256), GEMM_MAX_SPLIT), 1)
+    best = math.inf
+    for tm, tn, eff in GEMM_TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        split = min(max(math.floor(sm / tiles), 1), kmax) if tiles < sm else 1
+        qc = math.ceil(tiles * split / sm) * (tm * tn * sm) / (m * n * eff * split)
+        if qc < best:
+            best = qc
+    return max(best, 1.0)
 
 
 def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP) -> Phys:
@@ -216,7 +231,7 @@ def attention_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_heads:
     q = ops.maximum(q, 1.0)
     x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.log2(heads / kv_heads), ops.log2(head_dim),
          ops.flag(kv_bytes < 2), attn_fp8, ops.log2(pairs / full), ops.log2(ctas / sm), eff_w, eff_t,
-         ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
+         ops.log2(kv_len / q_len), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m), ops.flag(window > 0)]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(ctas / sm), flops, nbytes, x)
 
 
@@ -236,7 +251,8 @@ def attention_decode(batch: Any, kv_len: Any, heads: Any, kv_heads: Any, head_di
     waves = ops.ceil(units / gpu.sm_count)
     x = [ops.log2(batch), ops.log2(kv), ops.log2(heads), ops.log2(kv_heads), ops.log2(heads / kv_heads),
          ops.log2(head_dim), ops.flag(kv_bytes < 2), ops.flag(kv < kv_len),
-         ops.log2(batch * kv_heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m)]
+         ops.log2(batch * kv_heads / gpu.sm_count), ops.log2(ws), ops.log2(t_c + t_m), ops.log2(t_c / t_m),
+         ops.flag(window > 0)]
     return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ws, _l2_unit(nbytes, gpu), waves, flops, nbytes, x)
 
 

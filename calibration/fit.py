@@ -29,7 +29,7 @@ from calibration import features as F
 from calibration.calib_file import Calibration
 from calibration.collectives import GPUCollectives, fit_gpu_collectives
 from calibration.family_model import GROUP_COLUMN, FamilyModel, GroupModel, group_keys, shape_ranges
-from calibration.gbt import GBTParams, fit_gbt
+from calibration.gbt import GBTModel, GBTParams, fit_gbt
 from calibration.gpu_features import GPUFeatures
 from calibration.physics import PRIOR_WEIGHT, BaseParams, fit_base, predict_us
 from calibration.reader import Measurements
@@ -74,7 +74,7 @@ def _take(phys: F.Phys, idx: np.ndarray) -> F.Phys:
 
 
 def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions, seed: int,
-              prior: BaseParams | None = None) -> GroupModel:
+              prior: BaseParams | None = None, with_gbt: bool = True) -> GroupModel:
     """Base parameters and residual ensemble of one (GPU, engine, family, group).
 
     ``prior``: the engine's pooled fit over all groups of the family. Groups covering few
@@ -90,7 +90,7 @@ def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions,
     base = fit_base(_take(phys, ib), y_us[ib], max_rows=len(ib) + 1, prior=prior, prior_weight=weight)
     base = BaseParams.from_dict(base.to_dict())   # exactly what the JSON file will hold
     gbt = None
-    if len(df) >= opts.min_rows_gbt:
+    if with_gbt and len(df) >= opts.min_rows_gbt:
         ig = _subsample(len(df), opts.max_rows_gbt, seed + 1)
         sub = _take(phys, ig)
         resid = np.log(y_us[ig] / predict_us(base, sub))
@@ -120,11 +120,36 @@ def _work_items(meas: Measurements) -> list[tuple[str, str, str, str, pd.DataFra
     return items
 
 
+#: families that also get one residual ensemble over all dtype groups of an engine (used
+#: for configurations outside a group's own range, see FamilyModel)
+SHARED_GBT_FAMILIES = ("moe",)
+
+
+def fit_shared_gbt(family: str, parts: list[tuple[pd.DataFrame, GroupModel]], gpu: GPUFeatures,
+                   opts: FitOptions, seed: int) -> GBTModel | None:
+    """One residual ensemble over the rows of every group (each against its own base)."""
+    xs, rs = [], []
+    total = sum(len(df) for df, _ in parts)
+    for i, (df, gm) in enumerate(parts):
+        cap = max(1, int(round(opts.max_rows_gbt * len(df) / max(total, 1))))
+        idx = _subsample(len(df), cap, seed + i)
+        sub = df.iloc[idx]
+        phys = F.frame_phys(family, sub, gpu)
+        xs.append(F.feature_matrix(phys))
+        rs.append(np.log(sub["latency_ms"].to_numpy(dtype=np.float64) * 1e3 / predict_us(gm.base, phys)))
+    if total < opts.min_rows_gbt:
+        return None
+    n_trees = int(np.clip(total / opts.rows_per_tree, opts.min_trees, opts.gbt.n_trees))
+    return fit_gbt(np.vstack(xs), np.concatenate(rs), list(F.FEATURES[family]),
+                   replace(opts.gbt, n_trees=n_trees, seed=seed % (2 ** 31))).rounded()
+
+
 def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
                  progress: Progress | None = None) -> dict[str, dict[str, dict[str, FamilyModel]]]:
     items = _work_items(meas)
     out: dict[str, dict[str, dict[str, FamilyModel]]] = {}
     priors: dict[tuple[str, str, str], BaseParams | None] = {}
+    shared: dict[tuple[str, str, str], list[tuple[pd.DataFrame, GroupModel]]] = {}
     for i, (gpu, backend, family, group, df) in enumerate(items):
         if progress:
             progress(f"{gpu} {backend} {family} {group}", i, len(items))
@@ -135,9 +160,14 @@ def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOpti
             multi = GROUP_COLUMN.get(family) is not None and rows[GROUP_COLUMN[family]].nunique() > 1
             priors[key] = fit_pooled_base(family, rows.reset_index(drop=True), gpus[gpu], opts,
                                           _seed(gpu, backend, family)) if multi else None
-        gm = fit_group(family, df.reset_index(drop=True), gpus[gpu], opts, _seed(gpu, backend, family, group),
-                       priors[key])
+        df = df.reset_index(drop=True)
+        gm = fit_group(family, df, gpus[gpu], opts, _seed(gpu, backend, family, group), priors[key])
+        if family in SHARED_GBT_FAMILIES and priors[key] is not None:
+            shared.setdefault(key, []).append((df, gm))
         out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {})).groups[group] = gm
+    for (gpu, backend, family), parts in sorted(shared.items(), key=lambda kv: kv[0]):
+        out[gpu][backend][family].shared_gbt = fit_shared_gbt(family, parts, gpus[gpu], opts,
+                                                             _seed(gpu, backend, family, "shared"))
     if progress:
         progress("done", len(items), len(items))
     return out

@@ -48,6 +48,7 @@ class GBTModel:
     bias: float = 0.0
     _pow2: np.ndarray = field(init=False, repr=False)
     _rows: np.ndarray = field(init=False, repr=False)
+    _flat: tuple = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.feats = np.asarray(self.feats, dtype=np.int64).reshape(len(self.leaves), -1)
@@ -57,6 +58,9 @@ class GBTModel:
         # level 0 is the most significant bit of the leaf index
         self._pow2 = (1 << np.arange(depth - 1, -1, -1)).astype(np.int64)
         self._rows = np.arange(len(self.leaves))
+        # flat copies for the single-query fast path
+        self._flat = (self.feats.ravel(), self.thresholds.ravel(), self.feats.shape, self._pow2.astype(np.float64),
+                      self.leaves.ravel(), self._rows * self.leaves.shape[1])
 
     @property
     def n_trees(self) -> int:
@@ -82,8 +86,9 @@ class GBTModel:
         """Fast path for a single feature vector."""
         if self.n_trees == 0:
             return self.bias
-        idx = (x[self.feats] > self.thresholds) @ self._pow2
-        return float(self.leaves[self._rows, idx].sum()) + self.bias
+        feats, thr, shape, pw, leaves, offs = self._flat
+        idx = (x[feats] > thr).reshape(shape).dot(pw).astype(np.int64)
+        return float(leaves[offs + idx].sum()) + self.bias
 
     def to_dict(self, digits: int = 5) -> dict[str, Any]:
         """Plain-JSON form; leaf values and thresholds rounded to ``digits`` significant digits."""

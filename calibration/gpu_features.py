@@ -95,12 +95,10 @@ def resolve_gpu(name: str, resolver: Callable[[str], GPUSpec] | None = None) -> 
     for cand in dict.fromkeys(tried):
         try:
             return resolve(cand)
-        except UserError as exc:
-            last = exc
-        except (KeyError, ValueError, LookupError) as exc:
-            last = exc
+        except (UserError, KeyError, ValueError, LookupError) as exc:
+            last = last or exc          # report the name as given, not a respelling
     if isinstance(last, UserError):
-        raise UserError(f"unknown GPU '{name}' ({last})", key="gpu",
-                        fix=last.fix or "use a catalog key (`llmplan catalog gpus`) or one of its aliases")
+        msg = str(last) if str(last).startswith("unknown GPU") else f"unknown GPU '{name}' ({last})"
+        raise UserError(msg, key="gpu", fix=last.fix or "use a catalog key (`llmplan catalog gpus`) or one of its aliases")
     raise UserError(f"unknown GPU '{name}'", key="gpu",
                     fix="use a catalog key (`llmplan catalog gpus`) or one of its aliases")

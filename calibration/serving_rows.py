@@ -301,33 +301,26 @@ def map_rows(df: pd.DataFrame, engines: Mapping[str, EngineProfile]) -> list[Row
 
 # ----------------------------------------------------------------------------- simulation
 
-#: tier names, most trusted first (a step's tier is its least trusted kernel's)
-TIER_ORDER = ("measured", "cross-gen", "spec")
-
-
 @dataclass(frozen=True)
 class SimOptions:
     """How a measured run is replayed in the discrete-event simulator.
 
-    ``requests = max(waves x concurrency, min_requests)``. ``window``: ``steady`` leaves the
-    first ``concurrency`` requests (the start-up burst) and the last ``concurrency`` (the
-    drain) out of the means; ``all`` counts every request, as a benchmark client that
-    reports over all its requests would. ``osl_jitter`` > 0 draws output lengths uniformly
+    ``requests = max(waves x concurrency, min_requests)``. ``window``: ``all`` counts every
+    request, as a benchmark client reports over all its requests (default, with 10 waves:
+    the common ``--request-count 10 x concurrency`` of genai-perf/AIPerf runs); ``steady``
+    leaves the first ``concurrency`` requests (the start-up burst) and the last
+    ``concurrency`` (the drain) out of the means. ``osl_jitter`` > 0 draws output lengths uniformly
     in ``osl x [1 - j, 1 + j]`` (mean ``osl``): identical requests otherwise stay in lock-step
     forever in a deterministic simulator, while real clients drift apart (network, tokenizer
-    and scheduling jitter); 0 keeps every length fixed. ``start``: ``burst`` sends every
-    client's first request at once with the run's lengths; ``staggered`` gives the first
-    (warm-up) request of client k ``osl x (k+1)/N`` output tokens so the clients' phases are
-    spread evenly over one request's lifetime when the measured requests start (they keep
-    the fixed lengths).
+    and scheduling jitter); 0 keeps every length fixed. Every client sends its first request
+    at time 0, as benchmark clients do.
     """
 
     calibration: str | None = None   # kernel calibration: None (default fit), a file, or "spec"
-    waves: int = 4
+    waves: int = 10
     min_requests: int = 60
-    window: str = "steady"           # steady | all
+    window: str = "all"              # all | steady
     osl_jitter: float = 0.0
-    start: str = "burst"             # burst | staggered
     seed: int = 0
 
     def osl_range(self, osl: int) -> tuple[int, int]:
@@ -405,7 +398,7 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
 
 
 def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any] | None = None) -> Prediction:
-    """Replay one run in the DES: one replica, closed loop, fixed lengths (see
+    """Replay one run in the DES: one replica, closed loop, fixed prompt length (see
     :class:`SimOptions`). ``wrap`` maps the case's step model to the cost model the replica
     uses (engine corrections; the engine fit's probe models); None uses it as is."""
     from sim.memory import plan_memory
@@ -414,35 +407,27 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     from sim.serving import simulate_serving
     from sim.workload import LengthSpec, WorkloadSpec
 
+    lo, hi = opts.osl_range(case.osl)
+    if not case.dep.engine.chunked_prefill and case.dep.engine.max_num_batched_tokens < case.isl + hi:
+        # a prefill-first engine must take a whole prompt (plus recomputed output) in one step
+        e = replace(case.dep.engine, max_num_batched_tokens=case.isl + hi)
+        case = replace(case, dep=replace(case.dep, engine=e))
     dep = case.dep
     step = step_model(case, opts.calibration)
     tier = kernel_tier(step)
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, case.isl + case.osl)
     n = num_requests(case.concurrency, opts)
-    lo, hi = opts.osl_range(case.osl)
     out = (LengthSpec(kind="fixed", mean_tokens=case.osl) if lo == hi
            else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
     spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=case.concurrency, num_requests=n,
                         input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl), output_tokens=out, seed=opts.seed)
-    workload: Any = spec
-    if opts.start == "staggered":
-        import numpy as np
-
-        from sim.workload import Request, generate_workload
-
-        wl = generate_workload(spec, np.random.default_rng([spec.seed, opts.seed]))
-        N = case.concurrency
-        for k in range(min(N, n)):
-            q = wl.requests[k]
-            wl.requests[k] = Request(q.arrival_ms, q.input_tokens, max(1, round(case.osl * (k + 1) / N)), q.hash_ids)
-        workload = wl
     if opts.window == "steady":
         window = MeasureWindow(0.0, case.concurrency / n, warmup_requests=case.concurrency)
     else:
         window = MeasureWindow(0.0, 0.0, warmup_requests=0)
     replica = ReplicaSpec(wrap(step) if wrap is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + hi)
     try:
-        res = simulate_serving(workload, [replica], seed=opts.seed, window=window)
+        res = simulate_serving(spec, [replica], seed=opts.seed, window=window)
     except UserError as e:  # e.g. one request's KV does not fit beyond the watermark
         return Prediction(math.nan, math.nan, tier, f"memory: {e}")
     s = res.summary

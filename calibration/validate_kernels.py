@@ -29,6 +29,7 @@ from calibration.splits import Split
 
 FAMILY_ORDER = ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
                 "custom_allreduce", "nccl", "moe_a2a")
+#: the "collective" row pools custom_allreduce and nccl (the step model's collectives)
 #: families and the sub-family column that is reported separately
 SUBFAMILY = {"gemm": "dtype", "moe": "dtype"}
 
@@ -134,7 +135,7 @@ def _score(family: str, df: pd.DataFrame, pred: np.ndarray, tiers: np.ndarray, r
     if ok.any():
         recs = df.to_dict("records")
         for i in np.argsort(-np.where(ok, e, -1))[:n_worst]:
-            worst.append((describe(family, recs[i]), float(y[i]), float(pred[i])))
+            worst.append((describe(family.split(":")[0], recs[i]), float(y[i]), float(pred[i])))
     tier_counts = {str(t): int(c) for t, c in zip(*np.unique(tiers.astype(str), return_counts=True))}
     nan = float("nan")
     return FamilyScore(family, len(df), int(ok.sum()),
@@ -196,6 +197,11 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
                     s = _score(f"{fam}:{dt}", df[m], pred[m], tiers[m], roof[m])
                     scores.append(s)
         frames.append(df.assign(measured_ms=df["latency_ms"], predicted_ms=pred, tier=tiers, roofline_ms=roof))
+    coll = [f for f in frames if len(f) and f["family"].iloc[0] in ("custom_allreduce", "nccl")]
+    if coll:
+        c = pd.concat(coll, ignore_index=True, sort=False)
+        scores.append(_score("collective", c, c["predicted_ms"].to_numpy(), c["tier"].to_numpy(),
+                             c["roofline_ms"].to_numpy(), n_worst=0))
     if subsampled:
         notes.append("scored a deterministic sample of " + ", ".join(
             f"{max_rows} of {n} {f} rows" for f, n in subsampled.items()))

@@ -2,16 +2,18 @@
 
 Every row of a file in the ``e2e_serving.csv`` layout is mapped to a deployment
 (:mod:`calibration.serving_rows`); simulable rows are replayed in the discrete-event
-simulator as closed-loop runs (concurrency N, fixed prompt/output lengths,
-``max(4N, 60)`` requests; the means leave out the first N requests, the start-up burst,
-and the last N, the drain). The predicted TTFT and TPOT are the *means* over the
-measured requests, as benchmark clients report them. Rows that cannot be simulated get a
-status with the reason; they are counted and listed, never dropped.
+simulator as closed-loop runs: concurrency N, fixed prompt length, output length ``osl``
+(drawn in ``osl x [1 - j, 1 + j]`` with the engine's fitted desynchronisation ``j``),
+``max(10 N, 60)`` requests, every request counted, as a benchmark client reports. The
+predicted TTFT and TPOT are the *means* over those requests (TPOT per request
+``(e2e - TTFT) / (output - 1)``, then averaged), as benchmark clients report them. Rows that
+cannot be simulated get a status with the reason; they are counted and listed, never dropped.
 
-Engine host overheads come from the fitted ``calibration/data/engine_profiles.json`` by
-default (``--engine-profiles``), kernel times from the kernel calibration
-(``--calibration``; ``spec`` for the specification roofline). ``--fit-engines`` refits the
-engine terms on the file first (see :mod:`calibration.engine_fit`) and validates with them.
+Engine terms (host overheads, desynchronisation, SGLang's prefill-first scheduling) come
+from the fitted ``calibration/data/engine_profiles.json`` by default (``--engine-profiles``),
+kernel times from the kernel calibration (``--calibration``; ``spec`` for the
+specification roofline). ``--fit-engines`` refits the engine terms on the file first (see
+:mod:`calibration.engine_fit`) and validates with them.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from calibration.engine_fit import (DEFAULT_OUT, add_sim_args, ape_stats, corrected, fit_frame,
-                                    load_engine_overrides, print_fit, sim_options, write_profiles)
+from calibration.engine_fit import (DEFAULT_OUT, add_jitter_arg, add_sim_args, ape_stats, corrected, fit_frame,
+                                    load_engine_overrides, parse_grid, print_fit, sim_options, staleness_note,
+                                    write_profiles)
 from calibration.serving_rows import (BACKENDS, SIMULATED, Prediction, SimOptions, engine_profiles, map_row,
                                       map_rows, parallel_map, read_serving_csv)
 from llmplan.errors import EXIT_USER_ERROR, UserError
@@ -39,25 +42,16 @@ TARGET_TPOT = 0.08
 ADDED_COLUMNS = ("predicted_ttft_ms", "predicted_tpot_ms", "tier", "status")
 
 
-@dataclass
-class ServingValidation:
-    """Per-row results (the input rows plus :data:`ADDED_COLUMNS` and helpers) and notes."""
-
-    frame: pd.DataFrame
-    notes: list[str]
-    engines: str                  # where the engine terms came from
-    seconds: float
-
-
-def _predict_task(task: tuple[dict, int, dict, SimOptions]) -> Prediction:
-    row, index, overrides, opts = task
+def _predict_task(task: tuple[dict, int, dict, SimOptions, float | None]) -> Prediction:
+    row, index, overrides, opts, jitter = task
     m = map_row(row, index, engine_profiles(overrides))
     if m.case is None:
         return Prediction(math.nan, math.nan, "", m.status)
     from calibration.serving_rows import simulate_case
 
-    scale = float(overrides.get(m.case.backend, {}).get("prefill_scale", 1.0))
-    return simulate_case(m.case, opts, wrap=corrected(scale))
+    mine = overrides.get(m.case.backend, {})
+    j = float(mine.get("osl_jitter", 0.0)) if jitter is None else jitter
+    return simulate_case(m.case, replace(opts, osl_jitter=j), wrap=corrected(float(mine.get("prefill_scale", 1.0))))
 
 
 def select_rows(df: pd.DataFrame, model: str | None, backend: str | None) -> pd.DataFrame:
@@ -95,16 +89,19 @@ def spread(indices: list[int], limit: int | None) -> list[int]:
     return [indices[i] for i in pos]
 
 
-def validate_serving(df: pd.DataFrame, opts: SimOptions, overrides: dict[str, dict[str, float]],
-                     limit: int | None = None, workers: int = 2, progress: Any = None) -> pd.DataFrame:
-    """Simulate the simulable rows of ``df``; returns ``df`` plus :data:`ADDED_COLUMNS` and
-    ``model_key``, ``dense``, ``gpu``, ``ttft_ape``, ``tpot_ape`` (helpers for the report)."""
+def validate_serving(df: pd.DataFrame, opts: SimOptions, overrides: dict[str, dict[str, Any]],
+                     limit: int | None = None, workers: int = 2, progress: Any = None,
+                     jitter: float | None = None) -> pd.DataFrame:
+    """Simulate the simulable rows of ``df`` with the engine ``overrides`` (fitted terms);
+    ``jitter`` replaces every engine's desynchronisation when given. Returns ``df`` plus
+    :data:`ADDED_COLUMNS` and ``model_key``, ``dense``, ``gpu``, ``ttft_ape``, ``tpot_ape``
+    (helpers for the report)."""
     engines = engine_profiles(overrides)
     maps = map_rows(df, engines)
     ok = [m.index for m in maps if m.case is not None]
     run = spread(ok, limit)
     rows = df.to_dict("records")
-    preds = parallel_map(_predict_task, [(rows[i], i, overrides, opts) for i in run], workers, progress)
+    preds = parallel_map(_predict_task, [(rows[i], i, overrides, opts, jitter) for i in run], workers, progress)
     out = df.copy()
     status = [m.status for m in maps]
     for i in set(ok) - set(run):
@@ -166,6 +163,15 @@ def targets(res: pd.DataFrame) -> pd.DataFrame:
     return agg
 
 
+def _n(v: Any) -> str:
+    """A whole number without the float tail pandas adds ("4.0" -> "4")."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return str(int(x)) if math.isfinite(x) and x == int(x) else str(v)
+
+
 def print_report(res: pd.DataFrame, console: Any, notes: list[str], engines: str, seconds: float,
                  worst: int = 5) -> None:
     from rich.table import Table
@@ -176,7 +182,8 @@ def print_report(res: pd.DataFrame, console: Any, notes: list[str], engines: str
                   f"engine terms: {engines}; kernel tiers: {tiers or 'none'}")
     for n in notes:
         console.print(f"[yellow]note:[/] {n}")
-    console.print("predicted = mean over the simulated steady-state requests; errors are |pred/meas - 1| in %")
+    console.print("predicted = mean over the simulated requests (as benchmark clients report); "
+                  "errors are |pred/meas - 1| in %")
 
     def table(df: pd.DataFrame, title: str, keys: list[str]) -> None:
         t = Table(title=title)
@@ -211,8 +218,8 @@ def print_report(res: pd.DataFrame, console: Any, notes: list[str], engines: str
             from calibration.serving_rows import concurrency_of
 
             for i, r in w.iterrows():
-                t.add_row(str(i), str(r["backend"]), str(r["model_key"]), str(r["tp_size"]), str(r["moe_ep_size"]),
-                          str(r["isl"]), str(r["osl"]), str(concurrency_of(r)),
+                t.add_row(str(i), str(r["backend"]), str(r["model_key"]), _n(r["tp_size"]), _n(r["moe_ep_size"]),
+                          _n(r["isl"]), _n(r["osl"]), str(concurrency_of(r)),
                           f"{r['silicon_ttft_ms']:.0f}", f"{r['predicted_ttft_ms']:.0f}",
                           f"{r['silicon_tpot_ms']:.1f}", f"{r['predicted_tpot_ms']:.1f}")
             console.print(t)
@@ -245,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fit-out", default=str(DEFAULT_OUT), help="where --fit-engines writes (default: %(default)s)")
     ap.add_argument("--prefill-scale", action="store_true", help="with --fit-engines: also fit a prefill multiplier")
     ap.add_argument("--seed", type=int, default=0, help="with --fit-engines: seed of the hold-out split")
+    add_jitter_arg(ap)
     ap.add_argument("--worst", type=int, default=5, help="list the N worst rows")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_sim_args(ap)
@@ -270,14 +278,18 @@ def main(argv: list[str]) -> int:
         with stage_progress(console, not a.no_progress) as upd:
             if a.fit_engines:
                 prog = (lambda d, t: upd("fit", d, t)) if upd else None
-                fit = fit_frame(df, path, opts, a.seed, a.prefill_scale, workers=a.workers, progress=prog)
+                fit = fit_frame(df, path, opts, a.seed, a.prefill_scale, workers=a.workers, progress=prog,
+                                jitters=parse_grid(a.jitter_grid))
                 print_fit(fit, console)
                 written = write_profiles(Path(a.fit_out), fit.fits, fit.provenance)
                 notes.append(f"engine terms fitted on these rows and written to {written}")
                 a.engine_profiles = str(written)
             overrides, engines = load_engine_overrides(a.engine_profiles)
+            stale = staleness_note(engines, opts.calibration) if Path(engines).is_file() else ""
+            if stale:
+                notes.append(stale)
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
-            res = validate_serving(df, opts, overrides, a.limit, a.workers, prog)
+            res = validate_serving(df, opts, overrides, a.limit, a.workers, prog, a.osl_jitter)
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR

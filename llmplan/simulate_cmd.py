@@ -104,7 +104,8 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     an_rate = rate if rate is not None else (stats.rate_rps if wl_spec.arrival == "trace" else None)
     pcts = sorted({s.percentile for s in slos} | {50.0, 90.0, 99.0})
     an_op = an.operating_point(an_rate / dep.replicas, pcts) if an_rate else None
-    sim_summary, extra_files = run_des(app, dep, step, mem, rate, slos, out_dir or _output_dir(), console)
+    sim_summary, extra_files = run_des(app, dep, step, mem, rate, slos, out_dir or _output_dir(), console,
+                                       stats.max_request_tokens)
     decode_shape = StepShape.build([], [int(mean_in + mean_out / 2)] * max(1, min(app.engine.max_num_seqs, 32)))
     prefill_shape = StepShape.build([(int(min(mean_in, app.engine.max_num_batched_tokens)), 0)], [])
     summary = dict(sim_summary)

@@ -25,13 +25,15 @@ def _thresholds(slos: list[SLOTarget]) -> SLOThresholds:
 
 
 def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out: Path,
-            console: Console) -> tuple[dict, list[str]]:
+            console: Console, longest_request_tokens: int) -> tuple[dict, list[str]]:
     """Simulate; returns (summary fields for summary.json, extra files written)."""
     from dataclasses import replace
 
+    from sim.deployment import replica_limits
+
     spec = app.workload if rate is None else replace(app.workload, rate_rps=rate)
-    reps = [ReplicaSpec(step, app.engine, mem.kv_capacity_tokens, dep.model.max_position_embeddings)
-            for _ in range(dep.replicas)]
+    engine, max_len = replica_limits(app.engine, dep.model, longest_request_tokens)
+    reps = [ReplicaSpec(step, engine, mem.kv_capacity_tokens, max_len) for _ in range(dep.replicas)]
     show = app.output.progress and console.is_terminal
     if show:
         with Progress(TextColumn("simulate"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),

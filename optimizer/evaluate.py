@@ -96,8 +96,10 @@ class ReplicaAnalyzer:
         tau = self.step.stage_time_ms(self._shape(1, 0))
         parts = (tau, tau, 0.0, 0.0)
         prev = None
+        f = 0.0
         for _ in range(40):
-            b = lam * self.O * tau / 1e3
+            # prefill-first: prompt steps emit no decode tokens, so a token takes tau / (1 - f)
+            b = lam * self.O * (tau if self.chunked else tau / max(0.02, 1.0 - f)) / 1e3
             if b * pp > self.max_seqs:
                 return False, tau, b, parts, "max_num_seqs"
             if b * pp * (self.I + self.O / 2.0) > self.kv_cap:
@@ -107,6 +109,7 @@ class ReplicaAnalyzer:
             if load >= 0.98:
                 return False, tau, b, parts, "prefill load"
             new = tau_d / (1.0 - load)
+            f = min(0.98, n_pf * new / 1e3)
             if abs(new - tau) <= 2e-3 * tau:
                 tau = new
                 break
@@ -139,8 +142,12 @@ class ReplicaAnalyzer:
             wait = 0.0 if rho <= (1.0 - qq) else scale * math.log(rho / (1.0 - qq))
             ttft[q] = resid + pf + wait
             b_q = min(self.max_seqs / pp, b + max(0.0, z) * math.sqrt(max(b, 1.0)))
-            n_hits = f * o_e + max(0.0, z) * math.sqrt(f * o_e)
-            tpot[q] = (st.stage_time_ms(self._shape(max(1.0, b_q), 0)) + (tau_pf - tau_d) * n_hits / o_e) * pp
+            # prompt-carrying steps a request's tokens see: chunked, each replaces a decode
+            # step (+tau_pf - tau_d); prefill-first, each is an extra pause (+tau_pf)
+            n_hits = (f if self.chunked else f / max(0.02, 1.0 - f)) * o_e
+            n_hits += max(0.0, z) * math.sqrt(n_hits)
+            extra = tau_pf - tau_d if self.chunked else tau_pf
+            tpot[q] = (st.stage_time_ms(self._shape(max(1.0, b_q), 0)) + extra * n_hits / o_e) * pp
         bt = b * pp
         util = max(bt / self.max_seqs, bt * (self.I + self.O / 2) / max(1, self.kv_cap), n_pf * (tau_pf - tau_d) / 1e3)
         return OperatingPoint(lam, True, tau, b, tokens * f, util, ttft, tpot, limit)

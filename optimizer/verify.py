@@ -19,6 +19,7 @@ import numpy as np
 
 from model_catalog.spec import ModelSpec
 from optimizer.types import Evaluation, SLOTarget, WorkloadStats
+from sim.deployment import replica_limits
 from sim.metrics import SLOThresholds
 from sim.replica import ReplicaSpec
 from sim.serving import find_max_rate, simulate_serving
@@ -39,8 +40,9 @@ def thresholds(slos: list[SLOTarget]) -> SLOThresholds:
 
 def replica_spec(ev: Evaluation, engine: EngineProfile, model: ModelSpec) -> ReplicaSpec:
     an = ev.analyzer
-    eng = replace(engine, max_num_seqs=ev.candidate.max_num_seqs)
-    return ReplicaSpec(an.step, eng, ev.kv_capacity_tokens, model.max_position_embeddings)
+    eng, max_len = replica_limits(replace(engine, max_num_seqs=ev.candidate.max_num_seqs), model,
+                                  an.wl.max_request_tokens)
+    return ReplicaSpec(an.step, eng, ev.kv_capacity_tokens, max_len)
 
 
 def pick_finalists(evals: list[Evaluation], n: int) -> list[Evaluation]:

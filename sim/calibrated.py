@@ -101,7 +101,8 @@ class CalibratedKernelModel:
                 continue
             gm = fm.groups[group]
             phys = scalar_phys(family, feat, group, q)
-            ms, bound = gm.predict_one(phys)
+            alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
+            ms, bound = gm.predict_one(phys, alt)
             extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)
             return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap)
         return None

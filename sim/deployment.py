@@ -7,7 +7,7 @@ discrete-event simulator share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hardware_catalog.spec import GPUSpec
 from llmplan.errors import InfeasibleDeployment
@@ -90,3 +90,15 @@ def build(dep: Deployment, calibration: str | None = None, min_kv_tokens: int = 
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, min_kv_tokens)
     km = kernels or make_kernel_model(dep.gpu, dep.engine.kernel_backend, calibration)
     return AnalyticalStepModel(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, km), mem
+
+
+def replica_limits(engine: EngineProfile, model: ModelSpec, longest_request_tokens: int) -> tuple[EngineProfile, int]:
+    """(engine, max_model_len) for a simulated replica.
+
+    Chunked-prefill engines accept the model's full context. Prefill-first engines (SGLang's
+    default, vLLM v0) must fit a whole prompt in one iteration, so their token budget is
+    raised to cover the workload's longest request (with 2x headroom, within the context)."""
+    if engine.chunked_prefill:
+        return engine, model.max_position_embeddings
+    need = min(model.max_position_embeddings, max(engine.max_num_batched_tokens, 2 * longest_request_tokens))
+    return replace(engine, max_num_batched_tokens=max(engine.max_num_batched_tokens, need)), need

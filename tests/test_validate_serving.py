@@ -168,19 +168,62 @@ def test_engine_fit_recovers_known_host_overhead():
     assert got.host_overhead_ms == pytest.approx(2.5, rel=0.05)
     assert got.host_overhead_per_seq_ms == pytest.approx(0.03, rel=0.1)
     assert ef.score(bases, got).tpot_median < 0.01
-    fit = ef.fit_engine("trtllm", bases, ef.EngineParams(0.8, 0.005), seed=0, prefill_scale=False)
+    fit = ef.fit_engine("trtllm", {0.0: bases}, ef.EngineParams(0.8, 0.005), seed=0, prefill_scale=False)
     assert fit.scores["after/test"].tpot_median < fit.scores["before/test"].tpot_median
+
+
+def test_engine_fit_picks_the_desynchronisation_that_generated_the_data():
+    truth = ef.EngineParams(1.0, 0.02)
+    by_j = {j: [ef.basis_for(c, replace(SPEC, osl_jitter=j)) for c in _cases()] for j in (0.0, 0.04)}
+    meas = [b.predict(truth) for b in by_j[0.04]]
+    by_j = {j: [replace(b, measured_ttft_ms=m[0], measured_tpot_ms=m[1]) for b, m in zip(bs, meas)]
+            for j, bs in by_j.items()}
+    fit = ef.fit_engine("vllm", by_j, ef.EngineParams(1.5, 0.01), seed=0, prefill_scale=False)
+    assert fit.final.osl_jitter == 0.04
+    assert fit.final.host_overhead_ms == pytest.approx(1.0, rel=0.05)
+
+
+def test_sglang_runs_prefill_first():
+    eng = sr.engine_profiles(ef.SCHEDULER)
+    assert not eng["sglang"].chunked_prefill and eng["vllm"].chunked_prefill
+    m = sr.map_row(row(backend="sglang", isl=8000, osl=400), 0, eng)
+    p = sr.simulate_case(m.case, SPEC)   # the token budget is raised to take the whole prompt
+    assert p.status == sr.SIMULATED and p.ttft_ms > 0
 
 
 def test_engine_profiles_file_round_trip(tmp_path):
     bases = [ef.basis_for(c, SPEC) for c in _cases()[:4]]
-    fit = ef.fit_engine("trtllm", bases, ef.EngineParams(0.8, 0.005), seed=0, prefill_scale=False)
-    path = ef.write_profiles(tmp_path / "p.json", {"trtllm": fit}, {"data_file": "synthetic"})
+    fit = ef.fit_engine("sglang", {0.0: bases}, ef.EngineParams(0.8, 0.005), seed=0, prefill_scale=False)
+    path = ef.write_profiles(tmp_path / "p.json", {"sglang": fit}, {"data_file": "synthetic"})
     over, where = ef.load_engine_overrides(str(path))
     assert where == str(path)
-    assert over["trtllm"]["host_overhead_ms"] == pytest.approx(fit.final.host_overhead_ms, abs=1e-4)
-    prof = sr.engine_profiles(over)["trtllm"]
+    assert over["sglang"]["host_overhead_ms"] == pytest.approx(fit.final.host_overhead_ms, abs=1e-4)
+    assert over["sglang"]["osl_jitter"] == 0.0 and over["sglang"]["chunked_prefill"] is False
+    prof = sr.engine_profiles(over)["sglang"]
     assert prof.host_overhead_ms == pytest.approx(fit.final.host_overhead_ms, abs=1e-4)
+    assert not prof.chunked_prefill
     assert ef.load_engine_overrides("none")[0] == {}
     with pytest.raises(UserError):
         ef.load_engine_overrides(str(tmp_path / "missing.json"))
+
+
+def test_validate_with_fit_engines_writes_profiles(tmp_path):
+    src, prof = tmp_path / "runs.csv", tmp_path / "profiles.json"
+    rows = [row(id=str(i), isl=isl, osl=osl, batch_size=n, silicon_data_source=f"silicon_concurrency={n}")
+            for i, (isl, osl, n) in enumerate([(256, 32, 4), (512, 16, 8), (128, 24, 2), (1024, 16, 4)])]
+    pd.DataFrame(rows).to_csv(src, index=False)
+    rc = vs.main(["--measurements", str(src), "--fit-engines", "--fit-out", str(prof), "--jitter-grid", "0,0.02",
+                  "--calibration", "spec", "--no-progress", "--workers", "1", "--waves", "2"])
+    assert rc == 0
+    doc = __import__("json").loads(prof.read_text())
+    assert set(doc["engines"]) == {"trtllm"} and doc["engines"]["trtllm"]["rows"] == 4
+    assert doc["_provenance"]["rows_in_file"] == 4 and doc["_provenance"]["jitter_grid"] == [0.0, 0.02]
+
+
+def test_stale_profile_is_noted(tmp_path):
+    p = tmp_path / "p.json"
+    p.write_text('{"_provenance": {"kernel_calibration_sha256": "0000"}, "engines": {}}')
+    assert ef.staleness_note(str(p), "spec") == ""          # roofline: nothing to compare
+    cal, _ = sr.resolve_calibration(None)
+    if cal != "spec":
+        assert "refit" in ef.staleness_note(str(p), None)
