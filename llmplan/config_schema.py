@@ -79,6 +79,9 @@ class SearchConfig:
     max_batch: List[int] = field(default_factory=lambda: [64, 256])
     # replicas allowed per candidate in the ILP
     max_replicas: int = 256
+    # load each replica to at most this fraction of its SLO capacity (headroom for the
+    # capacity search's tolerance and for traffic noise)
+    max_load: float = 0.95
     # finalists verified in the discrete-event simulator (0 = analytical only)
     finalists: int = 3
     # requests per simulation in verification bisections

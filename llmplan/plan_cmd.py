@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from llmplan import hydra_app
-from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK
+from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, ConfigError
 from llmplan.progress import make_console, stage_progress
 from llmplan.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
@@ -39,9 +39,14 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     check_engine(app.engine)
     check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
     wl, _ = workload_sample(app, model)
-    space = SearchSpace(list(app.search.tp), list(app.search.pp), list(app.search.ep), list(app.search.precision),
+    precisions = list(app.search.precision)
+    if model.native_dtype in ("fp4", "int4") and model.native_dtype not in precisions:
+        precisions.append(model.native_dtype)  # 4-bit checkpoints are served as shipped
+    space = SearchSpace(list(app.search.tp), list(app.search.pp), list(app.search.ep), precisions,
                         list(app.search.max_batch), app.search.kv_cache_dtype, app.search.max_replicas,
-                        app.search.finalists, app.search.verify_requests, app.search.alternatives)
+                        app.search.finalists, app.search.verify_requests, app.search.alternatives, app.search.max_load)
+    if not 0 < app.search.max_load <= 1:
+        raise ConfigError(f"must be in (0, 1], got {app.search.max_load}", key="search.max_load", fix="e.g. 0.95")
     avail = max_gpus(app, gpus)
     verifier = None
     if space.finalists > 0:

@@ -33,6 +33,7 @@ class SearchSpace:
     finalists: int = 4
     verify_requests: int = 600
     alternatives: int = 4
+    max_load: float = 0.95
 
 
 @dataclass
@@ -106,7 +107,7 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
 
         verification["finalists"] = verifier(pick_finalists(evals, space.finalists))
         verification["correction"] = correct_unverified(evals)
-    sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas)
+    sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
     for _ in range(3 if verifier is not None else 0):
         # the ILP may pick a candidate the simulator has not checked: verify it and re-solve
         unverified = [a.evaluation for a in sel.allocations if a.evaluation.sim_capacity_rps is None]
@@ -114,9 +115,9 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
             break
         verification["finalists"].update(verifier(unverified))
         verification["correction"] = correct_unverified(evals)
-        sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas)
+        sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
     operating_points(sel, wl.rate_rps, slos)
-    alts = alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives) if sel.feasible else []
+    alts = alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives, space.max_load) if sel.feasible else []
     if not sel.feasible and any(e.verdict == "ok" and e.effective_capacity_rps > 0 for e in evals):
         sel.binding = sel.binding or "availability"
     for s in alts:

@@ -1,7 +1,7 @@
 """Stage 4: the integer program. Cheapest replica counts that serve the rate within the SLOs.
 
     minimise   sum_c  usd_c * n_c  (+ a tiny GPU-count tie-break)
-    subject to sum_c  cap_c * n_c >= rate            (each replica loaded to at most its SLO capacity)
+    subject to sum_c  u * cap_c * n_c >= rate        (each replica loaded to at most u = max_load of its SLO capacity)
                sum_{c on GPU type g} gpus_c * n_c <= avail_g   (availability, where limited)
                n_c integer in [0, max_replicas]
 
@@ -41,7 +41,7 @@ def prune(evals: list[Evaluation], per_gpu: int = 16) -> list[Evaluation]:
 
 
 def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | None = None,
-          max_replicas: int = 256) -> Selection:
+          max_replicas: int = 256, max_load: float = 1.0) -> Selection:
     max_gpus = max_gpus or {}
     pool = prune(evals)
     if not pool:
@@ -52,7 +52,7 @@ def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | N
     prob += pulp.lpSum(
         (e.candidate.usd_per_replica_hour + _TIE_BREAK * e.candidate.gpus_per_replica) * n[nm]
         for nm, e in zip(names, pool))
-    prob += pulp.lpSum(e.effective_capacity_rps * n[nm] for nm, e in zip(names, pool)) >= rate_rps, "serve_rate"
+    prob += pulp.lpSum(max_load * e.effective_capacity_rps * n[nm] for nm, e in zip(names, pool)) >= rate_rps, "serve_rate"
     for key, limit in sorted(max_gpus.items()):
         members = [(nm, e) for nm, e in zip(names, pool) if e.candidate.gpu.key == key]
         if members:
@@ -72,7 +72,7 @@ def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | N
 
 
 def alternatives(evals: list[Evaluation], rate_rps: float, chosen: Selection, max_gpus: dict[str, int] | None,
-                 max_replicas: int, limit: int) -> list[Selection]:
+                 max_replicas: int, limit: int, max_load: float = 1.0) -> list[Selection]:
     """Runner-ups: the cheapest single-GPU-type plan for each type, then other replica shapes."""
     out: list[Selection] = []
 
@@ -83,14 +83,14 @@ def alternatives(evals: list[Evaluation], rate_rps: float, chosen: Selection, ma
 
     types = sorted({e.candidate.gpu.key for e in evals if e.verdict == "ok" and e.effective_capacity_rps > 0})
     for key in types:
-        sel = solve([e for e in evals if e.candidate.gpu.key == key], rate_rps, max_gpus, max_replicas)
+        sel = solve([e for e in evals if e.candidate.gpu.key == key], rate_rps, max_gpus, max_replicas, max_load)
         if sel.feasible and shape(sel) != shape(chosen):
             out.append(sel)
     # next-best shapes of the chosen GPU types, excluding the chosen shapes
     chosen_shapes = {(a.evaluation.candidate.gpu.key, a.evaluation.candidate.par, a.evaluation.candidate.prec.weights)
                      for a in chosen.allocations}
     rest = [e for e in evals if (e.candidate.gpu.key, e.candidate.par, e.candidate.prec.weights) not in chosen_shapes]
-    sel = solve(rest, rate_rps, max_gpus, max_replicas)
+    sel = solve(rest, rate_rps, max_gpus, max_replicas, max_load)
     if sel.feasible and all(shape(s) != shape(sel) for s in out):
         out.append(sel)
     out.sort(key=lambda s: (s.total_usd_per_hour, s.total_gpus))

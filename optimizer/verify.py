@@ -116,7 +116,10 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
         tpot = float(np.percentile(tpot_vals, pq)) if len(tpot_vals) else float("nan")
         a.simulated = {"ttft_ms": round(ttft, 2), "tpot_ms": round(tpot, 2), "requests": int(len(mine))}
         for label, an, sim in (("TTFT", a.ttft_ms, ttft), ("TPOT", a.tpot_ms, tpot)):
-            if an and sim and abs(an - sim) / sim > DISAGREE:
+            if not np.isfinite(an):
+                notes.append(f"{a.evaluation.candidate.name}: the planned load is beyond the analytical model's stable "
+                             f"range; simulated {label} {sim:.1f} ms")
+            elif an and sim and abs(an - sim) / sim > DISAGREE:
                 notes.append(f"{a.evaluation.candidate.name}: analytical {label} {an:.1f} ms vs simulated {sim:.1f} ms "
                              f"({(an - sim) / sim:+.0%}); the simulated figure is the one to trust")
     per_target = {}

@@ -61,9 +61,12 @@ def parallelism_problem(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: 
             return f"ep={par.ep} does not divide the {model.moe.num_experts} experts"
     if par.tp > max(gpu.scaleup_domain_size, 8):
         return f"tp={par.tp} exceeds {gpu.key}'s scale-up domain ({gpu.scaleup_domain_size} GPUs)"
-    for what, dtype in (("precision", prec.weights), ("kv_cache_dtype", prec.kv_cache)):
-        if not gpu.supports(dtype) and dtype not in ("bf16", "fp16"):
-            return f"{what}={dtype} is not supported by {gpu.key} (no {dtype} tensor cores)"
+    # 4-bit weights run weight-only (dequantised to bf16 in the GEMM) on GPUs without fp4
+    # tensor cores, as vLLM's MXFP4/Marlin paths do on Hopper; fp8 needs fp8 tensor cores
+    if prec.weights == "fp8" and not gpu.supports("fp8"):
+        return f"precision=fp8 is not supported by {gpu.key} (no fp8 tensor cores)"
+    if prec.kv_cache not in ("bf16", "fp16") and not gpu.supports(prec.kv_cache):
+        return f"kv_cache_dtype={prec.kv_cache} is not supported by {gpu.key} (no {prec.kv_cache} tensor cores)"
     return None
 
 

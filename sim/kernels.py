@@ -130,7 +130,8 @@ class RooflineKernelModel:
 
     def _roof(self, flops: float, nbytes: float, dtype: str, eta_c: float, eta_m: float,
               quant: float = 1.0) -> KernelTime:
-        peak = self.gpu.peak_tflops(dtype if dtype in ("fp8", "fp4", "int8") else "bf16") * 1e12
+        # low-precision compute where the GPU has it; else weight-only (bf16 tensor cores)
+        peak = self.gpu.peak_tflops(dtype if dtype in ("fp8", "fp4", "int8") and self.gpu.supports(dtype) else "bf16") * 1e12
         tc = flops * quant / (peak * eta_c) * 1e3 if flops else 0.0
         tm = nbytes / (self._bw * eta_m) * 1e3 if nbytes else 0.0
         t = max(tc, tm)

@@ -73,7 +73,7 @@ def test_fp8_native_model_without_precision_keeps_fp8():
     ({"backend": "tgi"}, "unknown_backend"),
     ({"tp_size": 3}, "parallelism"),
     ({"model_path": "Qwen/Qwen3-30B-A3B", "tp_size": 4, "moe_tp_size": 1, "moe_ep_size": 2}, "parallelism"),
-    ({"precision": "fp4", "gemm_quant_mode": "nvfp4"}, "precision"),
+    ({"system": "a100_sxm", "precision": "fp8", "gemm_quant_mode": "fp8"}, "precision"),  # no fp8 on Ampere
     ({"model_path": "meta-llama/Meta-Llama-3.1-405B", "tp_size": 1}, "memory"),
     ({"osl": 1}, "invalid"),
 ])
