@@ -27,8 +27,8 @@ from sim.types import EngineProfile
 from sim.workload import WorkloadSpec
 
 DISAGREE = 0.20           # flag analytical vs simulated differences above this
-BRACKET = (0.6, 1.15)     # bisection bracket around the analytical capacity
-FINAL_REQUESTS = 2000     # requests in the whole-deployment simulation (at least)
+BRACKET = (0.7, 1.1)      # bisection bracket around the analytical capacity (expanded when missed)
+FINAL_REQUESTS = 1500     # requests in the whole-deployment simulation (at least)
 
 
 def thresholds(slos: list[SLOTarget]) -> SLOThresholds:
@@ -73,7 +73,7 @@ def make_verifier(model: ModelSpec, engine: EngineProfile, wl_spec: WorkloadSpec
             cap = ev.capacity_rps
             rep = replica_spec(ev, engine, model)
             r = find_max_rate(spec, [rep], slo, cap * BRACKET[0], cap * BRACKET[1], seed=seed,
-                              num_requests=num_requests, rel_tol=0.04, max_evaluations=7, expand=2)
+                              num_requests=num_requests, rel_tol=0.05, max_evaluations=6, expand=2)
             ev.sim_capacity_rps = r.rate_rps if r.feasible else 0.0
             diff = (ev.sim_capacity_rps - cap) / cap if cap else float("nan")
             if not r.feasible:
