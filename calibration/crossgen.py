@@ -13,6 +13,7 @@ evaluated on the target's features. No measurement of the target is used.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -104,6 +105,39 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         groups[key] = GroupModel(mean_params([m.base for m in gms]), gbt, sum(m.rows for m in gms),
                                  _union_ranges(gms))
     return FamilyModel(family, groups)
+
+
+#: figures that must agree for two GPUs to count as the same compute silicon (sibling tier)
+SIBLING_FIGURES = ("peak_bf16_tflops", "peak_fp8_tflops", "peak_fp4_tflops", "sm_count", "l2_mb")
+
+
+def same_compute(a: GPUFeatures, b: GPUFeatures, rtol: float = 0.005) -> bool:
+    """True when two GPUs have the same compute silicon: SM count, dense bf16/fp8/fp4
+    TFLOP/s and L2 size agree (memory capacity/bandwidth, links, power, price may differ)."""
+    for name in SIBLING_FIGURES:
+        x, y = float(getattr(a, name)), float(getattr(b, name))
+        if abs(x - y) > rtol * max(abs(x), abs(y), 1e-9):
+            return False
+    return True
+
+
+def sibling_gpu(cal: Calibration, gpu: GPUFeatures, vendor: str | None = None,
+                vendor_of: Callable[[str], str | None] | None = None) -> str | None:
+    """The measured GPU with the same compute silicon as ``gpu`` (a GPU without measurements,
+    or a what-if copy of a measured GPU with other memory/link figures), else None.
+    The GPU's own key is preferred (what-if copies), then the alphabetically first match;
+    ``vendor_of`` (key -> vendor) rejects matches of another vendor when both are known."""
+    keys = sorted(cal.measured, key=lambda k: (k != gpu.key, k))
+    for k in keys:
+        feat = cal.gpus.get(k)
+        if feat is None or not same_compute(feat, gpu):
+            continue
+        if vendor and vendor_of is not None:
+            other = vendor_of(k)
+            if other and other.lower() != vendor.lower():
+                continue
+        return k
+    return None
 
 
 def crossgen_alpha_beta(cal: Calibration, gpu: GPUFeatures) -> dict[str, AlphaBeta]:

@@ -5,8 +5,16 @@ Tiers (``KernelTime.tier``):
 * ``measured``: the calibration has this GPU (same catalog key and the same performance
   figures): its own fitted parameters for the asked engine (``backend``), or for another
   engine measured on the same GPU when the asked one was not (A100 sglang -> A100 vllm);
-* ``cross-gen``: any other GPU, including what-if GPUs whose figures were overridden:
-  the pooled model of the measured GPUs applied to this GPU's specification;
+* ``sibling``: a GPU without measurements that has the same compute silicon as a measured
+  one (same SM count, dense bf16/fp8/fp4 TFLOP/s and L2 size; only memory capacity or
+  bandwidth, links, power or price differ: H200 SXM <- H100 SXM, A100 40GB <- A100 80GB,
+  a what-if "H100 with 2x bandwidth"): the measured GPU's own fitted parameters (base +
+  residual ensembles; engines fall back as in the measured tier) evaluated with this GPU's
+  specification figures, so memory-bound terms see its bandwidth. Its collectives use the
+  sibling's measured curves when the link figures agree, else the sibling's alpha-beta fit
+  over this GPU's link bandwidth;
+* ``cross-gen``: any other GPU, including what-if GPUs whose compute figures were
+  overridden: the pooled model of the measured GPUs applied to this GPU's specification;
 * ``spec``: families never measured (``memory_op``; a dtype no GPU measured) delegate to
   :class:`sim.kernels.RooflineKernelModel`.
 
@@ -40,12 +48,20 @@ from sim.kernels import KernelModel, KernelTime, Link, RooflineKernelModel
 from calibration.calib_file import Calibration, load_calibration
 from calibration.collectives import (CUSTOM_AR_MAX_BYTES, OPS, AlphaBeta, custom_key, lookup_alpha_beta, nccl_key,
                                      ring_steps)
-from calibration.crossgen import crossgen_alpha_beta, crossgen_family
+from calibration.crossgen import crossgen_alpha_beta, crossgen_family, sibling_gpu
 from calibration.family_model import FamilyModel, scalar_phys
 from calibration.gpu_features import GPUFeatures, link_kind
 
 DEFAULT_MOE_SKEW = 1.01   # routing imbalance assumed for MoE (power-law exponent; 0 = balanced)
 _CACHE_SIZE = 1 << 16
+#: dtype group that times an ``fp8`` fused-MoE query. The step model says only "fp8", and
+#: the fp8 MoE checkpoints served in practice (DeepSeek-V3, Qwen3-*-FP8, MiniMax-M2.x,
+#: GLM-4.x-FP8) are block-scaled (128x128 weight blocks), which vLLM runs with its
+#: block-fp8 kernels; its per-tensor ``fp8`` group (the ModelOpt FlashInfer-CUTLASS path)
+#: is 3-4x slower at decode token counts (H100, hidden 3072 / inter 1024, 256 experts
+#: top-8, EP4, 64 tokens: 1.10 ms against 0.24 ms). Engines without a block-fp8 group
+#: (TensorRT-LLM) fall back to their ``fp8`` group; both count as exact.
+MOE_FP8_GROUP = "fp8_block"
 
 
 class CalibratedKernelModel:
@@ -61,12 +77,20 @@ class CalibratedKernelModel:
         self._gf = GPUFeatures.from_spec(gpu)
         stored = self.cal.gpus.get(gpu.key)
         self.measured = stored is not None and stored.same_hardware(self._gf) and gpu.key in self.cal.measured
-        self.tier = "measured" if self.measured else "cross-gen"
+        #: measured GPU whose fitted parameters stand in (itself, its sibling, or None)
+        self.source_gpu: str | None = gpu.key if self.measured else sibling_gpu(
+            self.cal, self._gf, getattr(gpu, "vendor", None), _catalog_vendor)
+        self.tier = "measured" if self.measured else ("sibling" if self.source_gpu else "cross-gen")
         self._feat = stored if self.measured and stored is not None else self._gf
         self._roof = RooflineKernelModel(gpu)
         self._families: dict[str, list[tuple[FamilyModel, str, GPUFeatures]]] = {}
         self.backend_used: dict[str, str] = {}
-        self._coll = self.cal.collectives.get(gpu.key) if self.measured else None
+        self._coll = self.cal.collectives.get(self.source_gpu) if self.source_gpu else None
+        src_feat = self.cal.gpus.get(self.source_gpu) if self.source_gpu else None
+        # measured curves only where the links are the measured ones (sibling: same figures)
+        self._coll_curves = self._coll is not None and src_feat is not None and all(
+            abs(getattr(src_feat, f) - getattr(self._gf, f)) <= 0.005 * max(getattr(self._gf, f), 1e-9)
+            for f in ("scaleup_bw_gbps", "pcie_bw_gbps"))
         self._ab: dict[str, AlphaBeta] | None = None
         for name in ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
                      "collective"):
@@ -74,17 +98,18 @@ class CalibratedKernelModel:
 
     # -- model selection -------------------------------------------------------------------
     def _candidates(self, family: str) -> list[tuple[FamilyModel, str, GPUFeatures]]:
-        """Models to try in order: own measured (asked engine, then another), cross-gen."""
+        """Models to try in order: own (or sibling's) measured (asked engine, then another),
+        cross-gen."""
         if family in self._families:
             return self._families[family]
         out: list[tuple[FamilyModel, str, GPUFeatures]] = []
-        if self.measured:
-            key = self.gpu.key
+        if self.source_gpu:
+            key = self.source_gpu
             order = [self.backend] + [b for b in self.cal.backends(key) if b != self.backend]
             for b in order:
                 fm = self.cal.family_model(key, b, family)
                 if fm is not None:
-                    out.append((fm, "measured", self._feat))
+                    out.append((fm, self.tier, self._feat))
                     self.backend_used[family] = b
                     break
         xg = crossgen_family(self.cal, family, self.backend, exclude=self.gpu.key if not self.measured else None)
@@ -94,11 +119,12 @@ class CalibratedKernelModel:
         return out
 
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
-                 exact_dims: bool = True) -> KernelTime | None:
+                 exact_dims: bool = True, also_exact: frozenset[str] = frozenset()) -> KernelTime | None:
         for fm, tier, feat in self._candidates(family):
             group, exact = fm.resolve_group(dtype)
             if group is None:
                 continue
+            exact = exact or group in also_exact
             gm = fm.groups[group]
             phys = scalar_phys(family, feat, group, q)
             alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
@@ -164,7 +190,10 @@ class CalibratedKernelModel:
         q = {"num_tokens": num_tokens, "hidden": hidden, "inter": inter, "topk": topk, "num_experts": num_experts,
              "moe_tp": max(moe_tp, 1), "moe_ep": max(moe_ep, 1), "dtype": dtype, "skew": self.moe_skew}
         rs = {k: float(v) for k, v in q.items() if k not in ("dtype", "skew")}
-        kt = self._predict("moe", dtype, q, rs)
+        if dtype == "fp8":   # shipped fp8 MoE checkpoints are block-scaled (see MOE_FP8_GROUP)
+            kt = self._predict("moe", MOE_FP8_GROUP, q, rs, also_exact=frozenset({"fp8", "fp8_block"}))
+        else:
+            kt = self._predict("moe", dtype, q, rs)
         if kt is not None:
             return kt
         return self._roof.moe(num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep,
@@ -219,7 +248,7 @@ class CalibratedKernelModel:
         fabric = self._feat.fabric
         on_fabric = link_kind(link.name) == fabric
         coll = self._coll
-        if coll is not None and on_fabric and op != "p2p":
+        if coll is not None and self._coll_curves and on_fabric and op != "p2p":
             res = None
             if op == "all_reduce" and nbytes <= CUSTOM_AR_MAX_BYTES and (fabric == "scaleup" or n == 2):
                 keys = [custom_key(self.backend, self.allreduce_mode)] + sorted(
@@ -230,20 +259,29 @@ class CalibratedKernelModel:
             if res is None:
                 res = coll.nccl.predict_one(nccl_key(op, "fp16"), n, nbytes)
             if res is not None:
-                return KernelTime(res[0], 0.0, nbytes, "comm", "measured", not res[1])
+                return KernelTime(res[0], 0.0, nbytes, "comm", self.tier, not res[1])
         table = coll.alpha_beta if coll is not None else self._crossgen_ab()
         ab = lookup_alpha_beta(table, "nccl", op, "fp16", n)
         if ab is None:
             return self._roof.collective(op, nbytes, n, link)
         extra = 0.0 if on_fabric else link.latency_us * ring_steps(op, n)
         ms = ab.predict_ms(op, nbytes, n, link.bw_gbps, extra)
-        tier = "cross-gen" if not (self.measured and on_fabric) else "measured"
+        tier = self.tier if (coll is not None and on_fabric) else "cross-gen"
         return KernelTime(ms, 0.0, nbytes, "comm", tier, not on_fabric)
 
     def _crossgen_ab(self) -> dict[str, AlphaBeta]:
         if self._ab is None:
             self._ab = crossgen_alpha_beta(self.cal, self._gf)
         return self._ab
+
+
+def _catalog_vendor(key: str) -> str | None:
+    """Vendor of a catalog GPU (None when the catalog does not know it)."""
+    try:
+        from hardware_catalog.loader import get_gpu
+        return str(get_gpu(key).vendor)
+    except Exception:  # noqa: BLE001 - a calibration GPU outside the catalog: vendor unknown
+        return None
 
 
 def _roof_dtype(gpu: GPUSpec, dtype: str) -> str:
@@ -272,6 +310,23 @@ def kernel_model_for(gpu: GPUSpec, backend: str = "vllm", calibration: str | Pat
     return model
 
 
+#: relative allowance added to the measured tier's errors for the sibling tier: the spread
+#: of the fitted achieved-bandwidth fraction ``eta_m`` between memory generations measured
+#: with the same engine (vLLM decode attention 0.75 on A100 HBM2e, 0.86 on H100 HBM3, 0.77
+#: on L40S GDDR6; bf16 GEMM 0.77 / 0.86 / 0.80), i.e. up to ~15%, halved because a sibling
+#: keeps the die, its kernels and its L2 and only memory-bound time is affected (see
+#: docs/ACCURACY.md, "Sibling tier"). Not validated on a sibling pair: no such data exists.
+SIBLING_ALLOWANCE = 0.075
+
+
+def _sibling_band(measured: dict[str, float]) -> dict[str, float]:
+    """Sibling-tier band: each measured-tier error e becomes (1 + e)(1 + a) - 1."""
+    out = {k: (1.0 + v) * (1.0 + SIBLING_ALLOWANCE) - 1.0 for k, v in measured.items() if k != "rows"}
+    if "rows" in measured:
+        out["rows"] = measured["rows"]
+    return out
+
+
 _ALIASES = {"attn_prefill": "attention_prefill", "prefill_attention": "attention_prefill",
             "attn_decode": "attention_decode", "decode_attention": "attention_decode",
             "comm": "collective", "collectives": "collective", "all_reduce": "custom_allreduce",
@@ -281,10 +336,13 @@ _ALIASES = {"attn_prefill": "attention_prefill", "prefill_attention": "attention
 def error_band(family: str, tier: str, calibration: str | Path | None = None) -> dict[str, float]:
     """{"p50_ape": .., "p90_ape": .., "mape": .., "rows": ..} of a family in a tier, from the
     validation residuals stored in the calibration (measured: grouped split; cross-gen:
-    leave-one-GPU-out; spec: the roofline on the measured GPUs). Sub-families such as
+    leave-one-GPU-out; spec: the roofline on the measured GPUs; sibling: the measured
+    figures plus :data:`SIBLING_ALLOWANCE`, unless the file stores its own). Sub-families such as
     ``gemm:fp8`` are accepted; an unknown family falls back to the tier's pooled figures."""
     cal = load_calibration(calibration)
     res = cal.residuals.get(tier)
+    if res is None and tier == "sibling" and "measured" in cal.residuals:
+        return _sibling_band(error_band(family, "measured", calibration))
     if res is None:
         raise UserError(f"no residual statistics for tier '{tier}'", key="tier",
                         fix="tiers: " + ", ".join(sorted(cal.residuals)) if cal.residuals else

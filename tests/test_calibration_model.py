@@ -41,7 +41,10 @@ def test_tiers_measured_cross_gen_and_what_if(synth):
     b200 = CalibratedKernelModel(get_gpu("b200"), "vllm", cal)
     assert b200.tier == "cross-gen" and b200.gemm(64, 4096, 4096, "bf16").tier == "cross-gen"
     what_if = CalibratedKernelModel(h100.with_overrides(hbm_bw_gbps=2 * h100.hbm_bw_gbps), "vllm", cal)
-    assert what_if.tier == "cross-gen"
+    assert what_if.tier == "sibling" and what_if.source_gpu == "h100_sxm"   # same compute silicon
+    assert what_if.gemm(64, 4096, 4096, "bf16").tier == "sibling"
+    more_sms = CalibratedKernelModel(h100.with_overrides(sm_count=2 * h100.sm_count), "vllm", cal)
+    assert more_sms.tier == "cross-gen"
     t_fast = what_if.attention_decode(64, 8000, 32, 8, 128, "bf16").latency_ms
     assert t_fast < m.attention_decode(64, 8000, 32, 8, 128, "bf16").latency_ms * 1.5
     # an engine not measured on this GPU falls back to the GPU's measured engine
@@ -129,6 +132,46 @@ def test_shipped_calibration_tiers():
     assert b200.mla_decode(32, 4096, 16, 512, 64, "bf16").tier == "cross-gen"
     assert kernel_model_for(get_gpu("h100_sxm")).moe(256, 7168, 2048, 8, 256, 1, 8, "fp8_block").tier == "measured"
     for fam in ("gemm", "attention_prefill", "attention_decode", "moe", "collective"):
-        for tier in ("measured", "cross-gen", "spec"):
+        for tier in ("measured", "sibling", "cross-gen", "spec"):
             assert error_band(fam, tier)["p90_ape"] > 0
     assert Calibration.loads(DEFAULT_PATH.read_text()).provenance["attribution"]
+
+
+def test_shipped_sibling_tier():
+    """H200 SXM = H100 SXM's die with faster HBM: H100's fitted parameters on H200's figures."""
+    h100, h200 = kernel_model_for(get_gpu("h100_sxm")), kernel_model_for(get_gpu("h200_sxm"))
+    assert h200.tier == "sibling" and h200.source_gpu == "h100_sxm"
+    a100_40 = kernel_model_for(get_gpu("a100_40gb_sxm"))
+    assert a100_40.tier == "sibling" and a100_40.source_gpu == "a100_sxm"
+    assert kernel_model_for(get_gpu("b200")).tier == "cross-gen"
+    ratio = 3350.0 / 4800.0
+    for batch, kv in ((64, 8000), (128, 16000), (256, 8000)):     # memory-bound decode attention
+        a, b = h100.attention_decode(batch, kv, 32, 8, 128, "bf16"), h200.attention_decode(batch, kv, 32, 8, 128, "bf16")
+        assert b.tier == "sibling"
+        assert b.latency_ms / a.latency_ms == pytest.approx(ratio, rel=0.08)
+    for m, n, k in ((8192, 8192, 8192), (16384, 16384, 8192)):     # compute-bound GEMMs
+        a, b = h100.gemm(m, n, k, "bf16"), h200.gemm(m, n, k, "bf16")
+        assert b.latency_ms == pytest.approx(a.latency_ms, rel=0.02)
+    assert h200.collective("all_reduce", 1e6, 8, NVLINK).tier == "sibling"
+    h100_2x = get_gpu("h100_sxm")
+    what_if = kernel_model_for(h100_2x.with_overrides(hbm_bw_gbps=2 * h100_2x.hbm_bw_gbps))
+    assert what_if.tier == "sibling"
+    t1, t2 = h100.attention_decode(64, 8000, 32, 8, 128, "bf16"), what_if.attention_decode(64, 8000, 32, 8, 128, "bf16")
+    assert t2.latency_ms / t1.latency_ms == pytest.approx(0.5, rel=0.1)
+    assert what_if.gemm(8192, 8192, 8192, "bf16").latency_ms == pytest.approx(
+        h100.gemm(8192, 8192, 8192, "bf16").latency_ms, rel=0.02)
+    meas, sib = error_band("attention_decode", "measured"), error_band("attention_decode", "sibling")
+    assert sib["p90_ape"] > meas["p90_ape"] and sib["p50_ape"] > meas["p50_ape"]
+    assert error_band("gemm:bf16", "sibling")["mape"] < error_band("gemm:bf16", "cross-gen")["mape"]
+
+
+def test_fp8_moe_uses_block_fp8_group():
+    """fp8 MoE queries are timed with the block-fp8 kernels (MiniMax-M2.5's shape, EP4):
+    measured on H100 vLLM 0.110 / 0.339 ms at 8 / 64 tokens (per-tensor fp8 path: 3-4x slower)."""
+    h = kernel_model_for(get_gpu("h100_sxm"), "vllm")
+    for tokens, meas in ((8, 0.110), (64, 0.339)):
+        kt = h.moe(tokens, 3072, 1536, 8, 256, 1, 4, "fp8")
+        assert kt.latency_ms == pytest.approx(h.moe(tokens, 3072, 1536, 8, 256, 1, 4, "fp8_block").latency_ms)
+        assert kt.latency_ms == pytest.approx(meas, rel=0.25) and not kt.extrapolated
+    # an engine without a block-fp8 MoE table keeps its fp8 one
+    assert kernel_model_for(get_gpu("h100_sxm"), "trtllm").moe(64, 4096, 1536, 8, 128, 1, 4, "fp8").latency_ms > 0

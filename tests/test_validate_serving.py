@@ -123,14 +123,15 @@ def test_aggregates_and_limit():
     assert set(vs.not_simulated(res)["reason"]) == {"limit", "disagg"}
 
 
-@pytest.mark.parametrize("gpu", ["b200", "h200_sxm"])
-def test_gpu_without_kernel_measurements(gpu):
-    """Rows for any catalog GPU run; with the default calibration they use the cross-gen tier."""
+@pytest.mark.parametrize("gpu,tier", [("b200", "cross-gen"), ("h200_sxm", "sibling")])
+def test_gpu_without_kernel_measurements(gpu, tier):
+    """Rows for any catalog GPU run; with the default calibration B200 uses the cross-gen tier
+    and H200 (H100's die) the sibling tier."""
     cal, note = sr.resolve_calibration(None)
     df = pd.DataFrame([row(system=gpu, precision="fp8", gemm_quant_mode="fp8")])
     res = vs.validate_serving(df, replace(SPEC, calibration=cal), {}, workers=1)
     assert res["status"][0] == sr.SIMULATED
-    assert res["tier"][0] == ("spec" if cal == "spec" else "cross-gen"), note
+    assert res["tier"][0] == ("spec" if cal == "spec" else tier), note
     assert res["predicted_tpot_ms"][0] > 0
 
 
