@@ -184,6 +184,35 @@ def _is_multirun() -> bool:
         return False
 
 
+#: output directory of the job running in this process when it runs without hydra.main
+CURRENT_OUTPUT_DIR: list[Path | None] = [None]
+
+
+def _run_single(command: str, cfg: DictConfig, overrides: list[str], task: Callable[[DictConfig], int]) -> int:
+    """A single run, in-process, on the config already composed and checked: the same output
+    layout as Hydra (``hydra.run.dir``, ``.hydra/config.yaml`` and ``overrides.yaml``) without
+    composing the config a second time."""
+    import datetime
+
+    from omegaconf import OmegaConf
+
+    run_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")), None)
+    if run_dir is None:
+        run_dir = f"llmplan-out/{command}/{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
+    out = Path(run_dir)
+    (out / ".hydra").mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create([o for o in overrides if not o.startswith("hydra.")]), out / ".hydra" / "overrides.yaml")
+    CURRENT_OUTPUT_DIR[0] = out
+    try:
+        return task(cfg)
+    except UserError as exc:
+        print(exc.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
+    finally:
+        CURRENT_OUTPUT_DIR[0] = None
+
+
 def run(command: str, config_name: str, argv: list[str], task: Callable[[DictConfig], int], summary: str) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print_help(command, summary)
@@ -201,8 +230,9 @@ def run(command: str, config_name: str, argv: list[str], task: Callable[[DictCon
             raise
         except Exception as exc:
             raise _explain(exc, overrides) from None
-    for combo in combos:
-        compose(config_name, combo + extra)
+    composed = [compose(config_name, combo + extra) for combo in combos]
+    if not multirun and not flags:
+        return _run_single(command, composed[0], overrides, task)
 
     import hydra
 

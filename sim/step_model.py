@@ -58,6 +58,9 @@ class AnalyticalStepModel:
         self.wdtype = prec.weights
         self._linear = lru_cache(maxsize=65536)(self._linear_ops)
         self._attn = lru_cache(maxsize=262144)(self._attn_ops)
+        # the hot path only needs the sums
+        self._linear_ms = lru_cache(maxsize=65536)(lambda t, r: sum(o.latency_ms for o in self._linear(t, r)))
+        self._attn_ms = lru_cache(maxsize=262144)(lambda *k: sum(o.latency_ms for o in self._attn(*k)))
 
     # ------------------------------------------------------------------ public protocol
     def step_time_ms(self, shape: StepShape) -> float:
@@ -93,7 +96,7 @@ class AnalyticalStepModel:
             q = s.prefill_tokens / s.prefill_seqs
             pairs = s.prefill_attn_pairs / s.prefill_seqs
             kv = q + max(0.0, (pairs - q * (q + 1) / 2) / q)
-            pf = (s.prefill_seqs, max(1, round(q)), _bucket(kv))
+            pf = (s.prefill_seqs, self._token_key(max(1, round(q))), _bucket(kv))
         else:
             pf = (0, 0, 0.0)
         dc = (s.decode_seqs, _bucket(s.decode_kv_tokens / s.decode_seqs)) if s.decode_seqs else (0, 0.0)
@@ -108,8 +111,8 @@ class AnalyticalStepModel:
     def _stage_and_comm(self, shape: StepShape) -> tuple[float, float]:
         if shape.tokens == 0:
             return 0.0, 0.0
-        per_stage = sum(o.latency_ms for o in self._linear(self._token_key(shape.tokens), self._logit_rows(shape)))
-        per_stage += sum(o.latency_ms for o in self._attn(*self._attn_key(shape)))
+        per_stage = self._linear_ms(self._token_key(shape.tokens), self._logit_rows(shape))
+        per_stage += self._attn_ms(*self._attn_key(shape))
         comm = 0.0
         if self.pp > 1:
             t = self.kernels.collective("p2p", shape.tokens * self.model.hidden_size * ACT_BYTES, 2, self.pp_link)
