@@ -90,6 +90,8 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
         replace(app, workload=replace(wl_spec, rate_rps=1.0))
     if wl_spec.arrival == "closed_loop":
         probe = replace(app, workload=replace(wl_spec, arrival="poisson", rate_rps=1.0))
+    if wl_spec.arrival != "trace":  # length moments: 2,000 draws are plenty
+        probe = replace(probe, workload=replace(probe.workload, num_requests=min(wl_spec.num_requests, 2000)))
     stats, _ = workload_sample(probe, model, need_rate=False)
     mean_in, mean_out = stats.mean_input_tokens, stats.mean_output_tokens
     an = ReplicaAnalyzer(step, stats, app.engine.max_num_seqs, app.engine.max_num_batched_tokens,
