@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -45,19 +46,15 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     precisions = list(app.search.precision)
     if model.native_dtype in ("fp4", "int4") and model.native_dtype not in precisions:
         precisions.append(model.native_dtype)  # 4-bit checkpoints are served as shipped
-    space = SearchSpace(list(app.search.tp), list(app.search.pp), list(app.search.ep), precisions,
-                        list(app.search.max_batch), app.search.kv_cache_dtype, app.search.max_replicas,
-                        app.search.finalists, app.search.verify_requests, app.search.alternatives, app.search.max_load)
-    if not 0 < app.search.max_load <= 1:
-        raise ConfigError(f"must be in (0, 1], got {app.search.max_load}", key="search.max_load", fix="e.g. 0.95")
+    space = SearchSpace(**{f.name: getattr(app.search, f.name) for f in fields(SearchSpace)} | {"precision": precisions})
+    if not 0 < space.max_load <= 1:
+        raise ConfigError(f"must be in (0, 1], got {space.max_load}", key="search.max_load", fix="e.g. 0.95")
     avail = max_gpus(app, gpus)
-    verifier = None
-    if space.finalists > 0:
-        from optimizer.verify import make_verifier
-
-        verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed)
     with stage_progress(console, show_progress and app.output.progress) as progress:
-        if verifier is not None:
+        verifier = None
+        if space.finalists > 0:
+            from optimizer.verify import make_verifier
+
             verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed, progress)
         res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                    app.calibration, progress, verifier)

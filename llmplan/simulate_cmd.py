@@ -26,7 +26,7 @@ SUMMARY = ("Simulate one deployment (the `deployment` group: gpu, tp, pp, ep, pr
            "and a per-operator breakdown of a prefill and a decode step. Writes summary.json,\n"
            "requests.csv (and plots with output.plots=true) to the output directory.")
 
-LOAD_FRACTION = 0.8  # default load when workload.rate_rps is null: 80% of analytical capacity
+from sim.serving import DEFAULT_RATE_FRACTION as LOAD_FRACTION  # load when workload.rate_rps is null
 
 
 def resolve_deployment(app, model, console: Console | None = None) -> tuple[Deployment, object, object]:

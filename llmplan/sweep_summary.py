@@ -43,11 +43,9 @@ def summarize(sweep_dir: Path) -> pd.DataFrame:
 
 
 def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    import importlib.util
+
+    return importlib.util.find_spec("tabulate") is not None
 
 
 class SweepSummary(Callback):

@@ -103,7 +103,7 @@ def write(res: PlanResult, out_dir: Path, context: dict) -> dict:
     return d
 
 
-def _deploy_table(title: str, sel: Selection, res: PlanResult, console_width: int) -> Table:
+def _deploy_table(title: str, sel: Selection, res: PlanResult) -> Table:
     tq = next((s for s in res.slos if s.metric == "ttft"), None)
     pq = next((s for s in res.slos if s.metric == "tpot"), None)
     t = Table(title=title, title_justify="left", show_lines=False)
@@ -133,7 +133,7 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     if sel.feasible:
         console.print(_deploy_table(
             f"Cheapest deployment: ${sel.total_usd_per_hour:.2f}/h, {sel.total_gpus} GPUs, "
-            f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res, console.width))
+            f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
         for i, alt in enumerate(res.alternatives, 1):
             console.print(f"  alternative {i}: ${alt.total_usd_per_hour:.2f}/h, {alt.total_gpus} GPUs: " +
                           " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in alt.allocations))

@@ -46,6 +46,6 @@ def step_band(step, shape: StepShape, calibration: str | None = None) -> Band | 
         p50 += w * b.get("p50_ape", 0.0)
         p90 += w * b.get("p90_ape", 0.0)
     tier = max(share_by_tier, key=share_by_tier.get) if share_by_tier else "spec"
-    scale = 100.0 if p90 <= 1.5 else 1.0  # residuals stored as fractions or percents
-    return Band(round(p50 * scale, 1), round(p90 * scale, 1), tier,
+    # error_band() returns fractions
+    return Band(round(p50 * 100.0, 1), round(p90 * 100.0, 1), tier,
                 tuple(sorted({o.name for o in bd.ops if o.extrapolated})))

@@ -112,3 +112,18 @@ def test_roofline_collective_over_slower_link_is_slower():
     pcie = group_link(get_gpu("l40s"), 8)
     assert nv.name == "nvlink" and pcie.name == "pcie"
     assert k.collective("all_reduce", 64e6, 8, pcie).latency_ms > k.collective("all_reduce", 64e6, 8, nv).latency_ms
+
+
+def test_error_band_is_the_time_weighted_residual_in_percent():
+    from sim.calibrated import error_band
+    from sim.uncertainty import _FAMILY, step_band
+
+    m, g = load_model("llama3_1_8b"), get_gpu("l40s")
+    step, _ = build(Deployment(m, g, Parallelism(), Precision(), NO_HOST), calibration=None, min_kv_tokens=4096)
+    shape = StepShape.build([], [1024] * 16)
+    ops = [o for o in step.breakdown(shape).ops if o.family != "host"]
+    total = sum(o.latency_ms for o in ops)
+    expected = sum(o.latency_ms / total * error_band(_FAMILY[o.family], o.tier)["p90_ape"] for o in ops) * 100
+    band = step_band(step, shape)
+    assert band is not None and band.p90_pct == pytest.approx(expected, abs=0.06)
+    assert band.tier == "measured"
