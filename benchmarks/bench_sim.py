@@ -39,27 +39,27 @@ FAKE_KV_TOKENS = 407_429  # what sim.memory gives for this model/GPU at gpu_memo
 
 def build_replica(cost: str):
     """One replica of the benchmark deployment (real analytical model or the fake)."""
-    from sim.replica import ReplicaSpec
-    from sim.types import EngineProfile
+    from llmplan.sim.replica import ReplicaSpec
+    from llmplan.sim.types import EngineProfile
 
     engine = EngineProfile()
     if cost == "real":
-        from hardware_catalog.loader import get_gpu
-        from model_catalog.loader import load_model
-        from sim.deployment import Deployment, build
-        from sim.types import Parallelism, Precision
+        from llmplan.hardware_catalog.loader import get_gpu
+        from llmplan.model_catalog.loader import load_model
+        from llmplan.sim.deployment import Deployment, build
+        from llmplan.sim.types import Parallelism, Precision
 
         cm, mem = build(Deployment(load_model(MODEL), get_gpu(GPU), Parallelism(), Precision(), engine))
         return ReplicaSpec(cm, engine, mem.kv_capacity_tokens, MAX_MODEL_LEN)
-    from sim.testing_costs import LinearStepCost
+    from llmplan.sim.testing_costs import LinearStepCost
 
     return ReplicaSpec(LinearStepCost.h100_llama3_8b(), engine, FAKE_KV_TOKENS, MAX_MODEL_LEN)
 
 
 def run_once(n: int, cost: str, trace: bool) -> dict:
     """Simulate ``n`` chat requests once in this process; wall time excludes imports/setup."""
-    from sim.serving import simulate_serving
-    from sim.workload import WorkloadSpec
+    from llmplan.sim.serving import simulate_serving
+    from llmplan.sim.workload import WorkloadSpec
 
     rep = build_replica(cost)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

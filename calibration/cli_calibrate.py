@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmplan.errors import UserError
 
-from calibration.calib_file import Calibration
+from llmplan.sim.kernel_calibration.calib_file import Calibration
 
 DESCRIPTION = "Fit kernel latency models (per GPU, engine, operator family) to measured kernel tables."
 
@@ -50,9 +50,9 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from rich.console import Console
 
-    from calibration.fit import FitOptions, fit_calibration, without_gpu
-    from calibration.gpu_features import resolve_gpu
-    from calibration.reader import read_measurements
+    from llmplan.calibration.fit import FitOptions, fit_calibration, without_gpu
+    from llmplan.sim.kernel_calibration.gpu_features import resolve_gpu
+    from llmplan.calibration.reader import read_measurements
 
     out = Path(args.out)
     if out.suffix.lower() in (".pkl", ".pickle"):
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         cal.provenance["holdout_gpu"] = resolve_gpu(args.holdout_gpu).key
     path = cal.save(out)
     size = path.stat().st_size / 1e6
-    from calibration.cli_validate import _console
+    from llmplan.calibration.cli_validate import _console
 
     print_summary(cal, _console())
     console.print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - t0:.0f}s")

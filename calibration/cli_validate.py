@@ -49,7 +49,7 @@ def _kernels_parser() -> argparse.ArgumentParser:
 
 
 def _families(values: list[str] | None) -> list[str] | None:
-    from calibration.validate_kernels import FAMILY_ORDER
+    from llmplan.calibration.validate_kernels import FAMILY_ORDER
 
     if not values:
         return None
@@ -75,11 +75,11 @@ def kernels_main(argv: list[str]) -> int:
     a = _kernels_parser().parse_args(argv)
     from rich.console import Console
 
-    from calibration.calib_file import load_calibration
-    from calibration.gpu_features import resolve_gpu
-    from calibration.reader import read_measurements
-    from calibration.splits import parse_split
-    from calibration.validate_kernels import validate_kernels
+    from llmplan.sim.kernel_calibration.calib_file import load_calibration
+    from llmplan.sim.kernel_calibration.gpu_features import resolve_gpu
+    from llmplan.calibration.reader import read_measurements
+    from llmplan.calibration.splits import parse_split
+    from llmplan.calibration.validate_kernels import validate_kernels
 
     split = parse_split(a.split) if a.split else None
     if a.max_rows is not None and a.max_rows < 1:
@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
     if sub == "kernels":
         return kernels_main(rest)
     if sub == "serving":
-        from calibration.validate_serving import main as serving_main
+        from llmplan.calibration.validate_serving import main as serving_main
 
         return int(serving_main(rest) or 0)
     print(f"error: unknown validate target '{sub}'; {suggest(sub, ['kernels', 'serving'])}\n{USAGE}",

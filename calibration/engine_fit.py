@@ -35,7 +35,7 @@ fitted on one half (jitter included) are scored on the other, before (the conf/e
 placeholders, no jitter) and after. The values written to
 ``calibration/data/engine_profiles.json`` are then fitted on all rows of the engine.
 
-Run: ``python -m calibration.engine_fit --measurements FILE.csv --out calibration/data/engine_profiles.json``
+Run: ``python -m llmplan.calibration.engine_fit --measurements FILE.csv --out calibration/data/engine_profiles.json``
 (or ``llmplan validate serving --measurements FILE.csv --fit-engines``).
 """
 
@@ -52,10 +52,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from calibration.serving_rows import (BACKENDS, SIMULATED, ServingCase, SimOptions, engine_profiles, map_row,
+from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, ServingCase, SimOptions, engine_profiles, map_row,
                                       map_rows, parallel_map, read_serving_csv, resolve_calibration, simulate_case)
 from llmplan.errors import UserError
-from sim.types import StepShape
+from llmplan.sim.types import StepShape
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "data" / "engine_profiles.json"
 #: (lower, upper) bounds of (h0 ms, h1 ms, prefill scale)
@@ -340,7 +340,7 @@ def _calibration_sha(calibration: str | None) -> str | None:
     """sha256 of the kernel calibration file used (None for the specification roofline)."""
     if calibration is not None and calibration.lower() in ("spec", "none", "roofline"):
         return None
-    from calibration.calib_file import DEFAULT_PATH
+    from llmplan.sim.kernel_calibration.calib_file import DEFAULT_PATH
 
     p = Path(calibration).expanduser() if calibration else DEFAULT_PATH
     return _sha256(p) if p.is_file() else None
@@ -386,7 +386,7 @@ def load_engine_overrides(spec: str | None) -> tuple[dict[str, dict[str, Any]], 
         path = Path(spec).expanduser()
         if not path.is_file():
             raise UserError(f"engine profiles file not found: {path}", key="--engine-profiles",
-                            fix="give a file written by `python -m calibration.engine_fit`, 'default' or 'none'")
+                            fix="give a file written by `python -m llmplan.calibration.engine_fit`, 'default' or 'none'")
     try:
         doc = json.loads(path.read_text())
         engines = doc["engines"]
@@ -412,7 +412,7 @@ def staleness_note(profiles: str, calibration: str | None) -> str:
     if fitted is None or now is None or fitted == now:
         return ""
     return ("the engine terms were fitted against another kernel calibration (sha256 "
-            f"{fitted[:12]}..., now {now[:12]}...); refit with `python -m calibration.engine_fit`")
+            f"{fitted[:12]}..., now {now[:12]}...); refit with `python -m llmplan.calibration.engine_fit`")
 
 
 # ----------------------------------------------------------------------------- driver
@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     from llmplan.errors import EXIT_USER_ERROR
     from llmplan.progress import make_console, stage_progress
 
-    ap = argparse.ArgumentParser(prog="python -m calibration.engine_fit", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llmplan.calibration.engine_fit", description=__doc__.split("\n")[0])
     ap.add_argument("--measurements", required=True, help="serving runs in the e2e_serving.csv layout")
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="fitted profiles JSON (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random hold-out split")

@@ -1,13 +1,13 @@
-"""Fit a :class:`~calibration.calib_file.Calibration` to measured kernel latencies.
+"""Fit a :class:`~llmplan.sim.kernel_calibration.calib_file.Calibration` to measured kernel latencies.
 
 For every measured (GPU, engine, operator family, dtype group):
 
-1. the base model (:mod:`calibration.physics`: launch floor + soft roofline with tile/wave
+1. the base model (:mod:`llmplan.sim.kernel_calibration.physics`: launch floor + soft roofline with tile/wave
    quantization and warm-L2 terms) by robust least squares on log latency, then
-2. a boosted oblivious-tree ensemble (:mod:`calibration.gbt`) on the log residual, over
-   the family's shape features (:mod:`calibration.features`).
+2. a boosted oblivious-tree ensemble (:mod:`llmplan.sim.kernel_calibration.gbt`) on the log residual, over
+   the family's shape features (:mod:`llmplan.sim.kernel_calibration.features`).
 
-Collectives get measured curves and alpha-beta parameters (:mod:`calibration.collectives`).
+Collectives get measured curves and alpha-beta parameters (:mod:`llmplan.sim.kernel_calibration.collectives`).
 Large tables are subsampled deterministically (a keyed random generator per group).
 
 Residual statistics for error bands are computed honestly: the measured tier from a
@@ -25,15 +25,15 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from calibration import features as F
-from calibration.calib_file import Calibration
-from calibration.collectives import GPUCollectives, fit_gpu_collectives
-from calibration.family_model import GROUP_COLUMN, FamilyModel, GroupModel, group_keys, shape_ranges
-from calibration.gbt import GBTModel, GBTParams, fit_gbt
-from calibration.gpu_features import GPUFeatures
-from calibration.physics import PRIOR_WEIGHT, BaseParams, fit_base, predict_us
-from calibration.reader import Measurements
-from calibration.splits import Split, group_ids, held_out_mask
+from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration.calib_file import Calibration
+from llmplan.sim.kernel_calibration.collectives import GPUCollectives, fit_gpu_collectives
+from llmplan.sim.kernel_calibration.family_model import GROUP_COLUMN, FamilyModel, GroupModel, group_keys, shape_ranges
+from llmplan.sim.kernel_calibration.gbt import GBTModel, GBTParams, fit_gbt
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.physics import PRIOR_WEIGHT, BaseParams, fit_base, predict_us
+from llmplan.calibration.reader import Measurements
+from llmplan.calibration.splits import Split, group_ids, held_out_mask
 
 CODE_VERSION = "calibration-1"
 ATTRIBUTION = ("Fitted to kernel latencies measured by NVIDIA's aiconfigurator-core 0.12.0 performance "
@@ -217,8 +217,7 @@ def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
     """APE statistics per family (and per GEMM/MoE dtype, pooled "collective" and "all"
     compute families) of ``cal`` on ``test`` rows; tier "spec" scores the roofline.
     ``max_rows`` caps the rows scored per (family, GPU) with a deterministic sample."""
-    from calibration.predict import predict_frame
-    from calibration.validate_kernels import roofline_predict
+    from llmplan.sim.kernel_calibration.predict import predict_frame, roofline_predict
 
     collected: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for fam, df in sorted(test.frames.items()):

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from calibration import microbench_shapes as shapes
-from calibration.microbench_shapes import AllReduceShape, AttentionShape, GemmShape
+from llmplan.calibration import microbench_shapes as shapes
+from llmplan.calibration.microbench_shapes import AllReduceShape, AttentionShape, GemmShape
 from llmplan.errors import UserError, suggest
 
 #: ``kernel_source`` values written to the tables.
@@ -631,7 +631,7 @@ def measure(opts: MeasureOptions, bench: Bench, console: Any = None) -> MeasureR
 def catalog_note(folder: str) -> str | None:
     """A hint when ``folder`` is not a GPU of the catalog (calibrate resolves folder names)."""
     try:
-        from hardware_catalog.loader import get_gpu
+        from llmplan.hardware_catalog.loader import get_gpu
     except ImportError:
         return None
     try:

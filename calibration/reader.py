@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from hardware_catalog.spec import GPUSpec
+from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import UserError
 
-from calibration.gpu_features import resolve_gpu
+from llmplan.sim.kernel_calibration.gpu_features import resolve_gpu
 
 #: table -> (family, required input columns)
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {

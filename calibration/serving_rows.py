@@ -47,12 +47,12 @@ from typing import Any
 
 import pandas as pd
 
-from hardware_catalog.spec import GPUSpec
+from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
-from model_catalog.spec import ModelSpec
-from sim.deployment import Deployment, parallelism_problem
-from sim.memory import plan_memory
-from sim.types import EngineProfile, Parallelism, Precision
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.sim.deployment import Deployment, parallelism_problem
+from llmplan.sim.memory import plan_memory
+from llmplan.sim.types import EngineProfile, Parallelism, Precision
 
 #: columns a measurements file must have (the e2e_serving.csv layout)
 REQUIRED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "precision", "mode", "isl", "osl",
@@ -226,7 +226,7 @@ def parallelism_of(row: Mapping[str, Any], model: ModelSpec) -> Parallelism | st
 
 
 def _load_model(name: str) -> ModelSpec | str:
-    from model_catalog.loader import load_model
+    from llmplan.model_catalog.loader import load_model
 
     try:
         return load_model(name)
@@ -235,7 +235,7 @@ def _load_model(name: str) -> ModelSpec | str:
 
 
 def _load_gpu(name: str) -> GPUSpec | str:
-    from hardware_catalog.loader import get_gpu
+    from llmplan.hardware_catalog.loader import get_gpu
 
     try:
         return get_gpu(name)
@@ -348,8 +348,8 @@ def num_requests(concurrency: int, opts: SimOptions) -> int:
 
 @lru_cache(maxsize=32)
 def _kernels(gpu_key: str, backend: str, calibration: str | None) -> Any:
-    from hardware_catalog.loader import get_gpu
-    from sim.deployment import make_kernel_model
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.sim.deployment import make_kernel_model
 
     return make_kernel_model(get_gpu(gpu_key), backend, calibration)
 
@@ -358,8 +358,8 @@ def resolve_calibration(calibration: str | None) -> tuple[str | None, str]:
     """The calibration to use and a note. The default (None) runs on the specification
     roofline, with a note, when no default calibration file is installed; an explicit file
     that cannot be loaded is a UserError."""
-    from hardware_catalog.loader import get_gpu
-    from sim.deployment import make_kernel_model
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.sim.deployment import make_kernel_model
 
     try:
         km = make_kernel_model(get_gpu("h100_sxm"), "vllm", calibration)
@@ -376,7 +376,7 @@ def kernel_tier(step: Any) -> str:
     """Calibration tier of a step model's kernels: the kernel model's own ``tier``
     (measured | cross-gen | spec) when it has one, else the tier carrying most of the time
     of a representative mixed step (host overhead and pipeline sends excluded)."""
-    from sim.types import StepShape
+    from llmplan.sim.types import StepShape
 
     tier = getattr(step.kernels, "tier", None)
     if isinstance(tier, str):
@@ -390,7 +390,7 @@ def kernel_tier(step: Any) -> str:
 
 def step_model(case: ServingCase, calibration: str | None) -> Any:
     """The analytical step model of a case (kernel models cached per GPU/engine/calibration)."""
-    from sim.deployment import build
+    from llmplan.sim.deployment import build
 
     km = _kernels(case.dep.gpu.key, case.dep.engine.kernel_backend, calibration)
     step, _ = build(case.dep, calibration, case.isl + case.osl, kernels=km)
@@ -401,11 +401,11 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     """Replay one run in the DES: one replica, closed loop, fixed prompt length (see
     :class:`SimOptions`). ``wrap`` maps the case's step model to the cost model the replica
     uses (engine corrections; the engine fit's probe models); None uses it as is."""
-    from sim.memory import plan_memory
-    from sim.metrics import MeasureWindow
-    from sim.replica import ReplicaSpec
-    from sim.serving import simulate_serving
-    from sim.workload import LengthSpec, WorkloadSpec
+    from llmplan.sim.memory import plan_memory
+    from llmplan.sim.metrics import MeasureWindow
+    from llmplan.sim.replica import ReplicaSpec
+    from llmplan.sim.serving import simulate_serving
+    from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
     lo, hi = opts.osl_range(case.osl)
     if not case.dep.engine.chunked_prefill and case.dep.engine.max_num_batched_tokens < case.isl + hi:

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.calib_file import Calibration
-from calibration.fit import FitOptions, Progress, fit_calibration, split_measurements, without_gpu
-from calibration.gpu_features import GPUFeatures
-from calibration.predict import predict_frame
-from calibration.reader import Measurements
-from calibration.splits import Split
+from llmplan.sim.kernel_calibration.calib_file import Calibration
+from llmplan.calibration.fit import FitOptions, Progress, fit_calibration, split_measurements, without_gpu
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.predict import predict_frame, roofline_predict
+from llmplan.calibration.reader import Measurements
+from llmplan.calibration.splits import Split
 
 FAMILY_ORDER = ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
                 "custom_allreduce", "nccl", "moe_a2a")
@@ -80,50 +80,6 @@ def describe(family: str, r: dict[str, Any]) -> str:
     return family
 
 
-def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
-    """The specification-only roofline (sim.kernels) on every row."""
-    from sim.kernels import Link, RooflineKernelModel
-
-    rm = RooflineKernelModel(spec)
-    link = (Link("nvlink", spec.scaleup_bw_gbps, 8.0) if spec.scaleup_bw_gbps > 0
-            else Link("pcie", spec.pcie_bw_gbps, 15.0))
-
-    def gemm_dt(dt: str) -> str:
-        return "fp8" if dt in ("fp8", "fp8_block") and spec.supports("fp8") else "bf16"
-
-    def moe_dt(dt: str) -> str:
-        return gemm_dt(dt) if dt in ("fp8", "fp8_block") else ("bf16" if dt == "bf16" else "int4")
-
-    def call(fn: Any, *args: Any) -> float:
-        try:
-            return fn(*args).latency_ms
-        except KeyError:        # a dtype the GPU lacks: time it in bf16
-            args = tuple("bf16" if a in ("fp8", "fp4", "int4") else a for a in args)
-            return fn(*args).latency_ms
-
-    out = np.full(len(df), np.nan)
-    for i, r in enumerate(df.to_dict("records")):
-        if family == "gemm":
-            out[i] = call(rm.gemm, r["m"], r["n"], r["k"], gemm_dt(r["dtype"]))
-        elif family == "attention_prefill":
-            out[i] = call(rm.attention_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"],
-                          r["num_kv_heads"], r["head_dim"], r["kv_dtype"])
-        elif family == "attention_decode":
-            out[i] = call(rm.attention_decode, r["batch"], r["kv_len"], r["num_heads"], r["num_kv_heads"],
-                          r["head_dim"], r["kv_dtype"])
-        elif family == "moe":
-            out[i] = call(rm.moe, r["num_tokens"], r["hidden"], r["inter"], r["topk"], r["num_experts"],
-                          r["moe_tp"], r["moe_ep"], moe_dt(r["dtype"]))
-        elif family == "mla_prefill":
-            out[i] = call(rm.mla_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"], 512, 128, 64,
-                          128, r["kv_dtype"])
-        elif family == "mla_decode":
-            out[i] = call(rm.mla_decode, r["batch"], r["kv_len"], r["num_heads"], 512, 64, r["kv_dtype"])
-        elif family in ("custom_allreduce", "nccl"):
-            out[i] = rm.collective(r["op"], r["message_bytes"], r["num_gpus"], link).latency_ms
-    return out
-
-
 def _score(family: str, df: pd.DataFrame, pred: np.ndarray, tiers: np.ndarray, roof: np.ndarray,
            n_worst: int = 3) -> FamilyScore:
     y = df["latency_ms"].to_numpy()
@@ -171,7 +127,7 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
             notes.append("nothing left to fit on")
         cal = fit_calibration(fit_on, opts, progress)
     if cal is None:
-        from calibration.calib_file import load_calibration
+        from llmplan.sim.kernel_calibration.calib_file import load_calibration
 
         cal = load_calibration(None)
     spec = meas.gpu_specs[gpu]

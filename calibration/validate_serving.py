@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.engine_fit import (DEFAULT_OUT, add_jitter_arg, add_sim_args, ape_stats, corrected, fit_frame,
+from llmplan.calibration.engine_fit import (DEFAULT_OUT, add_jitter_arg, add_sim_args, ape_stats, corrected, fit_frame,
                                     load_engine_overrides, parse_grid, print_fit, sim_options, staleness_note,
                                     write_profiles)
-from calibration.serving_rows import (BACKENDS, SIMULATED, Prediction, SimOptions, engine_profiles, map_row,
+from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, Prediction, SimOptions, engine_profiles, map_row,
                                       map_rows, parallel_map, read_serving_csv)
 from llmplan.errors import EXIT_USER_ERROR, UserError
 
@@ -47,7 +47,7 @@ def _predict_task(task: tuple[dict, int, dict, SimOptions, float | None]) -> Pre
     m = map_row(row, index, engine_profiles(overrides))
     if m.case is None:
         return Prediction(math.nan, math.nan, "", m.status)
-    from calibration.serving_rows import simulate_case
+    from llmplan.calibration.serving_rows import simulate_case
 
     mine = overrides.get(m.case.backend, {})
     j = float(mine.get("osl_jitter", 0.0)) if jitter is None else jitter
@@ -64,7 +64,7 @@ def select_rows(df: pd.DataFrame, model: str | None, backend: str | None) -> pd.
         sub = paths.str.lower().str.contains(model.lower(), regex=False).to_numpy()
         same = np.zeros(len(df), bool)
         try:
-            from model_catalog.loader import load_model, resolve_key
+            from llmplan.model_catalog.loader import load_model, resolve_key
 
             key = load_model(model).key
             for p in paths.unique():
@@ -215,7 +215,7 @@ def print_report(res: pd.DataFrame, console: Any, notes: list[str], engines: str
             for c in ("row", "engine", "model", "tp", "ep", "isl", "osl", "conc", "TTFT meas", "TTFT pred",
                       "TPOT meas", "TPOT pred"):
                 t.add_column(c)
-            from calibration.serving_rows import concurrency_of
+            from llmplan.calibration.serving_rows import concurrency_of
 
             for i, r in w.iterrows():
                 t.add_row(str(i), str(r["backend"]), str(r["model_key"]), _n(r["tp_size"]), _n(r["moe_ep_size"]),

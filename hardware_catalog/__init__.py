@@ -1,6 +1,6 @@
 """GPU catalog: specifications and prices, each figure with its source."""
 
-from hardware_catalog.loader import (
+from llmplan.hardware_catalog.loader import (
     DEFAULT_PATH,
     FIGURE_FIELDS,
     get_gpu,
@@ -11,7 +11,7 @@ from hardware_catalog.loader import (
     missing_sources,
     normalize_name,
 )
-from hardware_catalog.spec import DTYPES, GPUSpec
+from llmplan.hardware_catalog.spec import DTYPES, GPUSpec
 
 __all__ = [
     "DEFAULT_PATH",

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from hardware_catalog.spec import DTYPES, GPUSpec
+from llmplan.hardware_catalog.spec import DTYPES, GPUSpec
 from llmplan.errors import CatalogError, suggest
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "gpus.yaml"

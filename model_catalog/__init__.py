@@ -5,7 +5,7 @@ path to a config.json) returns a frozen :class:`ModelSpec`; :mod:`model_catalog.
 computes parameter counts, weight bytes, KV bytes per token and FLOPs per token from it.
 """
 
-from model_catalog.derived import (
+from llmplan.model_catalog.derived import (
     ParamBreakdown,
     attention_flops_per_token,
     attention_params_per_layer,
@@ -21,7 +21,7 @@ from model_catalog.derived import (
     param_count_total,
     weight_bytes,
 )
-from model_catalog.loader import (
+from llmplan.model_catalog.loader import (
     Preset,
     get_preset,
     list_models,
@@ -31,7 +31,7 @@ from model_catalog.loader import (
     parse_config,
     resolve_key,
 )
-from model_catalog.spec import BYTES_PER_ELEMENT, MLASpec, ModelSpec, MoESpec
+from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, MLASpec, ModelSpec, MoESpec
 
 __all__ = [
     "BYTES_PER_ELEMENT",

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmplan.errors import ConfigError, suggest
-from model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
+from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
 
 #: embedding conventions accepted by :func:`param_count_active`.
 EMBEDDING_CONVENTIONS = ("once", "both", "none")

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from llmplan.errors import CatalogError, suggest
-from model_catalog.spec import BYTES_PER_ELEMENT, MLASpec, ModelSpec, MoESpec
+from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, MLASpec, ModelSpec, MoESpec
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"

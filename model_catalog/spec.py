@@ -7,10 +7,7 @@ weight bytes, KV bytes per token, FLOPs per token) are methods so they stay cons
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from model_catalog.derived import ParamBreakdown
 
 #: bytes per element of each precision name used in configs (weights, activations, KV).
 #: fp4 counts the MX/NV block scales (1 byte per 32 or 16 elements) as ~0.53 byte.
@@ -76,48 +73,3 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
-
-    # Thin wrappers over model_catalog.derived (imported lazily: derived imports this module).
-    # Conventions (what counts, what stays bf16) are documented there.
-
-    def param_breakdown(self) -> ParamBreakdown:
-        """Parameter counts by component (embedding, attention, experts, ...)."""
-        from model_catalog.derived import param_breakdown
-
-        return param_breakdown(self)
-
-    def param_count_total(self) -> int:
-        """All language-model weights incl. embedding and lm_head (tied once), no MTP."""
-        from model_catalog.derived import param_count_total
-
-        return param_count_total(self)
-
-    def param_count_active(self, embeddings: str = "once") -> int:
-        """Weights used per token; ``embeddings``: "once" (lm_head), "both" or "none"."""
-        from model_catalog.derived import param_count_active
-
-        return param_count_active(self, embeddings=embeddings)
-
-    def weight_bytes(self, precision: str) -> float:
-        """Bytes of all weights with block linears in ``precision`` (embeddings/norms bf16)."""
-        from model_catalog.derived import weight_bytes
-
-        return weight_bytes(self, precision)
-
-    def kv_bytes_per_token(self, kv_dtype: str) -> float:
-        """KV-cache bytes one token occupies across all layers (sliding layers as full)."""
-        from model_catalog.derived import kv_bytes_per_token
-
-        return kv_bytes_per_token(self, kv_dtype)
-
-    def kv_bytes_per_token_windowed(self, kv_dtype: str, context_len: int) -> float:
-        """Mean KV bytes per token of a ``context_len`` sequence, sliding layers capped."""
-        from model_catalog.derived import kv_bytes_per_token_windowed
-
-        return kv_bytes_per_token_windowed(self, kv_dtype, context_len)
-
-    def flops_per_token(self, context_len: int, phase: str) -> float:
-        """Forward FLOPs for one token at ``context_len`` ("prefill" or "decode")."""
-        from model_catalog.derived import flops_per_token
-
-        return flops_per_token(self, context_len, phase)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from hardware_catalog.spec import GPUSpec
-from model_catalog.spec import ModelSpec
-from optimizer.types import Candidate
-from sim.deployment import parallelism_problem
-from sim.types import Parallelism, Precision
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.types import Candidate
+from llmplan.sim.deployment import parallelism_problem
+from llmplan.sim.types import Parallelism, Precision
 
 
 def kv_dtype_for(weights: str, kv_cache_dtype: str, gpu: GPUSpec) -> str:

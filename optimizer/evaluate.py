@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from statistics import NormalDist
 
-from optimizer.types import SLOTarget, WorkloadStats
-from sim.step_model import AnalyticalStepModel
-from sim.types import StepShape
+from llmplan.optimizer.types import SLOTarget, WorkloadStats
+from llmplan.sim.step_model import AnalyticalStepModel
+from llmplan.sim.types import StepShape
 
 _TOKEN_GRID = 16  # token counts rounded up to a multiple of this (cache friendliness)
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hardware_catalog.spec import GPUSpec
-from model_catalog.spec import ModelSpec
-from optimizer.enumerate import enumerate_candidates
-from optimizer.evaluate import ReplicaAnalyzer
-from optimizer.select_ilp import alternatives, solve
-from optimizer.types import Candidate, Evaluation, Selection, SLOTarget, WorkloadStats
-from sim.deployment import Deployment, build
-from sim.types import EngineProfile
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.enumerate import enumerate_candidates
+from llmplan.optimizer.evaluate import ReplicaAnalyzer
+from llmplan.optimizer.select_ilp import alternatives, solve
+from llmplan.optimizer.types import Candidate, Evaluation, Selection, SLOTarget, WorkloadStats
+from llmplan.sim.deployment import Deployment, build
+from llmplan.sim.types import EngineProfile
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -103,7 +103,7 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
     evals.sort(key=lambda e: e.candidate.name)
     verification: dict = {}
     if verifier is not None:  # sets sim_capacity_rps on the finalists
-        from optimizer.verify import pick_finalists
+        from llmplan.optimizer.verify import pick_finalists
 
         verification["finalists"] = verifier(pick_finalists(evals, space.finalists))
         verification["correction"] = correct_unverified(evals)
@@ -162,8 +162,8 @@ def operating_points(sel: Selection, rate_rps: float, slos: list[SLOTarget]) -> 
 
 def prediction_bands(an: ReplicaAnalyzer, op) -> dict:
     """Error bands (from held-out kernel residuals) of the decode and prefill steps at an operating point."""
-    from sim.types import StepShape
-    from sim.uncertainty import step_band
+    from llmplan.sim.types import StepShape
+    from llmplan.sim.uncertainty import step_band
 
     out = {}
     decode = StepShape.build([], [int(an.I + an.O / 2)] * max(1, int(round(op.decode_seqs))))

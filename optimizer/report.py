@@ -11,8 +11,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from optimizer.planner import PlanResult
-from optimizer.types import Allocation, Evaluation, Selection
+from llmplan.optimizer.planner import PlanResult
+from llmplan.optimizer.types import Allocation, Evaluation, Selection
 
 REJECT_ORDER = ("memory", "parallelism", "precision", "slo", "availability")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pulp
 
-from optimizer.types import Allocation, Evaluation, Selection
+from llmplan.optimizer.types import Allocation, Evaluation, Selection
 
 _TIE_BREAK = 1e-4  # $/h per GPU: prefer fewer GPUs among equal-cost plans
 

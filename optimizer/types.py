@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hardware_catalog.spec import GPUSpec
-from sim.types import Parallelism, Precision
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.sim.types import Parallelism, Precision
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from model_catalog.spec import ModelSpec
-from optimizer.types import Evaluation, SLOTarget, WorkloadStats
-from sim.deployment import replica_limits
-from sim.metrics import SLOThresholds
-from sim.replica import ReplicaSpec
-from sim.serving import find_max_rate, simulate_serving
-from sim.types import EngineProfile
-from sim.workload import WorkloadSpec
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.types import Evaluation, SLOTarget, WorkloadStats
+from llmplan.sim.deployment import replica_limits
+from llmplan.sim.metrics import SLOThresholds
+from llmplan.sim.replica import ReplicaSpec
+from llmplan.sim.serving import find_max_rate, simulate_serving
+from llmplan.sim.types import EngineProfile
+from llmplan.sim.workload import WorkloadSpec
 
 DISAGREE = 0.20           # flag analytical vs simulated differences above this
 BRACKET = (0.7, 1.1)      # bisection bracket around the analytical capacity (expanded when missed)

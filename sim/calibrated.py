@@ -41,16 +41,16 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from hardware_catalog.spec import GPUSpec
+from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import UserError
-from sim.kernels import KernelModel, KernelTime, Link, RooflineKernelModel
+from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelModel
 
-from calibration.calib_file import Calibration, load_calibration
-from calibration.collectives import (CUSTOM_AR_MAX_BYTES, OPS, AlphaBeta, custom_key, lookup_alpha_beta, nccl_key,
+from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
+from llmplan.sim.kernel_calibration.collectives import (CUSTOM_AR_MAX_BYTES, OPS, AlphaBeta, custom_key, lookup_alpha_beta, nccl_key,
                                      ring_steps)
-from calibration.crossgen import crossgen_alpha_beta, crossgen_family, sibling_gpu
-from calibration.family_model import FamilyModel, scalar_phys
-from calibration.gpu_features import GPUFeatures, link_kind
+from llmplan.sim.kernel_calibration.crossgen import crossgen_alpha_beta, crossgen_family, sibling_gpu
+from llmplan.sim.kernel_calibration.family_model import FamilyModel, scalar_phys
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
 
 DEFAULT_MOE_SKEW = 1.01   # routing imbalance assumed for MoE (power-law exponent; 0 = balanced)
 _CACHE_SIZE = 1 << 16
@@ -278,7 +278,7 @@ class CalibratedKernelModel:
 def _catalog_vendor(key: str) -> str | None:
     """Vendor of a catalog GPU (None when the catalog does not know it)."""
     try:
-        from hardware_catalog.loader import get_gpu
+        from llmplan.hardware_catalog.loader import get_gpu
         return str(get_gpu(key).vendor)
     except Exception:  # noqa: BLE001 - a calibration GPU outside the catalog: vendor unknown
         return None

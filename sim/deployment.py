@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hardware_catalog.spec import GPUSpec
+from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import InfeasibleDeployment
-from model_catalog.spec import ModelSpec
-from sim.kernels import KernelModel, RooflineKernelModel
-from sim.memory import MemoryPlan, plan_memory
-from sim.step_model import AnalyticalStepModel
-from sim.types import EngineProfile, Parallelism, Precision
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.sim.kernels import KernelModel, RooflineKernelModel
+from llmplan.sim.memory import MemoryPlan, plan_memory
+from llmplan.sim.step_model import AnalyticalStepModel
+from llmplan.sim.types import EngineProfile, Parallelism, Precision
 
 #: calibration names meaning "specification-only roofline defaults"
 SPEC_ONLY = ("spec", "none", "roofline")
@@ -75,8 +75,8 @@ def make_kernel_model(gpu: GPUSpec, backend: str, calibration: str | None) -> Ke
     if calibration is not None and calibration.lower() in SPEC_ONLY:
         return RooflineKernelModel(gpu)
     try:
-        from calibration.calib_file import DEFAULT_PATH
-        from sim.calibrated import kernel_model_for
+        from llmplan.sim.kernel_calibration.calib_file import DEFAULT_PATH
+        from llmplan.sim.calibrated import kernel_model_for
     except ImportError:  # calibration not available in this build
         return RooflineKernelModel(gpu)
     if calibration is None and not DEFAULT_PATH.is_file():

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from hardware_catalog.spec import GPUSpec
-from model_catalog.spec import BYTES_PER_ELEMENT
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.model_catalog.spec import BYTES_PER_ELEMENT
 
 
 @dataclass(frozen=True, slots=True)

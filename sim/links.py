@@ -8,8 +8,8 @@ Start-up latencies (alpha) are typical published figures: NVLink all-reduce ~8 u
 
 from __future__ import annotations
 
-from hardware_catalog.spec import GPUSpec
-from sim.kernels import Link
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.sim.kernels import Link
 
 NVLINK_ALPHA_US = 8.0
 PCIE_ALPHA_US = 15.0

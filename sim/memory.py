@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hardware_catalog.spec import GPUSpec
-from model_catalog.derived import kv_bytes_per_token, weight_bytes
-from model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
-from sim.types import EngineProfile, Parallelism, Precision
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.model_catalog.derived import kv_bytes_per_token, weight_bytes
+from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
+from llmplan.sim.types import EngineProfile, Parallelism, Precision
 
 GB = 1e9
 

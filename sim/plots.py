@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sim.serving import SimResult  # noqa: E402
+from llmplan.sim.serving import SimResult  # noqa: E402
 
 
 def plot_latency_cdfs(result: SimResult, path: str | Path) -> Path:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from llmplan.errors import InfeasibleDeployment, UserError
-from sim.events import PRIORITY_STEP, PRIORITY_WAKE, EventLoop
-from sim.kv_cache import unit_keys, unit_tokens_for
-from sim.metrics import LogHistogram
-from sim.scheduler import EngineState, Seq
-from sim.types import EngineProfile, StepCostModel, StepShape
+from llmplan.sim.events import PRIORITY_STEP, PRIORITY_WAKE, EventLoop
+from llmplan.sim.kv_cache import unit_keys, unit_tokens_for
+from llmplan.sim.metrics import LogHistogram
+from llmplan.sim.scheduler import EngineState, Seq
+from llmplan.sim.types import EngineProfile, StepCostModel, StepShape
 
 #: run several identical decode steps per event when nothing can change the batch
 FAST_FORWARD = True

@@ -31,9 +31,9 @@ import heapq
 import math
 from collections import deque
 
-from sim.kv_cache import KVBlockPool
-from sim.types import EngineProfile
-from sim.workload import Request
+from llmplan.sim.kv_cache import KVBlockPool
+from llmplan.sim.types import EngineProfile
+from llmplan.sim.workload import Request
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 NAN = math.nan

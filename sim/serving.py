@@ -25,14 +25,14 @@ import numpy as np
 import pandas as pd
 
 from llmplan.errors import InfeasibleDeployment, UserError
-from sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
-from sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, json_clean, requests_frame,
+from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
+from llmplan.sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, json_clean, requests_frame,
                          summarize)
-from sim.replica import Replica, ReplicaSpec, validate_replica
-from sim.router import make_router
-from sim.scheduler import Seq
-from sim.types import StepShape
-from sim.workload import Request, Workload, WorkloadSpec, generate_workload, mean_lengths, validate_spec
+from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
+from llmplan.sim.router import make_router
+from llmplan.sim.scheduler import Seq
+from llmplan.sim.types import StepShape
+from llmplan.sim.workload import Request, Workload, WorkloadSpec, generate_workload, mean_lengths, validate_spec
 
 __all__ = ["ReplicaSpec", "SimResult", "MaxRateResult", "simulate_serving", "find_max_rate",
            "estimate_capacity_rps", "DEFAULT_MAX_QUEUE", "DEFAULT_RATE_FRACTION"]

@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from hardware_catalog.spec import GPUSpec
-from model_catalog.spec import ModelSpec
-from sim.kernels import KernelModel, KernelTime
-from sim.links import group_link, stage_link
-from sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.sim.kernels import KernelModel, KernelTime
+from llmplan.sim.links import group_link, stage_link
+from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
 _BUCKET = 1.01   # geometric bucket width for KV lengths in the attention cache

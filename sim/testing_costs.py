@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import OpTime, StepShape, StepTiming
+from llmplan.sim.types import OpTime, StepShape, StepTiming
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class LinearStepCost:
 def make_replica(cost: "LinearStepCost | None" = None, kv_capacity_tokens: int = 200_000, max_model_len: int = 16384,
                  **engine: object):
     """A ``ReplicaSpec`` with the linear cost model and ``EngineProfile(**engine)`` (tests, examples)."""
-    from sim.replica import ReplicaSpec
-    from sim.types import EngineProfile
+    from llmplan.sim.replica import ReplicaSpec
+    from llmplan.sim.types import EngineProfile
 
     return ReplicaSpec(cost or LinearStepCost.h100_llama3_8b(), EngineProfile(**engine), kv_capacity_tokens,
                        max_model_len)

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import numpy as np
 
 from llmplan.errors import UserError, suggest
-from sim.workload import Request, Workload, resolve_data_path
+from llmplan.sim.requests import Request, Workload, resolve_data_path
 
 #: tokens per hash id in each format when the workload does not say
 DEFAULT_BLOCK_TOKENS = {"mooncake": 512, "csv": 16, "jsonl": 16, "azure": 16}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import StepShape
+from llmplan.sim.types import StepShape
 
 _FAMILY = {"gemm": "gemm", "attn_prefill": "attention_prefill", "attn_decode": "attention_decode",
            "moe": "moe", "mla": "mla_decode", "comm": "collective", "memory": "memory_op"}
@@ -27,7 +27,7 @@ class Band:
 def step_band(step, shape: StepShape, calibration: str | None = None) -> Band | None:
     """Error band of ``step``'s time for ``shape``; None when no calibration is available."""
     try:
-        from sim.calibrated import error_band
+        from llmplan.sim.calibrated import error_band
     except ImportError:
         return None
     bd = step.breakdown(shape)

@@ -22,15 +22,14 @@ from typing import Optional
 import numpy as np
 
 from llmplan.errors import UserError, suggest
+from llmplan.sim.requests import DATA_DIR, SYNTHETIC_PREFIX_BLOCK_TOKENS, Request, Workload, resolve_data_path
+from llmplan.sim.traces import read_trace
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
 
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 TRACE_FORMATS = ("auto", "azure", "mooncake", "csv", "jsonl")
 
-#: default prefix-block size (tokens per hash id) for synthetic shared prefixes
-SYNTHETIC_PREFIX_BLOCK_TOKENS = 64
 
 
 @dataclass
@@ -90,34 +89,6 @@ class WorkloadSpec:
     num_shared_prefixes: int = 1
     # random seed of the workload (arrivals, lengths, prefix choice)
     seed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One request as offered to the system (inputs only; results live in metrics)."""
-
-    arrival_ms: float          # open loop: arrival time; closed loop: ignored
-    input_tokens: int          # prompt length, tokens
-    output_tokens: int         # tokens to generate (>= 1)
-    hash_ids: tuple[int, ...] = ()  # identities of the prompt's leading blocks (prefix sharing)
-
-
-@dataclass
-class Workload:
-    """Requests plus how they are offered. ``closed_loop_concurrency`` None means open loop."""
-
-    requests: list[Request]
-    prefix_block_tokens: int = SYNTHETIC_PREFIX_BLOCK_TOKENS  # tokens per entry of hash_ids
-    closed_loop_concurrency: Optional[int] = None
-    think_time_ms: float = 0.0
-    name: str = ""
-
-    @property
-    def horizon_ms(self) -> float:
-        """Last arrival time (0 for closed loop)."""
-        if self.closed_loop_concurrency is not None or not self.requests:
-            return 0.0
-        return self.requests[-1].arrival_ms
 
 
 # --------------------------------------------------------------------------- presets
@@ -212,17 +183,6 @@ def _validate_length(ls: LengthSpec, key: str) -> None:
 # --------------------------------------------------------------------------- sampling
 
 
-def resolve_data_path(path: str, key: str) -> Path:
-    """A user path as given, else relative to ``sim/data/``; UserError when neither exists."""
-    p = Path(path).expanduser()
-    if p.exists():
-        return p
-    q = DATA_DIR / path
-    if not p.is_absolute() and q.exists():
-        return q
-    raise UserError(f"file not found: {path}", key=key, fix=f"give an existing path (also searched {DATA_DIR})")
-
-
 def sample_lengths(ls: LengthSpec, n: int, rng: np.random.Generator, key: str = "lengths") -> np.ndarray:
     """``n`` integer lengths >= 1 from a (resolved) :class:`LengthSpec`."""
     lo = ls.min_tokens if ls.min_tokens is not None else 1
@@ -310,8 +270,6 @@ def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> Workload:
     validate_spec(spec)
     r_arrival, r_len, r_prefix = rng.spawn(3)
     if spec.arrival == "trace":
-        from sim.traces import read_trace
-
         return read_trace(spec.trace_path, spec.trace_format, num_requests=spec.num_requests,
                           rate_rps=spec.rate_rps, prefix_block_tokens=spec.prefix_block_tokens)
     n = spec.num_requests

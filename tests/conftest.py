@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmplan.hydra_app import compose
+from llmplan.cli.hydra_app import compose
 
 
 @pytest.fixture

@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from calibration import features as F
-from calibration.calib_file import Calibration
-from calibration.fit import FitOptions, fit_calibration
-from calibration.gbt import GBTParams, GBTModel, fit_gbt
-from calibration.gpu_features import GPUFeatures
-from calibration.physics import fit_base, predict_us
-from calibration.predict import predict_frame
-from calibration.reader import read_measurements
-from hardware_catalog.loader import get_gpu
+from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration.calib_file import Calibration
+from llmplan.calibration.fit import FitOptions, fit_calibration
+from llmplan.sim.kernel_calibration.gbt import GBTParams, GBTModel, fit_gbt
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.physics import fit_base, predict_us
+from llmplan.sim.kernel_calibration.predict import predict_frame
+from llmplan.calibration.reader import read_measurements
+from llmplan.hardware_catalog.loader import get_gpu
 from test_calibration_synth import TRUE, gemm_table, make_measurements_dir
 
 FAST = FitOptions(residuals=False, gbt=GBTParams(n_trees=40, depth=4), min_trees=10, rows_per_tree=10,
@@ -23,7 +23,7 @@ FAST = FitOptions(residuals=False, gbt=GBTParams(n_trees=40, depth=4), min_trees
 
 
 def _gemm_frame(gpu: str, sigma: float):
-    from calibration.reader import _canonicalise
+    from llmplan.calibration.reader import _canonicalise
 
     df = gemm_table(gpu, np.random.default_rng(1), sigma)
     return _canonicalise("gemm", df)

@@ -1,4 +1,4 @@
-"""sim.calibrated: tiers, fallbacks, collectives, error bands, speed, scalar == vectorised."""
+"""llmplan.sim.calibrated: tiers, fallbacks, collectives, error bands, speed, scalar == vectorised."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import time
 import numpy as np
 import pytest
 
-from calibration.calib_file import DEFAULT_PATH, Calibration
-from calibration.fit import FitOptions, fit_calibration
-from calibration.gbt import GBTParams
-from calibration.predict import predict_frame
-from calibration.reader import read_measurements
-from hardware_catalog.loader import get_gpu
-from sim.calibrated import CalibratedKernelModel, error_band, kernel_model_for
-from sim.kernels import Link
+from llmplan.sim.kernel_calibration.calib_file import DEFAULT_PATH, Calibration
+from llmplan.calibration.fit import FitOptions, fit_calibration
+from llmplan.sim.kernel_calibration.gbt import GBTParams
+from llmplan.sim.kernel_calibration.predict import predict_frame
+from llmplan.calibration.reader import read_measurements
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.sim.calibrated import CalibratedKernelModel, error_band, kernel_model_for
+from llmplan.sim.kernels import Link
 from test_calibration_synth import make_measurements_dir
 
 NVLINK = Link("nvlink", 450.0, 8.0)

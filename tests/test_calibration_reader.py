@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from calibration.reader import read_measurements
+from llmplan.calibration.reader import read_measurements
 from llmplan.errors import UserError
 from test_calibration_synth import make_measurements_dir
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.fit import FitOptions, split_measurements, without_gpu
-from calibration.gbt import GBTParams
-from calibration.reader import read_measurements
-from calibration.splits import GROUP_COLUMNS, Split, group_ids, parse_split, held_out_mask
-from calibration.validate_kernels import validate_kernels
+from llmplan.calibration.fit import FitOptions, split_measurements, without_gpu
+from llmplan.sim.kernel_calibration.gbt import GBTParams
+from llmplan.calibration.reader import read_measurements
+from llmplan.calibration.splits import GROUP_COLUMNS, Split, group_ids, parse_split, held_out_mask
+from llmplan.calibration.validate_kernels import validate_kernels
 from llmplan.errors import UserError
 from test_calibration_synth import make_measurements_dir
 

@@ -1,6 +1,6 @@
 """Synthetic measurement tables with known parameters, shared by the calibration tests.
 
-Latencies are generated from the base model (:mod:`calibration.physics`) with known
+Latencies are generated from the base model (:mod:`llmplan.sim.kernel_calibration.physics`) with known
 parameters, so a fit must recover them. Tables are small so every test stays fast.
 """
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration import features as F
-from calibration.gpu_features import GPUFeatures
-from calibration.physics import BaseParams, predict_us
-from hardware_catalog.loader import get_gpu
+from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.physics import BaseParams, predict_us
+from llmplan.hardware_catalog.loader import get_gpu
 
 TRUE = {
     "bf16": BaseParams(floor_us=4.0, wave_us=0.3, eta_c=0.75, eta_m=0.8, g=0.5, p=3.0, l2_cap=0.5, l2_bw_sm=40.0),
@@ -68,7 +68,7 @@ def attention_tables(gpu: str, rng: np.random.Generator, sigma: float = 0.01) ->
     for rows, table, fam in ((pre, "context_attention", "attention_prefill"),
                              (dec, "generation_attention", "attention_decode")):
         df = pd.DataFrame(rows)
-        from calibration.reader import _canonicalise
+        from llmplan.calibration.reader import _canonicalise
 
         canon = _canonicalise(table, df.assign(latency_ms=1.0))
         df["latency_ms"] = predict_us(TRUE["attn"], F.frame_phys(fam, canon, gf)) / 1e3 * _noise(len(df), rng, sigma)

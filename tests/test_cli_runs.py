@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from llmplan.cli import main
-from llmplan.hydra_app import compose
-from llmplan.plan_cmd import run_plan
-from llmplan.simulate_cmd import run_simulate
+from llmplan.cli.hydra_app import compose
+from llmplan.cli.plan_cmd import run_plan
+from llmplan.cli.simulate_cmd import run_simulate
 
 
 def test_default_plan_contract(tmp_path):
@@ -70,7 +70,7 @@ def test_simulate_other_workloads(tmp_path, workload):
 
 
 def test_whatif_more_bandwidth_never_costs_more(tmp_path):
-    from llmplan.whatif_cmd import run_whatif
+    from llmplan.cli.whatif_cmd import run_whatif
     run_whatif(compose("whatif", ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0",
                                   "whatif.gpu_scale={h100_sxm: {hbm_bw_gbps: 2.0}}"]), tmp_path)
     d = json.loads((tmp_path / "whatif.json").read_text())

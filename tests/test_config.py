@@ -3,8 +3,8 @@
 import pytest
 
 from llmplan.errors import ConfigError
-from llmplan.hydra_app import compose, group_options, groups
-from llmplan.resolve import resolve_gpus, resolve_model, resolve_slos, to_app
+from llmplan.cli.hydra_app import compose, group_options, groups
+from llmplan.cli.resolve import resolve_gpus, resolve_model, resolve_slos, to_app
 
 ALL = [(g, o) for g in groups() for o in group_options(g)]
 

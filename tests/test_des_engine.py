@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-import sim.replica as replica_mod
+import llmplan.sim.replica as replica_mod
 from llmplan.errors import InfeasibleDeployment, UserError
-from sim.metrics import MeasureWindow
-from sim.serving import simulate_serving
-from sim.testing_costs import LinearStepCost, make_replica
-from sim.workload import LengthSpec, Request, WorkloadSpec
+from llmplan.sim.metrics import MeasureWindow
+from llmplan.sim.serving import simulate_serving
+from llmplan.sim.testing_costs import LinearStepCost, make_replica
+from llmplan.sim.workload import LengthSpec, Request, WorkloadSpec
 
 
 @pytest.fixture

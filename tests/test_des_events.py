@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sim.events import PRIORITY_ARRIVAL, PRIORITY_STEP, PRIORITY_WAKE, EventLoop, StopSimulation
+from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_STEP, PRIORITY_WAKE, EventLoop, StopSimulation
 
 
 def test_events_pop_in_time_then_priority_then_insertion_order():

@@ -4,11 +4,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sim.replica as replica_mod
-from sim.metrics import MeasureWindow
-from sim.serving import simulate_serving
-from sim.testing_costs import LinearStepCost, make_replica
-from sim.workload import Request
+import llmplan.sim.replica as replica_mod
+from llmplan.sim.metrics import MeasureWindow
+from llmplan.sim.serving import simulate_serving
+from llmplan.sim.testing_costs import LinearStepCost, make_replica
+from llmplan.sim.workload import Request
 
 
 @st.composite
@@ -52,7 +52,7 @@ def scenarios(draw):
 @given(scenarios())
 def test_random_configurations_are_consistent(scenario):
     reqs, replicas, router, ids_block = scenario
-    from sim.workload import Workload
+    from llmplan.sim.workload import Workload
 
     wl = Workload(reqs, prefix_block_tokens=ids_block)
     old = replica_mod.DEBUG_CHECKS

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from sim.serving import simulate_serving
-from sim.testing_costs import LinearStepCost, make_replica
-from sim.workload import LengthSpec, WorkloadSpec
+from llmplan.sim.serving import simulate_serving
+from llmplan.sim.testing_costs import LinearStepCost, make_replica
+from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
 S_MS = 10.0  # fixed service time of the single-server set-up
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from llmplan.errors import UserError
-from sim.metrics import MeasureWindow, SLOThresholds
-from sim.serving import estimate_capacity_rps, find_max_rate, simulate_serving
-from sim.testing_costs import LinearStepCost, make_replica
-from sim.workload import LengthSpec, WorkloadSpec, mean_lengths
+from llmplan.sim.metrics import MeasureWindow, SLOThresholds
+from llmplan.sim.serving import estimate_capacity_rps, find_max_rate, simulate_serving
+from llmplan.sim.testing_costs import LinearStepCost, make_replica
+from llmplan.sim.workload import LengthSpec, WorkloadSpec, mean_lengths
 
 
 def test_result_tables_and_json_summary(tmp_path):
@@ -102,7 +102,7 @@ def test_find_max_rate_brackets_the_goodput_capacity():
 
 
 def test_plots_are_written(tmp_path):
-    from sim.plots import plot_report
+    from llmplan.sim.plots import plot_report
 
     res = simulate_serving(WorkloadSpec(num_requests=200, rate_rps=5.0), [make_replica()] * 2)
     paths = plot_report(res, tmp_path / "plots")

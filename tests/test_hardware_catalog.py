@@ -9,7 +9,7 @@ from types import MappingProxyType
 import pytest
 import yaml
 
-from hardware_catalog import (
+from llmplan.hardware_catalog import (
     DEFAULT_PATH,
     DTYPES,
     FIGURE_FIELDS,

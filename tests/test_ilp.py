@@ -2,10 +2,10 @@
 
 import pytest
 
-from hardware_catalog.loader import get_gpu
-from optimizer.select_ilp import solve
-from optimizer.types import Candidate, Evaluation
-from sim.types import Parallelism, Precision
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.optimizer.select_ilp import solve
+from llmplan.optimizer.types import Candidate, Evaluation
+from llmplan.sim.types import Parallelism, Precision
 
 
 def _ev(gpu: str, tp: int, price: float, cap: float) -> Evaluation:

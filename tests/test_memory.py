@@ -2,10 +2,10 @@
 
 import pytest
 
-from hardware_catalog.loader import get_gpu
-from model_catalog.loader import load_model
-from sim.memory import kv_bytes_per_token_per_gpu, plan_memory, weights_per_gpu_bytes
-from sim.types import EngineProfile, Parallelism, Precision
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.model_catalog.loader import load_model
+from llmplan.sim.memory import kv_bytes_per_token_per_gpu, plan_memory, weights_per_gpu_bytes
+from llmplan.sim.types import EngineProfile, Parallelism, Precision
 
 
 def test_70b_does_not_fit_one_h100_but_fits_tp4():

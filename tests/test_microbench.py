@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibration import microbench as mb
-from calibration import microbench_shapes as shp
+from llmplan.calibration import microbench as mb
+from llmplan.calibration import microbench_shapes as shp
 from llmplan import cli
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements"
@@ -360,7 +360,7 @@ def test_ctrl_c_writes_partial_tables(tmp_path):
 
 
 def test_catalog_note_names_unknown_folders():
-    pytest.importorskip("hardware_catalog.loader")
+    pytest.importorskip("llmplan.hardware_catalog.loader")
     assert mb.catalog_note("nvidia_h100_80gb_hbm3") is None
     assert "--gpu-name" in mb.catalog_note("cpu")
 
@@ -393,9 +393,9 @@ def test_failed_allreduce_is_noted_not_fatal(tmp_path):
 
 
 def test_calibration_reader_reads_the_output(tmp_path):
-    reader = pytest.importorskip("calibration.reader")
+    reader = pytest.importorskip("llmplan.calibration.reader")
     if not hasattr(reader, "read_measurements"):
-        pytest.skip("calibration.reader.read_measurements not available")
+        pytest.skip("llmplan.calibration.reader.read_measurements not available")
     out = tmp_path / "m"
     assert mb.main(["--out", str(out), "--quick", "--tables", "gemm,context_attention,generation_attention"],
                    make_bench=lambda d: FakeBench()) == 0  # folder nvidia_fake_gpu_80gb_hbm9: not a catalog GPU

@@ -2,12 +2,12 @@
 
 import pytest
 
-from hardware_catalog.loader import get_gpu
-from model_catalog.derived import weight_bytes
-from model_catalog.loader import load_model
-from sim.deployment import Deployment, build
-from sim.kernels import LAUNCH_FLOOR_US, MEM_ETA, RooflineKernelModel, waves
-from sim.types import EngineProfile, Parallelism, Precision, StepShape
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.model_catalog.derived import weight_bytes
+from llmplan.model_catalog.loader import load_model
+from llmplan.sim.deployment import Deployment, build
+from llmplan.sim.kernels import LAUNCH_FLOOR_US, MEM_ETA, RooflineKernelModel, waves
+from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
 
 NO_HOST = EngineProfile(host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0)
 
@@ -106,7 +106,7 @@ def test_step_time_is_cached_and_fast():
 
 
 def test_roofline_collective_over_slower_link_is_slower():
-    from sim.links import group_link
+    from llmplan.sim.links import group_link
     k = RooflineKernelModel(get_gpu("h100_sxm"))
     nv = group_link(get_gpu("h100_sxm"), 8)
     pcie = group_link(get_gpu("l40s"), 8)
@@ -115,8 +115,8 @@ def test_roofline_collective_over_slower_link_is_slower():
 
 
 def test_error_band_is_the_time_weighted_residual_in_percent():
-    from sim.calibrated import error_band
-    from sim.uncertainty import _FAMILY, step_band
+    from llmplan.sim.calibrated import error_band
+    from llmplan.sim.uncertainty import _FAMILY, step_band
 
     m, g = load_model("llama3_1_8b"), get_gpu("l40s")
     step, _ = build(Deployment(m, g, Parallelism(), Precision(), NO_HOST), calibration=None, min_kv_tokens=4096)

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration import engine_fit as ef
-from calibration import serving_rows as sr
-from calibration import validate_serving as vs
+from llmplan.calibration import engine_fit as ef
+from llmplan.calibration import serving_rows as sr
+from llmplan.calibration import validate_serving as vs
 from llmplan.errors import UserError
 
 SPEC = sr.SimOptions(calibration="spec")

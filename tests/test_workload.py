@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from llmplan.errors import UserError
-from sim.workload import (LengthSpec, WorkloadSpec, arrival_times_ms, generate_workload, presets, resolve_lengths,
+from llmplan.sim.workload import (LengthSpec, WorkloadSpec, arrival_times_ms, generate_workload, presets, resolve_lengths,
                           sample_lengths)
 
 

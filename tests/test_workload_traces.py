@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from llmplan.errors import UserError
-from sim.traces import detect_format, read_trace
-from sim.workload import DATA_DIR, WorkloadSpec, generate_workload
+from llmplan.sim.traces import detect_format, read_trace
+from llmplan.sim.workload import DATA_DIR, WorkloadSpec, generate_workload
 
 
 @pytest.mark.parametrize("name, fmt, block", [

@@ -14,13 +14,13 @@ from llmplan.errors import EXIT_USER_ERROR, UserError
 
 #: subcommand -> (module:function, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("llmplan.plan_cmd:main", "cheapest deployment that meets the SLOs (Hydra overrides, -m for sweeps)"),
-    "simulate": ("llmplan.simulate_cmd:main", "simulate one deployment: latency percentiles, throughput, breakdown"),
-    "whatif": ("llmplan.whatif_cmd:main", "SLO-constrained what-if: change a GPU figure, price or SLO and re-plan"),
-    "catalog": ("llmplan.catalog_cmd:main", "list catalog entries: `llmplan catalog gpus|models`"),
-    "calibrate": ("calibration.cli_calibrate:main", "fit kernel efficiencies to measured latencies"),
-    "validate": ("calibration.cli_validate:main", "hold predictions against measurements: `validate kernels|serving`"),
-    "measure": ("calibration.microbench:main", "run the GPU microbenchmark sweep (needs llmplan[measure])"),
+    "plan": ("llmplan.cli.plan_cmd:main", "cheapest deployment that meets the SLOs (Hydra overrides, -m for sweeps)"),
+    "simulate": ("llmplan.cli.simulate_cmd:main", "simulate one deployment: latency percentiles, throughput, breakdown"),
+    "whatif": ("llmplan.cli.whatif_cmd:main", "SLO-constrained what-if: change a GPU figure, price or SLO and re-plan"),
+    "catalog": ("llmplan.cli.catalog_cmd:main", "list catalog entries: `llmplan catalog gpus|models`"),
+    "calibrate": ("llmplan.calibration.cli_calibrate:main", "fit kernel efficiencies to measured latencies"),
+    "validate": ("llmplan.calibration.cli_validate:main", "hold predictions against measurements: `validate kernels|serving`"),
+    "measure": ("llmplan.calibration.microbench:main", "run the GPU microbenchmark sweep (needs llmplan[measure])"),
 }
 
 

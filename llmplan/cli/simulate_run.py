@@ -10,16 +10,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from optimizer.types import SLOTarget
-from sim.metrics import SLOThresholds
-from sim.replica import ReplicaSpec
-from sim.serving import simulate_serving
+from llmplan.optimizer.types import SLOTarget
+from llmplan.sim.metrics import SLOThresholds
+from llmplan.sim.replica import ReplicaSpec
+from llmplan.sim.serving import simulate_serving
 
 PCTS = ("mean", "p50", "p90", "p95", "p99")
 
 
 def _thresholds(slos: list[SLOTarget]) -> SLOThresholds:
-    from optimizer.verify import thresholds
+    from llmplan.optimizer.verify import thresholds
 
     return thresholds(slos)
 
@@ -29,7 +29,7 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
     """Simulate; returns (summary fields for summary.json, extra files written)."""
     from dataclasses import replace
 
-    from sim.deployment import replica_limits
+    from llmplan.sim.deployment import replica_limits
 
     spec = app.workload if rate is None else replace(app.workload, rate_rps=rate)
     engine, max_len = replica_limits(app.engine, dep.model, longest_request_tokens)
@@ -47,7 +47,7 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
     ext = "parquet" if app.output.requests_format == "parquet" else "csv"
     files = [str(res.write_requests(out / f"requests.{ext}"))]
     if app.output.plots:
-        from sim.plots import plot_report
+        from llmplan.sim.plots import plot_report
 
         files += [str(p) for p in plot_report(res, out)]
     s = res.summary

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 
 
 class _NumpyOps:

@@ -12,7 +12,7 @@ gives a byte-identical file. Layout::
      "residuals": {tier: {family: {rows, mape, p50_ape, p90_ape, method}}}}
 
 The cross-gen tier needs no parameters of its own: it combines the measured GPUs' models
-(see :mod:`calibration.crossgen`).
+(see :mod:`llmplan.sim.kernel_calibration.crossgen`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 from llmplan.errors import UserError
 
-from calibration.collectives import GPUCollectives
-from calibration.family_model import FamilyModel
-from calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.collectives import GPUCollectives
+from llmplan.sim.kernel_calibration.family_model import FamilyModel
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 
 FORMAT = "llmplan-kernel-calibration"
 VERSION = 1

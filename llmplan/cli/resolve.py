@@ -10,14 +10,14 @@ from dataclasses import fields, replace
 
 from omegaconf import DictConfig, OmegaConf
 
-from hardware_catalog.loader import get_gpu
-from hardware_catalog.spec import GPUSpec
-from llmplan.config_schema import AppConfig
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.cli.config_schema import AppConfig
 from llmplan.errors import ConfigError
-from model_catalog.loader import load_model
-from model_catalog.spec import ModelSpec
-from optimizer.types import SLOTarget, WorkloadStats
-from sim.types import EngineProfile
+from llmplan.model_catalog.loader import load_model
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.types import SLOTarget, WorkloadStats
+from llmplan.sim.types import EngineProfile
 
 
 def to_app(cfg: DictConfig) -> AppConfig:
@@ -134,7 +134,7 @@ def workload_sample(app: AppConfig, model: ModelSpec, need_rate: bool = True):
     """(WorkloadStats, Workload) for planning: the target rate and the length moments."""
     import numpy as np
 
-    from sim.workload import generate_workload
+    from llmplan.sim.workload import generate_workload
 
     spec = app.workload
     if spec.arrival == "closed_loop" and need_rate:
@@ -175,7 +175,7 @@ def check_search(model: ModelSpec, tps: list[int], eps: list[int], precisions: l
     if not model.is_moe and eps and all(e > 1 for e in eps):
         raise ConfigError(f"expert parallelism on dense model {model.key}", key=f"{key}.ep",
                           fix="use ep=1 (EP applies to MoE models only)")
-    from model_catalog.spec import BYTES_PER_ELEMENT
+    from llmplan.model_catalog.spec import BYTES_PER_ELEMENT
 
     for p in precisions:
         if p not in BYTES_PER_ELEMENT:

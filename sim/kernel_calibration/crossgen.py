@@ -17,12 +17,12 @@ from typing import Callable
 
 import numpy as np
 
-from calibration.calib_file import Calibration
-from calibration.collectives import AlphaBeta, pooled_alpha_beta
-from calibration.family_model import FamilyModel, GroupModel
-from calibration.gbt import GBTModel
-from calibration.gpu_features import GPUFeatures, link_kind
-from calibration.physics import PARAM_NAMES, BaseParams
+from llmplan.sim.kernel_calibration.calib_file import Calibration
+from llmplan.sim.kernel_calibration.collectives import AlphaBeta, pooled_alpha_beta
+from llmplan.sim.kernel_calibration.family_model import FamilyModel, GroupModel
+from llmplan.sim.kernel_calibration.gbt import GBTModel
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
+from llmplan.sim.kernel_calibration.physics import PARAM_NAMES, BaseParams
 
 #: include the pooled residual ensembles. Off: on the shipped data they help some families
 #: and hurt others when a GPU is held out (they encode kernel-specific quirks that do not

@@ -11,22 +11,22 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from llmplan import hydra_app
+from llmplan.cli import hydra_app
 from llmplan.errors import EXIT_OK, ConfigError, InfeasibleDeployment
 from llmplan.progress import make_console
-from llmplan.resolve import (check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app,
+from llmplan.cli.resolve import (check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app,
                              workload_sample)
-from optimizer.enumerate import kv_dtype_for
-from optimizer.evaluate import ReplicaAnalyzer
-from sim.deployment import Deployment, build, parallelism_problem
-from sim.types import Parallelism, Precision, StepShape
+from llmplan.optimizer.enumerate import kv_dtype_for
+from llmplan.optimizer.evaluate import ReplicaAnalyzer
+from llmplan.sim.deployment import Deployment, build, parallelism_problem
+from llmplan.sim.types import Parallelism, Precision, StepShape
 
 SUMMARY = ("Simulate one deployment (the `deployment` group: gpu, tp, pp, ep, precision, replicas,\n"
            "router) under a workload: TTFT/TPOT/E2E percentiles, throughput, goodput, SLO attainment,\n"
            "and a per-operator breakdown of a prefill and a decode step. Writes summary.json,\n"
            "requests.csv (and plots with output.plots=true) to the output directory.")
 
-from sim.serving import DEFAULT_RATE_FRACTION as LOAD_FRACTION  # load when workload.rate_rps is null
+from llmplan.sim.serving import DEFAULT_RATE_FRACTION as LOAD_FRACTION  # load when workload.rate_rps is null
 
 
 def resolve_deployment(app, model, console: Console | None = None) -> tuple[Deployment, object, object]:
@@ -82,7 +82,7 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     check_engine(app.engine)
     slos = resolve_slos(app)
     dep, step, mem = resolve_deployment(app, model)
-    from llmplan.simulate_run import run_des  # the discrete-event part
+    from llmplan.cli.simulate_run import run_des  # the discrete-event part
 
     # analytical view (capacity, latency at the load) from the workload's own length sample
     wl_spec = app.workload
@@ -125,7 +125,7 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
         "tpot_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.tpot_ms.items()} if an_op else None,
     }
     summary["step_breakdown"] = {"prefill": breakdown_json(step, prefill_shape), "decode": breakdown_json(step, decode_shape)}
-    from sim.uncertainty import step_band
+    from llmplan.sim.uncertainty import step_band
 
     bands = {}
     for name, shape in (("tpot", decode_shape), ("ttft", prefill_shape)):
@@ -140,7 +140,7 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     out = out_dir or _output_dir()
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    from llmplan.simulate_run import render_summary
+    from llmplan.cli.simulate_run import render_summary
 
     render_summary(console, summary, slos)
     for name, b in bands.items():
@@ -156,7 +156,7 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
 
 
 def _output_dir() -> Path:
-    from llmplan.plan_cmd import output_dir
+    from llmplan.cli.plan_cmd import output_dir
 
     return output_dir()
 

@@ -3,7 +3,7 @@
 The measured tier uses the GPU's own model for the row's engine (falling back to another
 engine measured on the same GPU, then to cross-gen for dtype groups it never measured);
 the cross-gen tier ignores the GPU's own parameters and pools the other measured GPUs
-(:mod:`calibration.crossgen`). Collectives follow :mod:`calibration.collectives`.
+(:mod:`llmplan.sim.kernel_calibration.crossgen`). Collectives follow :mod:`llmplan.sim.kernel_calibration.collectives`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.calib_file import Calibration
-from calibration.collectives import AlphaBeta, a2a_key, custom_key, lookup_alpha_beta, nccl_key
-from calibration.crossgen import crossgen_alpha_beta
-from calibration.crossgen import crossgen_family
-from calibration.family_model import predict_family_frame
-from calibration.features import COMPUTE_FAMILIES
-from calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.calib_file import Calibration
+from llmplan.sim.kernel_calibration.collectives import AlphaBeta, a2a_key, custom_key, lookup_alpha_beta, nccl_key
+from llmplan.sim.kernel_calibration.crossgen import crossgen_alpha_beta
+from llmplan.sim.kernel_calibration.crossgen import crossgen_family
+from llmplan.sim.kernel_calibration.family_model import predict_family_frame
+from llmplan.sim.kernel_calibration.features import COMPUTE_FAMILIES
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 
 COLLECTIVE_FAMILIES = ("custom_allreduce", "nccl", "moe_a2a")
 TIERS = ("measured", "cross-gen")
@@ -40,7 +40,6 @@ def predict_frame(cal: Calibration, family: str, df: pd.DataFrame, gpu: GPUFeatu
         _predict_collective(cal, family, df, gpu, tier, pred, used)
     missing = np.isnan(pred)
     if spec is not None and missing.any() and family != "moe_a2a":
-        from calibration.validate_kernels import roofline_predict
 
         idx = np.flatnonzero(missing)
         pred[idx] = roofline_predict(family, df.iloc[idx], spec)
@@ -134,3 +133,47 @@ def _a2a_nearest(own: Any, row: dict[str, Any], n: int) -> tuple[float, bool] | 
     _, _, h, k, _, _ = best.split("|")
     res = own.moe_a2a.predict_one(best, n, float(row["num_tokens"]) * want / (float(h) * float(k)))
     return None if res is None else (res[0], False)
+
+
+def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
+    """The specification-only roofline (sim.kernels) on every row."""
+    from llmplan.sim.kernels import Link, RooflineKernelModel
+
+    rm = RooflineKernelModel(spec)
+    link = (Link("nvlink", spec.scaleup_bw_gbps, 8.0) if spec.scaleup_bw_gbps > 0
+            else Link("pcie", spec.pcie_bw_gbps, 15.0))
+
+    def gemm_dt(dt: str) -> str:
+        return "fp8" if dt in ("fp8", "fp8_block") and spec.supports("fp8") else "bf16"
+
+    def moe_dt(dt: str) -> str:
+        return gemm_dt(dt) if dt in ("fp8", "fp8_block") else ("bf16" if dt == "bf16" else "int4")
+
+    def call(fn: Any, *args: Any) -> float:
+        try:
+            return fn(*args).latency_ms
+        except KeyError:        # a dtype the GPU lacks: time it in bf16
+            args = tuple("bf16" if a in ("fp8", "fp4", "int4") else a for a in args)
+            return fn(*args).latency_ms
+
+    out = np.full(len(df), np.nan)
+    for i, r in enumerate(df.to_dict("records")):
+        if family == "gemm":
+            out[i] = call(rm.gemm, r["m"], r["n"], r["k"], gemm_dt(r["dtype"]))
+        elif family == "attention_prefill":
+            out[i] = call(rm.attention_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"],
+                          r["num_kv_heads"], r["head_dim"], r["kv_dtype"])
+        elif family == "attention_decode":
+            out[i] = call(rm.attention_decode, r["batch"], r["kv_len"], r["num_heads"], r["num_kv_heads"],
+                          r["head_dim"], r["kv_dtype"])
+        elif family == "moe":
+            out[i] = call(rm.moe, r["num_tokens"], r["hidden"], r["inter"], r["topk"], r["num_experts"],
+                          r["moe_tp"], r["moe_ep"], moe_dt(r["dtype"]))
+        elif family == "mla_prefill":
+            out[i] = call(rm.mla_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"], 512, 128, 64,
+                          128, r["kv_dtype"])
+        elif family == "mla_decode":
+            out[i] = call(rm.mla_decode, r["batch"], r["kv_len"], r["num_heads"], 512, 64, r["kv_dtype"])
+        elif family in ("custom_allreduce", "nccl"):
+            out[i] = rm.collective(r["op"], r["message_bytes"], r["num_gpus"], link).latency_ms
+    return out

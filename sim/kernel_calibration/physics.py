@@ -7,7 +7,7 @@
 ``t_c``/``t_m`` are the ideal compute/DRAM times at the specification peaks, ``q`` the
 tile/wave quantization factor, ``ws_l2`` the working set over the L2 size and ``t_l2``
 the bytes over the SM count, ``waves`` the waves of work units (tiles, CTAs) over the SMs
-(:mod:`calibration.features`). Eight parameters per operator family and dtype:
+(:mod:`llmplan.sim.kernel_calibration.features`). Eight parameters per operator family and dtype:
 ``floor_us`` (fixed per-call cost: launch, activation quantization for fp8, block-scale
 handling for fp8_block), ``wave_us`` (fixed cost of each wave: tile prologue/epilogue,
 pipeline fill; it does not shrink with a faster GPU's peak), ``eta_c``/``eta_m`` (achieved fraction of peak
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.features import Phys
+from llmplan.sim.kernel_calibration.features import Phys
 
 PARAM_NAMES = ("floor_us", "wave_us", "eta_c", "eta_m", "g", "p", "l2_cap", "l2_bw_sm")
 #: prior (centre) and bounds of each parameter; log-scale for all but ``g``

@@ -1,7 +1,7 @@
 """A fitted latency model of one operator family: base parameters and a residual ensemble
 per dtype group, with the shape range it was fitted on.
 
-``GroupModel`` = :class:`calibration.physics.BaseParams` (floor + soft roofline) times
+``GroupModel`` = :class:`llmplan.sim.kernel_calibration.physics.BaseParams` (floor + soft roofline) times
 ``exp(gbt(x))``, a boosted-tree correction in log space (absent in the cross-gen tier
 where it would not transfer). Prediction is available vectorised over a canonical frame
 (fitting, validation) and for one shape in plain Python (the kernel model's fast path);
@@ -19,10 +19,10 @@ import numpy as np
 if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
     import pandas as pd
 
-from calibration import features as F
-from calibration.gbt import GBTModel
-from calibration.gpu_features import GPUFeatures
-from calibration.physics import BaseParams, predict_us, predict_us_scalar
+from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration.gbt import GBTModel
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.physics import BaseParams, predict_us, predict_us_scalar
 
 #: canonical dtype group of each family's rows/queries (None: one group "all")
 GROUP_COLUMN: dict[str, str | None] = {"gemm": "dtype", "moe": "dtype", "attention_prefill": None,

@@ -9,13 +9,13 @@ from pathlib import Path
 from omegaconf import DictConfig
 from rich.console import Console
 
-from llmplan import hydra_app
+from llmplan.cli import hydra_app
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, ConfigError
 from llmplan.progress import make_console, stage_progress
-from llmplan.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
+from llmplan.cli.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
-from optimizer import report
-from optimizer.planner import SearchSpace, plan
+from llmplan.optimizer import report
+from llmplan.optimizer.planner import SearchSpace, plan
 
 SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
            "finalists in the serving simulator, and solve an ILP for the cheapest deployment\n"
@@ -53,13 +53,13 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     with stage_progress(console, show_progress and app.output.progress) as progress:
         verifier = None
         if space.finalists > 0:
-            from optimizer.verify import make_verifier
+            from llmplan.optimizer.verify import make_verifier
 
             verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed, progress)
         res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                    app.calibration, progress, verifier)
         if res.selection.feasible and space.finalists > 0:
-            from optimizer.verify import simulate_selection
+            from llmplan.optimizer.verify import simulate_selection
 
             simulate_selection(res, model, app.engine, app.workload, slos, app.seed, space.verify_requests)
     return res, model

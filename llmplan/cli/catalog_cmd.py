@@ -15,7 +15,7 @@ def _fmt(x, nd: int = 0) -> str:
 
 
 def show_gpus(console: Console, sources: bool) -> None:
-    from hardware_catalog.loader import gpu_table_rows
+    from llmplan.hardware_catalog.loader import gpu_table_rows
 
     t = Table(title="GPU catalog (dense tensor TFLOP/s; bandwidths GB/s unidirectional)", title_justify="left")
     for col in ("key", "name", "bf16", "fp8", "fp4", "HBM GB", "HBM GB/s", "L2 MB", "SMs", "scale-up", "PCIe", "$/GPU-h"):
@@ -36,8 +36,8 @@ def show_gpus(console: Console, sources: bool) -> None:
 
 
 def show_models(console: Console) -> None:
-    from model_catalog.derived import kv_bytes_per_token, param_count_active, param_count_total
-    from model_catalog.loader import list_models
+    from llmplan.model_catalog.derived import kv_bytes_per_token, param_count_active, param_count_total
+    from llmplan.model_catalog.loader import list_models
 
     t = Table(title="Model catalog (use the key or the Hugging Face id: model=<key>)", title_justify="left")
     for col in ("key", "Hugging Face id", "type", "layers", "hidden", "heads/kv", "params B", "active B", "KV KB/token (bf16)", "weights"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from hardware_catalog.spec import GPUSpec
+from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import UserError
 
 #: relative tolerance under which two GPUs' figures count as the same hardware
@@ -77,7 +77,7 @@ def link_kind(name: str) -> str:
 def catalog_resolver() -> Callable[[str], GPUSpec]:
     """``hardware_catalog.loader.get_gpu`` (imported lazily: the catalog is optional here)."""
     try:
-        from hardware_catalog.loader import get_gpu  # type: ignore[import-not-found]
+        from llmplan.hardware_catalog.loader import get_gpu  # type: ignore[import-not-found]
     except ImportError as exc:  # pragma: no cover - only before the catalog exists
         raise UserError("the GPU catalog (hardware_catalog.loader) is not available",
                         fix="install llmplan with its hardware catalog") from exc

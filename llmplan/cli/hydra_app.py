@@ -118,7 +118,7 @@ def compose(config_name: str, overrides: list[str], config_dir: str | None = Non
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from llmplan.config_schema import register_configs
+    from llmplan.cli.config_schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -236,7 +236,7 @@ def run(command: str, config_name: str, argv: list[str], task: Callable[[DictCon
 
     import hydra
 
-    from llmplan.config_schema import register_configs
+    from llmplan.cli.config_schema import register_configs
 
     register_configs()
     _LAST_CODE[0] = 0

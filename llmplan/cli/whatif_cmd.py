@@ -17,12 +17,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 from rich.table import Table
 
-from llmplan import hydra_app
+from llmplan.cli import hydra_app
 from llmplan.errors import EXIT_OK, ConfigError
-from llmplan.plan_cmd import output_dir, plan_from_app
+from llmplan.cli.plan_cmd import output_dir, plan_from_app
 from llmplan.progress import make_console
-from llmplan.resolve import to_app
-from optimizer import report
+from llmplan.cli.resolve import to_app
+from llmplan.optimizer import report
 
 SUMMARY = ("Plan a baseline and a what-if scenario and compare them. Scenario knobs:\n"
            "  whatif.gpu_scale='{h100_sxm: {hbm_bw_gbps: 2.0}}'   scale GPU figures (any numeric field, <dtype>_tflops)\n"
@@ -35,7 +35,7 @@ SUMMARY = ("Plan a baseline and a what-if scenario and compare them. Scenario kn
 
 def scenario(app):
     """The changed AppConfig (a deep copy; the baseline is untouched)."""
-    from hardware_catalog.loader import get_gpu
+    from llmplan.hardware_catalog.loader import get_gpu
 
     w = app.whatif
     new = copy.deepcopy(app)

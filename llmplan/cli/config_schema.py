@@ -12,8 +12,8 @@ from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from sim.types import EngineProfile
-from sim.workload import WorkloadSpec
+from llmplan.sim.types import EngineProfile
+from llmplan.sim.workload import WorkloadSpec
 
 
 def _mutable_mirror(cls: type, name: str) -> type:

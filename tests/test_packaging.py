@@ -1,0 +1,38 @@
+"""The wheel installs one namespace, ``llmplan``, with every sub-package inside it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (whl,) = out.glob("*.whl")
+    return whl
+
+
+def test_wheel_has_exactly_one_top_level_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"llmplan"}
+
+
+def test_wheel_carries_every_sub_package_and_its_data(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for sub in ("sim", "optimizer", "calibration", "hardware_catalog", "model_catalog", "cli", "conf"):
+        assert any(n.startswith(f"llmplan/{sub}/") for n in names), sub
+    assert "llmplan/sim/kernel_calibration/data/default_calibration.json" in names
+    assert "llmplan/hardware_catalog/data/gpus.yaml" in names
+    assert "llmplan/conf/plan.yaml" in names
+    assert not any(n.endswith((".pyc", ".pkl", ".pickle")) for n in names)
