@@ -46,6 +46,33 @@ def _fit_date(arg: str | None, paths: list[Path]) -> str:
     return dt.datetime.fromtimestamp(newest, dt.timezone.utc).date().isoformat()
 
 
+def check_out_file(out: Path) -> None:
+    """Refuse (exit 2) before any work when ``out`` cannot be written: a directory, a path
+    through an existing file, or a folder this process may not write into."""
+    import os
+    import tempfile
+
+    fix = "pass --out FILE.json in a folder you can write to"
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory", key="out", fix=fix)
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UserError(f"--out {out} is not writable", key="out", fix=fix)
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"--out {out}: '{parent}' is a file, not a folder", key="out", fix=fix)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: folder '{parent}' is not writable", key="out", fix=fix)
+    if parent == out.parent:     # the folder exists: prove it by creating a file in it
+        try:
+            with tempfile.NamedTemporaryFile(dir=parent, prefix=".llmplan-write-test-"):
+                pass
+        except OSError as exc:
+            raise UserError(f"--out {out}: cannot write into '{parent}' ({exc.strerror})", key="out",
+                            fix=fix) from exc
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from rich.console import Console
@@ -58,6 +85,7 @@ def main(argv: list[str]) -> int:
     if out.suffix.lower() in (".pkl", ".pickle"):
         raise UserError(f"refusing to write '{out}': calibration files are JSON, never pickle", key="out",
                         fix="use a .json file name")
+    check_out_file(out)      # before reading and fitting (minutes), not after
     console = Console(stderr=True)
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     t0 = time.perf_counter()
@@ -76,7 +104,9 @@ def main(argv: list[str]) -> int:
     opts = FitOptions(residuals=not args.no_residuals,
                       fit_date=_fit_date(args.fit_date, [meas.root / s.path for s in meas.sources]))
     cal = _fit_with_progress(meas, opts, console, args.quiet, fit_calibration)
-    cal.provenance["measurements"] = str(Path(args.measurements))
+    # the folder's name only: shipped files carry no absolute path of the fitting machine
+    # (every data entry's path is relative to this folder)
+    cal.provenance["measurements"] = Path(args.measurements).resolve().name
     if args.holdout_gpu:
         cal.provenance["holdout_gpu"] = resolve_gpu(args.holdout_gpu).key
     path = cal.save(out)

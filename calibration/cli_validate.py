@@ -38,6 +38,9 @@ def _kernels_parser() -> argparse.ArgumentParser:
     p.add_argument("--holdout-gpu", metavar="NAME", help="refit without any row of this GPU first")
     p.add_argument("--split", metavar="KIND:FRAC:SEED",
                    help="refit the GPU on part of its rows and score the rest: random:0.5:0 or grouped:0.5:0")
+    p.add_argument("--tier", choices=("auto", "cross-gen"), default="auto",
+                   help="auto: the tier users get for the GPU (measured, sibling or cross-gen); cross-gen: "
+                        "score the pooled cross-generation model even for a measured GPU")
     p.add_argument("--out", metavar="FILE.csv", help="write one row per scored kernel (inputs + measured_ms, "
                    "predicted_ms, tier, roofline_ms)")
     p.add_argument("--family", action="append", metavar="F", help="only these families (repeat or comma-separate)")
@@ -77,7 +80,7 @@ def kernels_main(argv: list[str]) -> int:
 
     from llmplan.sim.kernel_calibration.calib_file import load_calibration
     from llmplan.sim.kernel_calibration.gpu_features import resolve_gpu
-    from llmplan.calibration.reader import read_measurements
+    from llmplan.calibration.reader import KERNEL_TABLES, TABLES, read_measurements
     from llmplan.calibration.splits import parse_split
     from llmplan.calibration.validate_kernels import validate_kernels
 
@@ -91,8 +94,12 @@ def kernels_main(argv: list[str]) -> int:
         raise UserError(f"--out {a.out}: expected a .csv file name", key="out")
     err = Console(stderr=True)
     t0 = time.perf_counter()
+    tables = KERNEL_TABLES if not families else tuple(t for t in KERNEL_TABLES if TABLES[t][0] in families)
     with err.status("reading measurements..."):
-        meas = read_measurements(a.measurements)
+        # only what was asked for: the GPU's own tables, or every GPU for a holdout refit;
+        # folders naming no catalog GPU are skipped (and listed in the report's notes)
+        meas = read_measurements(a.measurements, gpus=None if holdout else [gpu], tables=tables,
+                                 skip_unknown=True)
     if gpu not in meas.gpu_specs:
         raise UserError(f"no measurements for GPU {gpu} under {a.measurements}", key="gpu",
                         fix="measured GPUs there: " + ", ".join(meas.gpus))
@@ -100,6 +107,7 @@ def kernels_main(argv: list[str]) -> int:
         raise UserError(f"--holdout-gpu {holdout} has no measurements under {a.measurements}", key="holdout-gpu",
                         fix="measured GPUs there: " + ", ".join(meas.gpus))
     cal = None if (split or holdout) else load_calibration(a.calibration)
+    band_cal = load_calibration(a.calibration)
     status = err.status("refitting...") if (split or holdout) and not a.quiet else None
     progress = None
     if status is not None:
@@ -107,7 +115,8 @@ def kernels_main(argv: list[str]) -> int:
         progress = lambda label, done, total: status.update(f"refitting: {label} ({done}/{total})")  # noqa: E731
     try:
         res = validate_kernels(meas, gpu, cal, split, holdout, families, a.max_rows, progress=progress,
-                               roofline=not a.no_roofline)
+                               roofline=not a.no_roofline, force_tier=None if a.tier == "auto" else a.tier,
+                               band_cal=band_cal)
     finally:
         if status is not None:
             status.stop()
@@ -138,14 +147,15 @@ def print_report(res, console) -> None:  # type: ignore[no-untyped-def]
 
     t = Table(title=f"kernel validation on {res.gpu}: {res.mode}")
     for col, right in (("family", False), ("rows", True), ("tier", False), ("MAPE %", True), ("p50 %", True),
-                       ("p90 %", True), ("roofline MAPE %", True), ("worst row (measured -> predicted ms)", False)):
+                       ("p90 %", True), ("band p90 %", True), ("coverage %", True), ("roofline MAPE %", True), ("worst row (measured -> predicted ms)", False)):
         t.add_column(col, justify="right" if right else "left")
     for s in res.scores:
         tiers = ", ".join(f"{k} {v}" for k, v in sorted(s.tiers.items(), key=lambda kv: -kv[1]))
         worst = f"{s.worst[0][0]}: {s.worst[0][1]:.4g} -> {s.worst[0][2]:.4g}" if s.worst else ""
         style = "dim" if ":" in s.family else None
         t.add_row(s.family, f"{s.scored:,}" if s.scored == s.rows else f"{s.scored:,}/{s.rows:,}", tiers,
-                  _pct(s.mape), _pct(s.p50), _pct(s.p90), _pct(s.roofline_mape), worst, style=style)
+                  _pct(s.mape), _pct(s.p50), _pct(s.p90), _pct(s.band_p90), _pct(s.coverage),
+                  _pct(s.roofline_mape), worst, style=style)
     console.print(t)
     for n in res.notes:
         console.print(f"[yellow]note:[/yellow] {n}")

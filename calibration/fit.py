@@ -230,8 +230,9 @@ def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
                 pred = roofline_predict(fam, sub, test.gpu_specs[str(gpu)])
                 used = np.where(np.isfinite(pred), "spec", "none")
             else:
-                gf = cal.gpus.get(str(gpu)) or GPUFeatures.from_spec(test.gpu_specs[str(gpu)])
-                pred, used = predict_frame(cal, fam, sub, gf, tier)
+                spec = test.gpu_specs[str(gpu)]
+                pred, used = predict_frame(cal, fam, sub, GPUFeatures.from_spec(spec),
+                                           "cross-gen" if tier == "cross-gen" else None, spec=None)
             keep = used == tier
             y = sub["latency_ms"].to_numpy()
             collected.setdefault(fam, []).append((pred[keep], y[keep]))

@@ -113,6 +113,8 @@ class Measurements:
     frames: dict[str, pd.DataFrame]
     sources: list[SourceFile] = field(default_factory=list)
     gpu_specs: dict[str, GPUSpec] = field(default_factory=dict)
+    #: folders not read because they name no catalog GPU (only when a selection was asked for)
+    skipped: list[str] = field(default_factory=list)
 
     def family(self, name: str) -> pd.DataFrame:
         return self.frames.get(name, pd.DataFrame())
@@ -284,9 +286,13 @@ def gpu_folders(root: Path) -> list[Path]:
 
 
 def read_measurements(root: str | Path, gpus: list[str] | None = None, tables: tuple[str, ...] = KERNEL_TABLES,
-                      resolver: Callable[[str], GPUSpec] | None = None) -> Measurements:
+                      resolver: Callable[[str], GPUSpec] | None = None, skip_unknown: bool = False) -> Measurements:
     """Read every known table of every GPU folder (or only ``gpus``, given as catalog keys,
-    aliases or folder names) into canonical frames grouped by family."""
+    aliases or folder names) into canonical frames grouped by family.
+
+    A folder that names no catalog GPU is an error when every folder is to be read, unless
+    ``skip_unknown``; when ``gpus`` selects some, such folders are skipped. Skipped folders
+    are listed in ``Measurements.skipped`` so callers can say so."""
     root = Path(root)
     folders = gpu_folders(root)
     want = None
@@ -295,12 +301,18 @@ def read_measurements(root: str | Path, gpus: list[str] | None = None, tables: t
     frames: dict[str, list[pd.DataFrame]] = {}
     sources: list[SourceFile] = []
     specs: dict[str, GPUSpec] = {}
+    skipped: list[str] = []
+    known: list[str] = []
     for folder in folders:
         try:
             spec = resolve_gpu(folder.name, resolver)
         except UserError as exc:
+            if want is not None or skip_unknown:
+                skipped.append(folder.name)
+                continue
             raise UserError(f"measurement folder '{folder.name}' does not name a catalog GPU", key="measurements",
-                            fix=f"rename {folder} to a catalog key or alias ({exc})") from exc
+                            fix=f"rename {folder} to a catalog key or alias, or pass --gpus ({exc})") from exc
+        known.append(spec.key)
         if want is not None and spec.key not in want:
             continue
         specs[spec.key] = spec
@@ -309,11 +321,12 @@ def read_measurements(root: str | Path, gpus: list[str] | None = None, tables: t
                 continue
             df, digest = read_table(path, table, spec.key)
             frames.setdefault(TABLES[table][0], []).append(df)
-            sources.append(SourceFile(str(path.relative_to(root)), spec.key, table, len(df), digest))
+            sources.append(SourceFile(path.relative_to(root).as_posix(), spec.key, table, len(df), digest))
     if want is not None and (miss := sorted(want - set(specs))):
-        raise UserError(f"no measurements for GPU(s) {', '.join(miss)} under '{root}'", key="gpus",
-                        fix="measured GPUs there: " + ", ".join(sorted(
-                            resolve_gpu(f.name, resolver).key for f in folders)))
+        raise UserError(f"no measurements for GPU{'s' if len(miss) > 1 else ''} {', '.join(miss)} under '{root}'",
+                        key="gpus",
+                        fix="measured GPUs there: " + ", ".join(sorted(known))
+                        + (f" (folders naming no catalog GPU: {', '.join(skipped)})" if skipped else ""))
     merged = {fam: pd.concat(parts, ignore_index=True, sort=False) if len(parts) > 1 else parts[0]
               for fam, parts in sorted(frames.items())}
-    return Measurements(root, merged, sources, specs)
+    return Measurements(root, merged, sources, specs, skipped)

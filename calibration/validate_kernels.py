@@ -20,10 +20,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmplan.sim.kernel_calibration.calib_file import Calibration
+from llmplan.errors import UserError
+from llmplan.sim.calibrated import band_of
+from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.calibration.fit import FitOptions, Progress, fit_calibration, split_measurements, without_gpu
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.predict import predict_frame, roofline_predict
+from llmplan.sim.kernel_calibration.tiers import choose_tier
 from llmplan.calibration.reader import Measurements
 from llmplan.calibration.splits import Split
 
@@ -46,6 +49,8 @@ class FamilyScore:
     roofline_p50: float
     tiers: dict[str, int]
     worst: list[tuple[str, float, float]] = field(default_factory=list)  # (shape, measured, predicted)
+    band_p90: float = float("nan")     # the stated p90 band of the dominant tier (fraction)
+    coverage: float = float("nan")     # share of scored rows whose error lies inside their band
 
 
 @dataclass
@@ -80,8 +85,25 @@ def describe(family: str, r: dict[str, Any]) -> str:
     return family
 
 
+def row_bands(band_cal: Calibration | None, family: str, tiers: np.ndarray) -> np.ndarray:
+    """The stated p90 band (fraction) of every row: its family in the tier that answered it,
+    from ``band_cal``'s residual statistics (what ``plan`` and ``simulate`` print)."""
+    out = np.full(len(tiers), np.nan)
+    if band_cal is None or not band_cal.residuals:
+        return out
+    for t in np.unique(tiers.astype(str)):
+        if t == "none":
+            continue
+        try:
+            b = band_of(band_cal, family, t).get("p90_ape", np.nan)
+        except UserError:
+            continue
+        out[tiers.astype(str) == t] = b
+    return out
+
+
 def _score(family: str, df: pd.DataFrame, pred: np.ndarray, tiers: np.ndarray, roof: np.ndarray,
-           n_worst: int = 3) -> FamilyScore:
+           n_worst: int = 3, bands: np.ndarray | None = None) -> FamilyScore:
     y = df["latency_ms"].to_numpy()
     ok = np.isfinite(pred)
     e = np.abs(pred / y - 1.0)
@@ -94,18 +116,31 @@ def _score(family: str, df: pd.DataFrame, pred: np.ndarray, tiers: np.ndarray, r
             worst.append((describe(family.split(":")[0], recs[i]), float(y[i]), float(pred[i])))
     tier_counts = {str(t): int(c) for t, c in zip(*np.unique(tiers.astype(str), return_counts=True))}
     nan = float("nan")
+    band_p90 = coverage = nan
+    if bands is not None:
+        okb = ok & np.isfinite(bands)
+        if okb.any():
+            coverage = float(np.mean(e[okb] <= bands[okb]))
+            dominant = max(tier_counts, key=lambda t: tier_counts[t])
+            sel = okb & (tiers.astype(str) == dominant)
+            band_p90 = float(bands[sel][0]) if sel.any() else float(np.median(bands[okb]))
     return FamilyScore(family, len(df), int(ok.sum()),
                        float(e[ok].mean()) if ok.any() else nan, float(np.median(e[ok])) if ok.any() else nan,
                        float(np.quantile(e[ok], 0.9)) if ok.any() else nan,
                        float(er[okr].mean()) if okr.any() else nan, float(np.median(er[okr])) if okr.any() else nan,
-                       tier_counts, worst)
+                       tier_counts, worst, band_p90, coverage)
 
 
 def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = None, split: Split | None = None,
                      holdout_gpu: str | None = None, families: list[str] | None = None, max_rows: int = 100_000,
                      opts: FitOptions | None = None, progress: Progress | None = None,
-                     roofline: bool = True) -> ValidationResult:
-    """Score predictions of ``gpu``'s measured rows (see the module docstring for modes)."""
+                     roofline: bool = True, force_tier: str | None = None,
+                     band_cal: Calibration | None = None) -> ValidationResult:
+    """Score predictions of ``gpu``'s measured rows (see the module docstring for modes).
+
+    ``force_tier="cross-gen"`` scores the cross-gen tier even where users would get the
+    measured or sibling one; ``band_cal`` (default: the calibration scored, else the shipped
+    one) supplies the stated p90 bands whose coverage is reported."""
     opts = opts or FitOptions(residuals=False)
     notes: list[str] = []
     mode = "calibration file (in-sample for its measured GPUs)"
@@ -127,12 +162,15 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
             notes.append("nothing left to fit on")
         cal = fit_calibration(fit_on, opts, progress)
     if cal is None:
-        from llmplan.sim.kernel_calibration.calib_file import load_calibration
-
         cal = load_calibration(None)
+    if band_cal is None:
+        band_cal = cal if cal.residuals else load_calibration(None)
     spec = meas.gpu_specs[gpu]
     gf = GPUFeatures.from_spec(spec)
-    tier = "cross-gen" if gpu not in cal.measured and gpu not in cal.collectives else "measured"
+    # the tier users get (llmplan.sim.kernel_calibration.tiers), unless one is forced
+    choice = choose_tier(cal, gf, vendor=str(getattr(spec, "vendor", "")) or None, force=force_tier)
+    tier = choice.tier
+    mode += f"; tier {tier}" + (f" (stand-in {choice.source_gpu})" if tier == "sibling" else "")
     scores, frames, subsampled = [], [], {}
     for fam in fams:
         df = test.frames.get(fam, pd.DataFrame())
@@ -143,24 +181,32 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
             subsampled[fam] = len(df)
             df = df.sample(n=max_rows, random_state=0).sort_index()
         df = df.reset_index(drop=True)
-        pred, tiers = predict_frame(cal, fam, df, gf, tier, spec)
+        pred, tiers = predict_frame(cal, fam, df, gf, spec=spec, choice=choice)
         roof = roofline_predict(fam, df, spec) if roofline else np.full(len(df), np.nan)
-        scores.append(_score(fam, df, pred, tiers, roof))
+        bands = row_bands(band_cal, fam, tiers)
+        scores.append(_score(fam, df, pred, tiers, roof, bands=bands))
         for col, sub in SUBFAMILY.items():
             if fam == col:
                 for dt in sorted(df[sub].unique()):
                     m = (df[sub] == dt).to_numpy()
-                    s = _score(f"{fam}:{dt}", df[m], pred[m], tiers[m], roof[m])
+                    s = _score(f"{fam}:{dt}", df[m], pred[m], tiers[m], roof[m], bands=bands[m])
                     scores.append(s)
-        frames.append(df.assign(measured_ms=df["latency_ms"], predicted_ms=pred, tier=tiers, roofline_ms=roof))
+        frames.append(df.assign(measured_ms=df["latency_ms"], predicted_ms=pred, tier=tiers, roofline_ms=roof,
+                                band_p90=bands))
     coll = [f for f in frames if len(f) and f["family"].iloc[0] in ("custom_allreduce", "nccl")]
     if coll:
         c = pd.concat(coll, ignore_index=True, sort=False)
         scores.append(_score("collective", c, c["predicted_ms"].to_numpy(), c["tier"].to_numpy(),
-                             c["roofline_ms"].to_numpy(), n_worst=0))
+                             c["roofline_ms"].to_numpy(), n_worst=0,
+                             bands=row_bands(band_cal, "collective", c["tier"].to_numpy())))
     if subsampled:
         notes.append("scored a deterministic sample of " + ", ".join(
             f"{max_rows} of {n} {f} rows" for f, n in subsampled.items()))
+    if meas.skipped:
+        notes.append("skipped measurement folders that name no catalog GPU: " + ", ".join(meas.skipped))
+    if holdout_gpu is None and split is None and tier == "measured":
+        notes.append("in-sample scores (the calibration was fitted on these rows): band coverage is "
+                     "meaningful only with --split or --holdout-gpu")
     if "moe_a2a" in fams and tier == "cross-gen":
         notes.append("moe_a2a was measured on one GPU only: no cross-gen model")
     out = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame()

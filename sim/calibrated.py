@@ -1,6 +1,9 @@
 """KernelModel fitted to measured kernel latencies (``llmplan calibrate``).
 
-Tiers (``KernelTime.tier``):
+Which fitted model answers a query, and with which tier, is decided by
+:mod:`llmplan.sim.kernel_calibration.tiers`, the implementation that ``validate kernels`` also
+uses (through :func:`llmplan.sim.kernel_calibration.predict.predict_frame`), so a validation
+figure is the figure ``plan`` gets. Tiers (``KernelTime.tier``):
 
 * ``measured``: the calibration has this GPU (same catalog key and the same performance
   figures): its own fitted parameters for the asked engine (``backend``), or for another
@@ -39,18 +42,17 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import UserError
 from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelModel
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
-from llmplan.sim.kernel_calibration.collectives import (CUSTOM_AR_MAX_BYTES, OPS, AlphaBeta, custom_key, lookup_alpha_beta, nccl_key,
-                                     ring_steps)
-from llmplan.sim.kernel_calibration.crossgen import crossgen_alpha_beta, crossgen_family, sibling_gpu
-from llmplan.sim.kernel_calibration.family_model import FamilyModel, scalar_phys
+from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS, ring_steps
+from llmplan.sim.kernel_calibration.family_model import scalar_phys
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
+from llmplan.sim.kernel_calibration.tiers import Candidate, choose_tier, roofline_dtype
 
 DEFAULT_MOE_SKEW = 1.01   # routing imbalance assumed for MoE (power-law exponent; 0 = balanced)
 _CACHE_SIZE = 1 << 16
@@ -75,56 +77,34 @@ class CalibratedKernelModel:
         self.moe_skew = float(moe_skew)
         self.allreduce_mode = allreduce_mode
         self._gf = GPUFeatures.from_spec(gpu)
-        stored = self.cal.gpus.get(gpu.key)
-        self.measured = stored is not None and stored.same_hardware(self._gf) and gpu.key in self.cal.measured
+        #: the tier and stand-in models: the one implementation shared with predict_frame
+        self.choice = choose_tier(self.cal, self._gf, vendor=getattr(gpu, "vendor", None))
+        self.tier = self.choice.tier
+        self.measured = self.tier == "measured"
         #: measured GPU whose fitted parameters stand in (itself, its sibling, or None)
-        self.source_gpu: str | None = gpu.key if self.measured else sibling_gpu(
-            self.cal, self._gf, getattr(gpu, "vendor", None), _catalog_vendor)
-        self.tier = "measured" if self.measured else ("sibling" if self.source_gpu else "cross-gen")
-        self._feat = stored if self.measured and stored is not None else self._gf
+        self.source_gpu: str | None = self.choice.source_gpu
+        self._feat = self.choice.features
         self._roof = RooflineKernelModel(gpu)
-        self._families: dict[str, list[tuple[FamilyModel, str, GPUFeatures]]] = {}
         self.backend_used: dict[str, str] = {}
-        self._coll = self.cal.collectives.get(self.source_gpu) if self.source_gpu else None
-        src_feat = self.cal.gpus.get(self.source_gpu) if self.source_gpu else None
-        # measured curves only where the links are the measured ones (sibling: same figures)
-        self._coll_curves = self._coll is not None and src_feat is not None and all(
-            abs(getattr(src_feat, f) - getattr(self._gf, f)) <= 0.005 * max(getattr(self._gf, f), 1e-9)
-            for f in ("scaleup_bw_gbps", "pcie_bw_gbps"))
-        self._ab: dict[str, AlphaBeta] | None = None
+        self._coll = self.choice.collectives
         for name in ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
                      "collective"):
             setattr(self, "_c_" + name, functools.lru_cache(maxsize=_CACHE_SIZE)(getattr(self, "_" + name)))
 
-    # -- model selection -------------------------------------------------------------------
-    def _candidates(self, family: str) -> list[tuple[FamilyModel, str, GPUFeatures]]:
-        """Models to try in order: own (or sibling's) measured (asked engine, then another),
-        cross-gen."""
-        if family in self._families:
-            return self._families[family]
-        out: list[tuple[FamilyModel, str, GPUFeatures]] = []
-        if self.source_gpu:
-            key = self.source_gpu
-            order = [self.backend] + [b for b in self.cal.backends(key) if b != self.backend]
-            for b in order:
-                fm = self.cal.family_model(key, b, family)
-                if fm is not None:
-                    out.append((fm, self.tier, self._feat))
-                    self.backend_used[family] = b
-                    break
-        xg = crossgen_family(self.cal, family, self.backend, exclude=self.gpu.key if not self.measured else None)
-        if xg is not None:
-            out.append((xg, "cross-gen", self._gf))
-        self._families[family] = out
-        return out
+    # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
+    def _candidates(self, family: str) -> Iterator[Candidate]:
+        return self.choice.candidates(family, self.backend)
 
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset()) -> KernelTime | None:
-        for fm, tier, feat in self._candidates(family):
+        for cand in self._candidates(family):
+            fm, tier, feat = cand.model, cand.tier, cand.features
             group, exact = fm.resolve_group(dtype)
             if group is None:
                 continue
             exact = exact or group in also_exact
+            if tier != "cross-gen":
+                self.backend_used.setdefault(family, cand.backend)
             gm = fm.groups[group]
             phys = scalar_phys(family, feat, group, q)
             alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
@@ -141,7 +121,7 @@ class CalibratedKernelModel:
         if m <= 0 or n <= 0 or k <= 0:
             return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
         kt = self._predict("gemm", dtype, {"m": m, "n": n, "k": k, "dtype": dtype}, {"m": m, "n": n, "k": k})
-        return kt if kt is not None else self._roof.gemm(m, n, k, _roof_dtype(self.gpu, dtype))
+        return kt if kt is not None else self._roof.gemm(m, n, k, roofline_dtype(self.gpu, dtype))
 
     def attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, num_kv_heads: int,
                           head_dim: int, kv_dtype: str) -> KernelTime:
@@ -197,7 +177,7 @@ class CalibratedKernelModel:
         if kt is not None:
             return kt
         return self._roof.moe(num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep,
-                              _roof_dtype(self.gpu, dtype))
+                              roofline_dtype(self.gpu, dtype))
 
     def mla_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, kv_lora_rank: int, qk_nope_dim: int,
                     qk_rope_dim: int, v_head_dim: int, kv_dtype: str) -> KernelTime:
@@ -245,49 +225,25 @@ class CalibratedKernelModel:
     def _collective(self, op: str, nbytes: float, n: int, link: Link) -> KernelTime:
         if (n <= 1 and op != "p2p") or nbytes <= 0:
             return KernelTime(0.0, 0.0, 0.0, "comm", self.tier)
-        fabric = self._feat.fabric
-        on_fabric = link_kind(link.name) == fabric
-        coll = self._coll
-        if coll is not None and self._coll_curves and on_fabric and op != "p2p":
-            res = None
-            if op == "all_reduce" and nbytes <= CUSTOM_AR_MAX_BYTES and (fabric == "scaleup" or n == 2):
-                keys = [custom_key(self.backend, self.allreduce_mode)] + sorted(
-                    k for k in coll.custom_ar.curves if k.endswith("|" + self.allreduce_mode))
-                for key in keys:
-                    if (res := coll.custom_ar.predict_one(key, n, nbytes)) is not None:
-                        break
+        src = self._coll
+        on_fabric = link_kind(link.name) == src.fabric
+        # the engine's own all-reduce inside the measured fabric (PCIe: only between 2 GPUs)
+        custom = (on_fabric and op == "all_reduce" and nbytes <= CUSTOM_AR_MAX_BYTES
+                  and (src.fabric == "scaleup" or n == 2))
+        if on_fabric and op != "p2p":
+            res = src.custom_ar(self.backend, self.allreduce_mode, n, nbytes) if custom else None
             if res is None:
-                res = coll.nccl.predict_one(nccl_key(op, "fp16"), n, nbytes)
+                res = src.nccl(op, "fp16", n, nbytes)
             if res is not None:
                 return KernelTime(res[0], 0.0, nbytes, "comm", self.tier, not res[1])
-        table = coll.alpha_beta if coll is not None else self._crossgen_ab()
-        ab = lookup_alpha_beta(table, "nccl", op, "fp16", n)
-        if ab is None:
+        found = (src.alpha_beta("custom", "all_reduce", "", n, self.allreduce_mode) if custom else None) \
+            or src.alpha_beta("nccl", op, "fp16", n)
+        if found is None:
             return self._roof.collective(op, nbytes, n, link)
+        ab, tier = found
         extra = 0.0 if on_fabric else link.latency_us * ring_steps(op, n)
         ms = ab.predict_ms(op, nbytes, n, link.bw_gbps, extra)
-        tier = self.tier if (coll is not None and on_fabric) else "cross-gen"
-        return KernelTime(ms, 0.0, nbytes, "comm", tier, not on_fabric)
-
-    def _crossgen_ab(self) -> dict[str, AlphaBeta]:
-        if self._ab is None:
-            self._ab = crossgen_alpha_beta(self.cal, self._gf)
-        return self._ab
-
-
-def _catalog_vendor(key: str) -> str | None:
-    """Vendor of a catalog GPU (None when the catalog does not know it)."""
-    try:
-        from llmplan.hardware_catalog.loader import get_gpu
-        return str(get_gpu(key).vendor)
-    except Exception:  # noqa: BLE001 - a calibration GPU outside the catalog: vendor unknown
-        return None
-
-
-def _roof_dtype(gpu: GPUSpec, dtype: str) -> str:
-    """A dtype the roofline can time on this GPU (fp8_block -> fp8; unsupported -> bf16)."""
-    d = {"fp8_block": "fp8", "int4_wo": "int4", "w4a16_mxfp4": "fp4"}.get(dtype, dtype)
-    return d if gpu.supports(d) else "bf16"
+        return KernelTime(ms, 0.0, nbytes, "comm", tier if on_fabric else "cross-gen", not on_fabric)
 
 
 _MODELS: dict[tuple[Any, ...], tuple[Calibration, CalibratedKernelModel]] = {}
@@ -339,10 +295,14 @@ def error_band(family: str, tier: str, calibration: str | Path | None = None) ->
     leave-one-GPU-out; spec: the roofline on the measured GPUs; sibling: the measured
     figures plus :data:`SIBLING_ALLOWANCE`, unless the file stores its own). Sub-families such as
     ``gemm:fp8`` are accepted; an unknown family falls back to the tier's pooled figures."""
-    cal = load_calibration(calibration)
+    return band_of(load_calibration(calibration), family, tier)
+
+
+def band_of(cal: Calibration, family: str, tier: str) -> dict[str, float]:
+    """:func:`error_band` for a loaded calibration."""
     res = cal.residuals.get(tier)
     if res is None and tier == "sibling" and "measured" in cal.residuals:
-        return _sibling_band(error_band(family, "measured", calibration))
+        return _sibling_band(band_of(cal, family, "measured"))
     if res is None:
         raise UserError(f"no residual statistics for tier '{tier}'", key="tier",
                         fix="tiers: " + ", ".join(sorted(cal.residuals)) if cal.residuals else
@@ -351,6 +311,8 @@ def error_band(family: str, tier: str, calibration: str | Path | None = None) ->
     stats = res.get(fam)
     if stats is None and ":" in fam:
         stats = res.get(fam.split(":", 1)[0])
+    if stats is None and fam in ("custom_allreduce", "nccl"):
+        stats = res.get("collective")
     if stats is None:
         stats = res.get("all", {})
     return {k: float(stats[k]) for k in ("p50_ape", "p90_ape", "mape", "rows") if k in stats}

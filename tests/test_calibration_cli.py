@@ -74,3 +74,54 @@ def test_validate_dispatch(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["validate", "kernels", "--gpu", "h100_sxm"])      # argparse: --measurements missing
     assert exc.value.code == 2
+
+
+def test_calibrate_unwritable_out_exits_2_before_fitting(data, tmp_path, capsys, monkeypatch):
+    import llmplan.calibration.fit as fit
+
+    def no_fit(*a, **k):  # the check must come first: a fit takes minutes on real data
+        raise AssertionError("fitted before checking --out")
+
+    monkeypatch.setattr(fit, "fit_calibration", no_fit)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for out, needle in ((blocker / "sub" / "c.json", "is a file"), (tmp_path, "is a directory")):
+        assert main(["calibrate", "--measurements", str(data), "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err
+
+
+def test_calibration_file_has_no_absolute_machine_path(data, tmp_path):
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--measurements", str(data), "--out", str(out), "--quiet", "--no-residuals"]) == 0
+    text = out.read_text()
+    d = json.loads(text)
+    assert str(data) not in text and str(tmp_path) not in text
+    assert d["provenance"]["measurements"] == data.name
+    assert all(not e["path"].startswith("/") for e in d["provenance"]["data"])
+
+
+def test_validate_reads_only_the_asked_gpu_and_notes_unknown_folders(data, tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "m"
+    shutil.copytree(data, root)
+    shutil.copytree(root / "a100_sxm", root / "my_mystery_gpu")
+    assert main(["validate", "kernels", "--measurements", str(root), "--gpu", "h100_sxm", "--family", "gemm",
+                 "--quiet", "--no-roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "my_mystery_gpu" in out and "skipped" in out
+    # a holdout refit reads every GPU folder: the unknown one is skipped, and said so
+    assert main(["validate", "kernels", "--measurements", str(root), "--gpu", "h100_sxm", "--holdout-gpu",
+                 "h100_sxm", "--family", "gemm", "--quiet", "--no-roofline"]) == 0
+    assert "my_mystery_gpu" in capsys.readouterr().out
+    # calibrate (everything asked for) still refuses a folder it cannot place
+    assert main(["calibrate", "--measurements", str(root), "--out", str(tmp_path / "c.json"), "--quiet"]) == 2
+    assert "my_mystery_gpu" in capsys.readouterr().err
+
+
+def test_validate_reports_band_coverage(data, capsys):
+    assert main(["validate", "kernels", "--measurements", str(data), "--gpu", "h100_sxm", "--split",
+                 "grouped:0.5:0", "--family", "gemm", "--quiet", "--no-roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "coverage" in out and "band p90" in out
