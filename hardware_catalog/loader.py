@@ -20,23 +20,26 @@ from typing import Any
 
 import yaml
 
-from llmplan.hardware_catalog.spec import DTYPES, GPUSpec
+from llmplan.hardware_catalog.spec import DTYPES, GPUSpec, HostTopology
 from llmplan.errors import CatalogError, suggest
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "gpus.yaml"
 
 _FIELDS = {f.name: f for f in dataclasses.fields(GPUSpec)}
 #: fields holding a figure that needs a citation (``sources``) or an ``unknown`` entry
-FIGURE_FIELDS = ("dense_tflops", "hbm_gb", "hbm_bw_gbps", "l2_mb", "sm_count", "scaleup_bw_gbps",
+FIGURE_FIELDS = ("dense_tflops", "hbm_gb", "memory_bytes", "hbm_bw_gbps", "l2_mb", "sm_count", "scaleup_bw_gbps",
                  "scaleup_domain_size", "pcie_gen", "pcie_bw_gbps", "scaleout_bw_gbps", "tdp_w",
                  "usd_per_hour")
 _REQUIRED = ("name", "vendor", "aliases", "price_source") + FIGURE_FIELDS
-_OPTIONAL = ("sources", "unknown", "notes")
-_INTS = ("sm_count", "scaleup_domain_size", "pcie_gen")
+_OPTIONAL = ("sources", "unknown", "notes", "host_topology")
+_INTS = ("sm_count", "scaleup_domain_size", "pcie_gen", "memory_bytes")
 _MAY_BE_ZERO = ("scaleup_bw_gbps",)  # 0 = no scale-up fabric
-_VENDORS = ("nvidia", "amd")
+_VENDORS = ("nvidia", "amd", "intel")
+#: topology names: ``scaleup`` or ``pcie<gen>_<switch|host_bridge>_<p2p|no_p2p>``
+_TOPOLOGY_RE = re.compile(r"^pcie(?P<gen>[3-7])_(?P<link>switch|host_bridge)_(?P<p2p>p2p|no_p2p)$")
+SCALEUP_TOPOLOGY = "scaleup"
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
-_NOTE_KEYS = set(FIGURE_FIELDS) | {"general", "name", "aliases", "price_source"}
+_NOTE_KEYS = set(FIGURE_FIELDS) | {"general", "name", "aliases", "price_source", "host_topology"}
 
 
 def normalize_name(name: str) -> str:
@@ -94,6 +97,61 @@ def _str_map(file: Path, gpu: str, field: str, value: Any, allowed: set[str] | N
     return out
 
 
+def parse_topology(name: str, gpus_per_host: int = 8) -> HostTopology:
+    """A topology from its self-describing name; ValueError if the name has no meaning.
+
+    ``pcie4_switch_p2p``: PCIe Gen4 links, GPU pairs behind PCIe switches, peer-to-peer on;
+    ``pcie5_host_bridge_no_p2p``: Gen5 links to the CPU root ports, peer-to-peer off; ...
+    """
+    if name == SCALEUP_TOPOLOGY:
+        return HostTopology(name, "scaleup", 0, True, gpus_per_host, 1,
+                            "collectives over the scale-up fabric (NVLink/xGMI) within its domain")
+    m = _TOPOLOGY_RE.match(name)
+    if not m:
+        raise ValueError(f"'{name}' is not a topology name")
+    link = "pcie_" + m["link"]
+    p2p = m["p2p"] == "p2p"
+    where = "behind PCIe switches" if link == "pcie_switch" else "on CPU root ports (host bridge)"
+    desc = (f"PCIe Gen{m['gen']}, GPUs {where}, peer-to-peer {'on' if p2p else 'off (staged through host memory)'}")
+    return HostTopology(name, link, int(m["gen"]), p2p, gpus_per_host, 2, desc)
+
+
+def _parse_topologies(file: Path, key: str, entry: Mapping, fabric: bool, pcie_gen: int) -> dict[str, Any]:
+    """``host_topology: {default, options, measured}`` -> GPUSpec topology fields.
+
+    GPUs with a scale-up fabric default to ``scaleup``; PCIe-only GPUs must declare theirs."""
+    raw = entry.get("host_topology")
+    if raw is None:
+        if not fabric:
+            raise _err(file, key, "host_topology", "a GPU without a scale-up fabric must declare its host topology",
+                       fix="add host_topology: {default: pcie<gen>_<switch|host_bridge>_<p2p|no_p2p>, options: [...]}")
+        raw = {"default": SCALEUP_TOPOLOGY, "options": [SCALEUP_TOPOLOGY]}
+    if not isinstance(raw, Mapping) or set(raw) - {"default", "options", "measured", "gpus_per_host"}:
+        raise _err(file, key, "host_topology", "must be a mapping with default, options, measured, gpus_per_host")
+    options = raw.get("options") or [raw.get("default")]
+    per_host = raw.get("gpus_per_host", 8)
+    if isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1:
+        raise _err(file, key, "host_topology.gpus_per_host", f"must be a positive integer, got {per_host!r}")
+    topos: dict[str, HostTopology] = {}
+    for name in options:
+        try:
+            topo = parse_topology(str(name), per_host)
+        except ValueError as exc:
+            raise _err(file, key, "host_topology.options", str(exc),
+                       fix="use scaleup or pcie<gen>_<switch|host_bridge>_<p2p|no_p2p>") from None
+        if topo.gpu_link != "scaleup" and topo.pcie_gen != pcie_gen:
+            raise _err(file, key, "host_topology.options", f"{name} names PCIe Gen{topo.pcie_gen}, the card is Gen{pcie_gen}")
+        topos[topo.name] = topo
+    for role in ("default", "measured"):
+        val = raw.get(role)
+        if role == "default" and val is None:
+            raise _err(file, key, "host_topology.default", "missing")
+        if val is not None and val not in topos:
+            raise _err(file, key, f"host_topology.{role}", f"'{val}' is not among the options {sorted(topos)}")
+    return {"topologies": MappingProxyType(topos), "default_topology": raw["default"],
+            "measured_topology": raw.get("measured") or ""}
+
+
 def _parse_gpu(file: Path, key: str, entry: Any) -> tuple[GPUSpec, dict[str, str]]:
     """Validate one catalog entry; return the spec and its notes."""
     if not _KEY_RE.match(key):
@@ -136,6 +194,10 @@ def _parse_gpu(file: Path, key: str, entry: Any) -> tuple[GPUSpec, dict[str, str
     if (vals["scaleup_bw_gbps"] == 0) != (vals["scaleup_domain_size"] == 1):
         raise _err(file, key, "scaleup_domain_size",
                    "scaleup_bw_gbps is 0 exactly when there is no fabric (scaleup_domain_size 1)")
+    if vals["memory_bytes"] < vals["hbm_gb"] * 1e9 * 0.9 or vals["memory_bytes"] > vals["hbm_gb"] * 1e9 * 1.15:
+        raise _err(file, key, "memory_bytes", f"{vals['memory_bytes']} bytes is not within -10%/+15% of the marketed "
+                   f"{vals['hbm_gb']:g} GB", fix="give the capacity the device reports in bytes (MiB x 1048576)")
+    vals.update(_parse_topologies(file, key, entry, vals["scaleup_domain_size"] > 1, vals["pcie_gen"]))
     vals["sources"] = MappingProxyType(_str_map(file, key, "sources", entry.get("sources") or {}, set(FIGURE_FIELDS)))
     unknown = entry.get("unknown", []) or []
     if not isinstance(unknown, list) or any(u not in FIGURE_FIELDS for u in unknown):
@@ -226,6 +288,17 @@ def get_gpu(name: str, catalog: Mapping[str, GPUSpec] | None = None) -> GPUSpec:
                        fix="use a key from `llmplan catalog gpus` or add an alias in hardware_catalog/data/gpus.yaml")
 
 
+def topology_for(spec: GPUSpec, name: str | None = None) -> HostTopology:
+    """The host topology ``name`` of a GPU (None: the catalog default). Unknown -> CatalogError (exit 2)."""
+    if not name:
+        return spec.topology()
+    if name in spec.topologies:
+        return spec.topology(name)
+    raise CatalogError(f"unknown topology '{name}' for {spec.key}; {suggest(name, spec.topologies)}",
+                       key=f"gpu.topology.{spec.key}",
+                       fix=f"use one of {', '.join(spec.topologies)} (default {spec.default_topology})")
+
+
 def list_gpus(catalog: Mapping[str, GPUSpec] | None = None) -> list[GPUSpec]:
     """All GPU specs sorted by catalog key."""
     catalog = load_catalog() if catalog is None else catalog
@@ -268,6 +341,8 @@ def gpu_table_rows(catalog: Mapping[str, GPUSpec] | None = None) -> list[dict[st
             "fp8_tflops": spec.dense_tflops.get("fp8"),
             "fp4_tflops": spec.dense_tflops.get("fp4"),
             "hbm_gb": spec.hbm_gb,
+            "memory_gib": round(spec.memory_gib, 2),
+            "topology": spec.default_topology,
             "hbm_bw_gbps": spec.hbm_bw_gbps,
             "l2_mb": spec.l2_mb,
             "sm_count": spec.sm_count,

@@ -24,13 +24,14 @@ from llmplan.hardware_catalog import (
 from llmplan.errors import CatalogError
 
 REQUIRED_KEYS = {"a100_40gb_sxm", "a100_sxm", "h100_sxm", "h100_pcie", "h200_sxm", "b200", "gb200",
-                 "l40s", "l4", "a10g", "mi300x", "mi325x"}
+                 "l40s", "l4", "a10g", "mi300x", "mi325x",
+                 "rtx_pro_6000_server", "b60", "b300", "gb300", "mi355x"}
 
 # A valid single-GPU catalog; the malformed-file tests each break one thing in it.
 GOOD_ENTRY = {
     "name": "Test GPU", "vendor": "nvidia", "aliases": ["Test GPU 80GB"],
     "dense_tflops": {"bf16": 100.0, "fp8": 200.0},
-    "hbm_gb": 80, "hbm_bw_gbps": 2000, "l2_mb": 50, "sm_count": 100,
+    "hbm_gb": 80, "memory_bytes": 85899345920, "hbm_bw_gbps": 2000, "l2_mb": 50, "sm_count": 100,
     "scaleup_bw_gbps": 450, "scaleup_domain_size": 8, "pcie_gen": 5, "pcie_bw_gbps": 64,
     "scaleout_bw_gbps": 50, "tdp_w": 700, "usd_per_hour": 2.0,
     "price_source": "Example Cloud, on-demand, read 2026-01-01",
@@ -116,7 +117,9 @@ def test_dtype_support(catalog):
         with pytest.raises(KeyError):
             catalog[key].peak_tflops("fp8")
     with_fp4 = {k for k, s in catalog.items() if "fp4" in s.dense_tflops}
-    assert with_fp4 == {"b200", "gb200"}  # Blackwell only; MI325X (CDNA3) has none
+    # Blackwell (datacenter, Ultra and GB202) and CDNA4; CDNA3 (MI300X/MI325X) has none
+    assert with_fp4 == {"b200", "gb200", "b300", "gb300", "rtx_pro_6000_server", "mi355x"}
+    assert "fp8" not in catalog["b60"].dense_tflops  # Xe2 XMX: no native fp8 matrix math
     assert not catalog["mi325x"].supports("fp4")
     assert catalog["h100_sxm"].peak_tflops("fp16") == catalog["h100_sxm"].peak_tflops("bf16")
 
@@ -127,13 +130,18 @@ def test_interconnect_figures(catalog):
         assert (catalog[key].scaleup_bw_gbps, catalog[key].scaleup_domain_size) == (450, 8)
     assert (catalog["b200"].scaleup_bw_gbps, catalog["b200"].scaleup_domain_size) == (900, 8)
     assert (catalog["gb200"].scaleup_bw_gbps, catalog["gb200"].scaleup_domain_size) == (900, 72)
-    for key in ("h100_pcie", "l40s", "l4", "a10g"):
+    assert (catalog["b300"].scaleup_bw_gbps, catalog["b300"].scaleup_domain_size) == (900, 8)
+    assert catalog["gb300"].scaleup_domain_size == 72  # one NVL72 rack = one scale-up domain
+    assert catalog["mi355x"].scaleup_domain_size == 8
+    for key in ("h100_pcie", "l40s", "l4", "a10g", "rtx_pro_6000_server", "b60"):
         assert (catalog[key].scaleup_bw_gbps, catalog[key].scaleup_domain_size) == (0, 1)
     for key in ("mi300x", "mi325x"):
         assert catalog[key].scaleup_domain_size == 8
         assert catalog[key].l2_mb == 32 and "256" in gpu_notes(key)["l2_mb"]  # Infinity Cache noted
     assert {s.pcie_gen: s.pcie_bw_gbps for s in catalog.values() if s.pcie_gen == 4} == {4: 32}
-    assert {s.pcie_gen: s.pcie_bw_gbps for s in catalog.values() if s.pcie_gen == 5} == {5: 64}
+    # B60 is a PCIe 5.0 x8 card: half the x16 rate; every x16 Gen5 card has 64 GB/s
+    assert {s.pcie_gen: s.pcie_bw_gbps for s in catalog.values() if s.pcie_gen == 5 and s.key != "b60"} == {5: 64}
+    assert catalog["b60"].pcie_bw_gbps == 32
 
 
 def test_list_and_table_rows(catalog):
@@ -242,7 +250,14 @@ def test_good_test_entry_loads(tmp_path):
     ({"dense_tflops": {"bf16": 100, "fp6": 300}}, "dense_tflops.fp6", "unknown dtype"),
     ({"dense_tflops": {"bf16": -1}}, "dense_tflops.bf16", "positive"),
     ({"dense_tflops": {"fp8": 100}}, "dense_tflops", "bf16"),
-    ({"vendor": "intel"}, "vendor", "nvidia"),
+    ({"vendor": "arm"}, "vendor", "nvidia"),
+    ({"memory_bytes": 80 * 10**9 // 2}, "memory_bytes", "marketed"),
+    ({"memory_bytes": 85.9e9}, "memory_bytes", "integer"),
+    ({"scaleup_bw_gbps": 0, "scaleup_domain_size": 1}, "host_topology", "must declare"),
+    ({"host_topology": {"default": "pcie5_bus_p2p"}}, "host_topology.options", "not a topology name"),
+    ({"host_topology": {"default": "pcie4_switch_p2p"}}, "host_topology.options", "Gen4, the card is Gen5"),
+    ({"host_topology": {"default": "scaleup", "options": ["scaleup"], "measured": "pcie5_switch_p2p"}},
+     "host_topology.measured", "not among the options"),
     ({"aliases": "H100"}, "aliases", "list"),
     ({"scaleup_bw_gbps": 0}, "scaleup_domain_size", "no fabric"),
     ({"sources": {"hbm_bw": "x"}}, "sources.hbm_bw", "names no catalog field"),
@@ -296,3 +311,69 @@ def test_missing_or_empty_file(tmp_path):
 def test_packaged_file_is_the_default():
     assert DEFAULT_PATH.name == "gpus.yaml" and DEFAULT_PATH.is_file()
     assert set(load_catalog(DEFAULT_PATH)) == set(load_catalog())
+
+
+# ---------------------------------------------------------------- physical memory (issue 12 §1)
+
+def test_physical_memory_exceeds_marketed_gb_by_the_gib_ratio(catalog):
+    h100 = catalog["h100_sxm"]
+    assert h100.hbm_gb == 80  # marketed, display only
+    assert h100.memory_bytes == 81559 * 2**20  # nvidia-smi MiB total
+    assert h100.memory_bytes / (h100.hbm_gb * 1e9) == pytest.approx(1.069, abs=0.001)
+    assert catalog["a100_sxm"].memory_bytes == 80 * 2**30
+    assert catalog["h200_sxm"].memory_bytes == 143771 * 2**20
+    assert catalog["rtx_pro_6000_server"].memory_bytes == 97887 * 2**20
+    assert catalog["b300"].memory_bytes == 275040 * 2**20
+    assert catalog["gb300"].memory_bytes == 284208 * 2**20
+    assert catalog["mi355x"].memory_bytes == 288 * 2**30
+    for spec in catalog.values():  # every GPU carries a cited byte figure
+        assert isinstance(spec.memory_bytes, int) and spec.memory_bytes > 0
+        assert "memory_bytes" in spec.sources or "memory_bytes" in spec.unknown, spec.key
+        # GDDR parts are marketed in GiB-ish GB (ratio ~1.0), HBM parts in decimal GB (~1.07)
+        assert 0.99 < spec.memory_bytes / (spec.hbm_gb * 1e9) < 1.08, spec.key
+
+
+def test_new_gpus_of_issue_9(catalog):
+    rtx = catalog["rtx_pro_6000_server"]
+    assert (rtx.vendor, rtx.scaleup_domain_size, rtx.pcie_gen) == ("nvidia", 1, 5)
+    assert rtx.peak_tflops("bf16") == pytest.approx(467.8) and rtx.hbm_bw_gbps == 1792
+    b60 = catalog["b60"]
+    assert (b60.vendor, b60.collective_library, b60.hbm_gb, b60.hbm_bw_gbps) == ("intel", "oneccl", 24, 456)
+    assert catalog["h100_sxm"].collective_library == "nccl" and catalog["mi355x"].collective_library == "rccl"
+    assert catalog["b300"].peak_tflops("fp4") == 14000 and catalog["gb300"].peak_tflops("fp4") == 15000
+    assert catalog["b300"].peak_tflops("int8") < 200  # Blackwell Ultra cut int8: not the fp8 rate
+    assert catalog["mi355x"].sm_count == 256 and catalog["mi355x"].l2_mb == 32
+    for key in ("rtx_pro_6000_server", "b60", "b300", "gb300", "mi355x"):
+        assert get_gpu(catalog[key].aliases[0]).key == key
+
+
+# ---------------------------------------------------------------- host topology (issue 12 §3)
+
+def test_topology_is_a_catalog_input_with_a_default(catalog):
+    from llmplan.hardware_catalog.loader import parse_topology
+
+    for spec in catalog.values():
+        assert spec.default_topology in spec.topologies
+        assert spec.measured_topology in ("", *spec.topologies)
+        if spec.scaleup_domain_size > 1:
+            assert spec.default_topology == "scaleup"
+        else:  # PCIe-only boxes: generation matches the card
+            assert all(t.pcie_gen == spec.pcie_gen for t in spec.topologies.values())
+    l40s = catalog["l40s"]
+    assert l40s.measured_topology == l40s.default_topology == "pcie4_switch_no_p2p"
+    assert catalog["h100_pcie"].measured_topology == ""  # no collective measurements
+    t = parse_topology("pcie5_host_bridge_no_p2p")
+    assert (t.gpu_link, t.pcie_gen, t.p2p, t.gpus_per_socket) == ("pcie_host_bridge", 5, False, 4)
+    assert parse_topology("pcie4_switch_p2p").p2p and parse_topology("pcie4_switch_p2p").gpu_link == "pcie_switch"
+
+
+def test_unknown_topology_for_a_gpu_is_a_user_error(catalog):
+    from llmplan.hardware_catalog.loader import topology_for
+
+    assert topology_for(catalog["l40s"]).name == "pcie4_switch_no_p2p"
+    assert topology_for(catalog["l40s"], "pcie4_host_bridge_p2p").p2p
+    with pytest.raises(CatalogError) as exc:
+        topology_for(catalog["h100_sxm"], "pcie5_switch_p2p")  # NVLink box: no PCIe collectives
+    assert exc.value.key == "gpu.topology.h100_sxm" and "scaleup" in exc.value.fix
+    with pytest.raises(CatalogError, match="pcie4_switch_p2p"):
+        topology_for(catalog["l40s"], "pcie5_switch_p2p")  # wrong generation for the card
