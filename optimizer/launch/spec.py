@@ -1,0 +1,128 @@
+"""What a launch artifact needs to know about one planned pool, as a frozen record."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.types import Allocation, WorkloadStats
+from llmplan.sim.deployment import replica_limits
+from llmplan.sim.types import EngineProfile
+
+ENGINES = ("vllm", "sglang", "trtllm")
+#: GPUs per node of the reference platform: GB200 NVL72 compute trays carry 4 GPUs
+#: (NVIDIA DGX GB200 user guide, cited in hardware_catalog/data/gpus.yaml); the HGX/DGX
+#: boards and the largest cloud instances of the PCIe cards carry 8.
+GPUS_PER_NODE = {"gb200": 4}
+DEFAULT_GPUS_PER_NODE = 8
+NOT_MODELLED = ("speculative decoding: not modelled yet (no draft/MTP flags emitted)",
+                "disaggregated prefill/decode pools: not modelled yet (one aggregated pool per GPU type)")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    engine: str                   # vllm | sglang | trtllm
+    model_hf_id: str
+    model_native_dtype: str       # bf16 | fp8 | fp4 | int4: the checkpoint's own format
+    gpu_key: str
+    gpu_vendor: str               # nvidia | amd (Kubernetes resource name)
+    tp: int
+    pp: int
+    ep: int
+    replicas: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    weights_dtype: str            # bf16 | fp8 | fp4
+    kv_cache_dtype: str           # bf16 | fp8
+    gpu_memory_utilization: float
+    block_size: int
+    enable_prefix_caching: bool
+    max_model_len: int
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    attention_dp: bool = False    # not chosen by the planner (not modelled); kept for completeness
+    port: int = 8000
+    name: str = "llmplan"         # Kubernetes object name (DNS-1123)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def nodes_per_replica(self) -> int:
+        return max(1, math.ceil(self.gpus_per_replica / self.gpus_per_node))
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.gpus_per_replica // self.nodes_per_replica
+
+    @property
+    def online_quantization(self) -> str | None:
+        """The weight format the engine must produce at load time (None: served as shipped)."""
+        return None if self.weights_dtype == self.model_native_dtype else self.weights_dtype
+
+
+def k8s_name(text: str) -> str:
+    out = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out[:52].rstrip("-") or "llmplan"
+
+
+def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile, wl: WorkloadStats) -> LaunchSpec:
+    """The launch record of one pool of a selection.
+
+    The token budget is the one the simulator verified (prefill-first engines get it raised
+    to whole prompts, ``sim.deployment.replica_limits``). The context length is capped at
+    the replica's KV capacity so the engine can start; a cap is stated in ``notes``."""
+    c, ev = a.evaluation.candidate, a.evaluation
+    if engine.name not in ENGINES:
+        from llmplan.errors import ConfigError
+
+        raise ConfigError(f"no launch artifacts for engine '{engine.name}'", key="engine.name",
+                          fix="one of " + ", ".join(ENGINES))
+    eng, max_len = replica_limits(replace(engine, max_num_seqs=c.max_num_seqs), model, wl.max_request_tokens)
+    notes: list[str] = []
+    max_len = int(max_len)
+    if ev.kv_capacity_tokens and max_len > ev.kv_capacity_tokens:
+        notes.append(f"context length capped at the replica's KV capacity, {ev.kv_capacity_tokens} tokens "
+                     f"(the model supports {model.max_position_embeddings}); longer requests are rejected by the engine")
+        max_len = ev.kv_capacity_tokens
+    elif max_len < model.max_position_embeddings:
+        notes.append(f"context length {max_len} tokens (the model supports {model.max_position_embeddings}): without "
+                     "chunked prefill the token budget must hold a whole prompt, and the plan verified this budget")
+    per_node = GPUS_PER_NODE.get(c.gpu.key, DEFAULT_GPUS_PER_NODE)
+    return LaunchSpec(
+        engine=engine.name, model_hf_id=model.hf_id, model_native_dtype=model.native_dtype,
+        gpu_key=c.gpu.key, gpu_vendor=c.gpu.vendor, tp=c.par.tp, pp=c.par.pp, ep=c.par.ep,
+        replicas=a.replicas, max_num_seqs=c.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens,
+        chunked_prefill=eng.chunked_prefill, weights_dtype=c.prec.weights, kv_cache_dtype=c.prec.kv_cache,
+        gpu_memory_utilization=eng.gpu_memory_utilization, block_size=eng.block_size,
+        enable_prefix_caching=eng.enable_prefix_caching, max_model_len=int(max_len), gpus_per_node=per_node,
+        name=k8s_name(f"{model.key}-{c.name}"),
+        notes=tuple(notes))
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """One engine invocation: argv (without node-specific multi-node arguments), extra
+    files it reads (name -> text), and notes a reader must see (unsupported settings)."""
+
+    argv: tuple[str, ...]
+    files: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    doc: str = ""                 # the documentation (URL + version) the flags follow
+
+
+def load_time_quantization(s: LaunchSpec, engine_label: str) -> tuple[list[str], list[str]]:
+    """(args, notes) for vLLM/SGLang: `--quantization fp8` quantizes a checkpoint at load
+    time; other formats need a pre-quantized checkpoint, which is stated, never dropped."""
+    q = s.online_quantization
+    if q is None:
+        return [], []
+    if q == "fp8":
+        return ["--quantization", "fp8"], []
+    return [], [f"WARNING: {engine_label} has no load-time {q} quantization of a {s.model_native_dtype} checkpoint: "
+                f"serve a pre-quantized {q} checkpoint of {s.model_hf_id} (its format is read from its config)"]

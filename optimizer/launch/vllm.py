@@ -1,0 +1,44 @@
+"""`vllm serve` command for a planned pool.
+
+Flags follow the vLLM v0.12.0 documentation:
+  * engine arguments / `vllm serve`: https://docs.vllm.ai/en/v0.12.0/cli/serve/
+  * expert parallelism: https://docs.vllm.ai/en/v0.12.0/serving/expert_parallel_deployment/
+    (`--enable-expert-parallel`: the EP size is TP x DP, it cannot be set on its own)
+  * quantization: `--quantization fp8` quantizes a bf16 checkpoint at load time;
+    `--kv-cache-dtype {auto,fp8,...}`.
+"""
+
+from __future__ import annotations
+
+from llmplan.optimizer.launch.spec import NOT_MODELLED, LaunchCommand, LaunchSpec, load_time_quantization
+
+DOC = "vLLM v0.12.0, https://docs.vllm.ai/en/v0.12.0/cli/serve/"
+
+
+def command(s: LaunchSpec) -> LaunchCommand:
+    # attention DP in vLLM: DP ranks of TP 1 over the same GPUs, experts sharded over all of them
+    argv = ["vllm", "serve", s.model_hf_id,
+            "--tensor-parallel-size", str(1 if s.attention_dp else s.tp), "--pipeline-parallel-size", str(s.pp),
+            "--max-num-seqs", str(s.max_num_seqs), "--max-num-batched-tokens", str(s.max_num_batched_tokens),
+            "--enable-chunked-prefill" if s.chunked_prefill else "--no-enable-chunked-prefill",
+            "--kv-cache-dtype", "fp8" if s.kv_cache_dtype == "fp8" else "auto",
+            "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}", "--block-size", str(s.block_size),
+            "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
+            "--max-model-len", str(s.max_model_len), "--host", "0.0.0.0", "--port", str(s.port)]
+    notes = list(s.notes)
+    if s.ep > 1:
+        argv.append("--enable-expert-parallel")
+        if s.ep != s.tp and not s.attention_dp:
+            notes.append(f"WARNING: vLLM sets the expert-parallel size to TP x DP = {s.tp}; the plan assumed "
+                         f"ep={s.ep} with expert-TP {s.tp // s.ep}, which vLLM cannot express: re-plan with "
+                         f"search.ep=[1,{s.tp}] or use SGLang/TensorRT-LLM")
+    if s.attention_dp:
+        argv += ["--data-parallel-size", str(s.tp)]
+        notes.append("attention DP is not modelled by the planner")
+    q_args, q_notes = load_time_quantization(s, "vLLM")
+    argv += q_args
+    notes += q_notes
+    if s.nodes_per_replica > 1:
+        argv += ["--distributed-executor-backend", "ray"]
+    notes += NOT_MODELLED
+    return LaunchCommand(tuple(argv), (), tuple(notes), DOC)
