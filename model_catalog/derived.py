@@ -27,10 +27,13 @@ Counting conventions (used everywhere in llmplan):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from llmplan.errors import ConfigError, suggest
+from llmplan.model_catalog.quant import DEFAULT_FORMATS
 from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
+from llmplan.model_catalog.tensors import component_params, linear_attention_layers, linear_tensors
 
 #: embedding conventions accepted by :func:`param_count_active`.
 EMBEDDING_CONVENTIONS = ("once", "both", "none")
@@ -50,7 +53,9 @@ class ParamBreakdown:
     routed_experts_active: int  # the top_k routed experts of every MoE layer
     shared_experts: int         # always-active shared experts of all MoE layers
     router: int                 # expert-gate weights (and biases)
-    norms: int                  # RMSNorm weights
+    norms: int                  # RMSNorm weights and other small non-matmul weights
+    indexer: int = 0            # DSA lightning-indexer projections
+    linear_attention: int = 0   # Gated DeltaNet projections of the linear-attention layers
 
     @property
     def total(self) -> int:
@@ -59,12 +64,12 @@ class ParamBreakdown:
     @property
     def non_embedding_total(self) -> int:
         return (self.attention + self.dense_mlp + self.routed_experts + self.shared_experts
-                + self.router + self.norms)
+                + self.router + self.norms + self.indexer + self.linear_attention)
 
     @property
     def non_embedding_active(self) -> int:
         return (self.attention + self.dense_mlp + self.routed_experts_active + self.shared_experts
-                + self.router + self.norms)
+                + self.router + self.norms + self.indexer + self.linear_attention)
 
     @property
     def vocab_matrix(self) -> int:
@@ -104,55 +109,62 @@ def expert_params(spec: ModelSpec) -> int:
     return 0 if spec.moe is None else _mlp_params(spec, spec.moe.expert_intermediate_size)
 
 
-def attention_params_per_layer(spec: ModelSpec) -> int:
-    """Attention projection weights (and biases) of one layer, norms excluded.
+def _first_full_attention_layer(spec: ModelSpec) -> int:
+    linear = linear_attention_layers(spec)
+    return next(i for i in range(spec.num_layers) if i not in linear)
 
-    GQA: q = hidden x heads*head_dim, k and v = hidden x kv_heads*head_dim each,
-    o = heads*head_dim x hidden. MLA: q_a (hidden x q_lora_rank) and q_b (q_lora_rank x
-    heads*(nope+rope)) or a plain q_proj when q_lora_rank is 0; kv_a (hidden x
-    kv_lora_rank+rope); kv_b (kv_lora_rank x heads*(nope+v)); o (heads*v x hidden).
+
+def attention_params_per_layer(spec: ModelSpec) -> int:
+    """Attention projection weights (and biases) of one full-attention layer, norms and
+    the DSA indexer excluded.
+
+    GQA: q = hidden x heads*head_dim (twice that with Qwen3.5's output gate), k and v =
+    hidden x kv_heads*head_dim each, o = heads*head_dim x hidden. MLA: q_a (hidden x
+    q_lora_rank) and q_b (q_lora_rank x heads*(nope+rope)) or a plain q_proj when
+    q_lora_rank is 0; kv_a (hidden x kv_lora_rank+rope); kv_b (kv_lora_rank x
+    heads*(nope+v)); o (heads*v x hidden).
     """
-    h, n = spec.hidden_size, spec.num_attention_heads
+    layer = _first_full_attention_layer(spec)
+    return sum(t.params for t in linear_tensors(spec) if t.layer == layer and t.component == "attention")
+
+
+def _small_params(spec: ModelSpec) -> int:
+    """Norm weights and other small non-matmul weights: two RMSNorms per layer and the
+    final norm; MLA latent norms; GDN conv1d, A_log, dt_bias and gated-norm weights; DSA
+    indexer key LayerNorm (weight and bias)."""
+    h, layers = spec.hidden_size, spec.num_layers
+    norms = 2 * h * layers + h
     if spec.mla is not None:
-        m = spec.mla
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q = h * m.q_lora_rank + m.q_lora_rank * n * qk if m.q_lora_rank else h * n * qk
-        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * n * (m.qk_nope_head_dim + m.v_head_dim)
-        return q + kv + n * m.v_head_dim * h
-    q_out, kv_out = n * spec.head_dim, spec.num_kv_heads * spec.head_dim
-    params = 2 * h * q_out + 2 * h * kv_out
-    if spec.attention_bias:
-        params += q_out + 2 * kv_out + h
-    return params
+        norms += (spec.mla.q_lora_rank + spec.mla.kv_lora_rank) * spec.num_full_attention_layers
+    if spec.linear is not None:
+        g = spec.linear
+        norms += g.num_layers * (g.conv_channels * g.conv_kernel + 2 * g.num_value_heads + g.value_head_dim)
+    if spec.sparse is not None:
+        norms += spec.sparse.num_indexer_layers * 2 * spec.sparse.index_head_dim
+    return norms
 
 
 def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     """Count the parameters of ``spec`` by component (conventions: module docstring)."""
-    h, layers = spec.hidden_size, spec.num_layers
-    embedding = spec.vocab_size * h
-    norms = 2 * h * layers + h
-    if spec.mla is not None:
-        norms += (spec.mla.q_lora_rank + spec.mla.kv_lora_rank) * layers
-    routed = routed_active = shared = router = 0
-    dense_layers = layers
+    h = spec.hidden_size
+    c = component_params(spec)
+    routed_active = router = 0
     if spec.moe is not None:
         moe, moe_layers = spec.moe, spec.num_moe_layers
-        dense_layers = moe.num_dense_layers
-        one = expert_params(spec)
-        routed = moe_layers * moe.num_experts * one
-        routed_active = moe_layers * moe.top_k * one
-        shared = moe_layers * moe.num_shared_experts * _mlp_params(spec, moe.shared_intermediate_size)
+        routed_active = moe_layers * moe.top_k * expert_params(spec)
         router = moe_layers * (h * moe.num_experts + (moe.num_experts if spec.mlp_bias else 0))
     return ParamBreakdown(
-        embedding=embedding,
-        lm_head=0 if spec.tie_word_embeddings else embedding,
-        attention=layers * attention_params_per_layer(spec),
-        dense_mlp=dense_layers * _mlp_params(spec, spec.intermediate_size),
-        routed_experts=routed,
+        embedding=spec.vocab_size * h,
+        lm_head=c["lm_head"],
+        attention=c["attention"],
+        dense_mlp=c["dense_mlp"],
+        routed_experts=c["routed_experts"],
         routed_experts_active=routed_active,
-        shared_experts=shared,
+        shared_experts=c["shared_experts"],
         router=router,
-        norms=norms,
+        norms=_small_params(spec),
+        indexer=c["indexer"],
+        linear_attention=c["linear_attention"],
     )
 
 
@@ -167,26 +179,56 @@ def param_count_active(spec: ModelSpec, embeddings: str = "once") -> int:
 
 
 def weight_bytes(spec: ModelSpec, precision: str) -> float:
-    """Bytes of all weights when block linears are stored in ``precision``.
+    """Bytes of all weights when the model is served at weight ``precision``.
 
-    Embeddings, lm_head, norms and routers stay bf16 below 2 bytes per element; for a
-    model whose native recipe quantizes routed experts only, at the native width the other
-    block linears stay bf16 too (see module docstring).
+    At the checkpoint's own precision (``spec.quant.precision``) the shipped layout is
+    exact: each component in the format the checkpoint stores it in (values, block scales
+    and per-tensor scales, :class:`~model_catalog.spec.WeightFormat`) and everything else
+    in bf16. Otherwise the block linears (attention, indexer, linear attention, MLPs,
+    experts) take ``precision`` in its default format (``quant.DEFAULT_FORMATS``: fp8 per
+    tensor, fp4 as NVFP4, int4 with a bf16 scale per 128) and embeddings, lm_head, norms
+    and routers stay bf16; at 2 bytes or wider everything uses the precision.
     """
     b = bytes_per_element(precision)
-    keep = b if b >= BYTES_PER_ELEMENT["bf16"] else BYTES_PER_ELEMENT["bf16"]
     p = param_breakdown(spec)
-    kept = p.embedding + p.lm_head + p.norms + p.router
-    others = p.attention + p.dense_mlp + p.shared_experts
-    experts_only = (spec.quant_scope == "experts"
-                    and b == BYTES_PER_ELEMENT.get(spec.native_dtype, -1.0))
-    if experts_only:
-        return p.routed_experts * b + (others + kept) * keep
-    return (p.routed_experts + others) * b + kept * keep
+    bf16 = BYTES_PER_ELEMENT["bf16"]
+    q = spec.quant
+    if q is not None and precision == q.precision:
+        stored = sum(part.params * part.fmt.bytes_per_element + part.tensors * part.fmt.tensor_scale_bytes
+                     for part in q.parts)
+        return stored + (p.total - sum(part.params for part in q.parts)) * bf16
+    if b >= bf16:
+        return p.total * b
+    fmt = DEFAULT_FORMATS.get(precision)
+    linears = [t for t in linear_tensors(spec) if t.component != "lm_head"]
+    quantized = sum(t.params * t.count for t in linears)
+    tensors = sum(t.count for t in linears)
+    per_elem = fmt.bytes_per_element if fmt is not None else b
+    scales = tensors * fmt.tensor_scale_bytes if fmt is not None else 0.0
+    return quantized * per_elem + scales + (p.total - quantized) * bf16
+
+
+def checkpoint_precision_note(spec: ModelSpec, precision: str) -> str | None:
+    """A sentence for a user who asks for a weight precision other than the checkpoint's,
+    or None when they match (bf16/fp16 checkpoints accept any precision: the engine
+    quantizes at load time)."""
+    if spec.quant is None or precision == spec.quant.precision:
+        return None
+    fmt = spec.quant.main
+    return (f"{spec.hf_id} ships {fmt.name} weights ({fmt.precision}); weights={precision} is not what the "
+            f"checkpoint holds: served at {precision} it would have to be re-quantized from another checkpoint")
+
+
+#: DSA indexer key cache: fp8 keys plus one fp32 scale per 128 values, per token and
+#: indexer layer (DeepGEMM ``fp8_mqa_logits`` reads fp8 keys; vLLM's DeepSeek-V3.2 indexer
+#: cache is ``index_head_dim + index_head_dim // 128 * 4`` bytes per token, vLLM
+#: ``vllm/model_executor/models/deepseek_v2.py`` Indexer, v0.11).
+INDEXER_SCALE_BLOCK = 128
+INDEXER_SCALE_BYTES = 4.0
 
 
 def kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> float:
-    """KV-cache bytes one token occupies in one layer.
+    """KV-cache bytes one token occupies in one full-attention layer, indexer keys excluded.
 
     GQA: K and V, ``2 * kv_heads * head_dim`` elements. MLA: the compressed latent plus the
     decoupled rotary key, ``kv_lora_rank + qk_rope_head_dim`` elements.
@@ -197,9 +239,44 @@ def kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> float:
     return 2 * spec.num_kv_heads * spec.head_dim * b
 
 
+def indexer_bytes_per_token(spec: ModelSpec) -> float:
+    """DSA indexer-key bytes per token over all indexer layers (0 without DSA)."""
+    s = spec.sparse
+    if s is None:
+        return 0.0
+    per_layer = s.index_head_dim * 1.0 + math.ceil(s.index_head_dim / INDEXER_SCALE_BLOCK) * INDEXER_SCALE_BYTES
+    return per_layer * s.num_indexer_layers
+
+
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str) -> float:
-    """KV bytes per token over all layers, sliding-window layers counted as full."""
-    return kv_bytes_per_token_per_layer(spec, kv_dtype) * spec.num_layers
+    """KV bytes per token over all layers: full-attention layers (sliding-window layers
+    counted as full; linear-attention layers hold no per-token KV) plus DSA indexer keys."""
+    return (kv_bytes_per_token_per_layer(spec, kv_dtype) * spec.num_full_attention_layers
+            + indexer_bytes_per_token(spec))
+
+
+def state_bytes_per_sequence(spec: ModelSpec, dtype: str = "bf16", tp: int = 1) -> float:
+    """Fixed-size linear-attention state one sequence holds, per GPU under ``tp``-way
+    tensor parallelism (0 for models without linear attention); it does not grow with
+    the context.
+
+    Per Gated DeltaNet layer: the recurrent state, ``value_heads x key_head_dim x
+    value_head_dim`` in ``spec.linear.state_dtype`` (fp32 for Qwen3.5: ``mamba_ssm_dtype``),
+    plus the causal-conv1d state, ``(conv_kernel - 1) x conv_channels`` in ``dtype`` (the
+    activation dtype). Heads and conv channels split over TP (vLLM ``MambaStateShapeCalculator
+    .gated_delta_net_state_shape``, v0.11).
+    """
+    g = spec.linear
+    if g is None:
+        return 0.0
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tensor parallelism must be a positive integer, got {tp!r}", key="tp")
+    v_heads = math.ceil(g.num_value_heads / tp)
+    k_heads = math.ceil(g.num_key_heads / tp)
+    ssm = v_heads * g.key_head_dim * g.value_head_dim * bytes_per_element(g.state_dtype)
+    conv_channels = 2 * k_heads * g.key_head_dim + v_heads * g.value_head_dim
+    conv = (g.conv_kernel - 1) * conv_channels * bytes_per_element(dtype)
+    return g.num_layers * (ssm + conv)
 
 
 def _check_context(context_len: int) -> None:
@@ -212,8 +289,8 @@ def kv_bytes_sequence(spec: ModelSpec, kv_dtype: str, context_len: int) -> float
     """KV bytes one sequence of ``context_len`` tokens holds, sliding layers capped at the window."""
     _check_context(context_len)
     sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
-    tokens = (spec.num_layers - sliding) * context_len + sliding * min(context_len, spec.sliding_window)
-    return kv_bytes_per_token_per_layer(spec, kv_dtype) * tokens
+    tokens = (spec.num_full_attention_layers - sliding) * context_len + sliding * min(context_len, spec.sliding_window)
+    return kv_bytes_per_token_per_layer(spec, kv_dtype) * tokens + indexer_bytes_per_token(spec) * context_len
 
 
 def kv_bytes_per_token_windowed(spec: ModelSpec, kv_dtype: str, context_len: int) -> float:
@@ -242,7 +319,10 @@ def _mean_attended(context_len: int, window: int, phase: str) -> float:
 def attention_flops_per_token(spec: ModelSpec, context_len: int, phase: str) -> float:
     """Score and value FLOPs (QK^T and AV) for one token over all layers.
 
-    GQA: ``4 * heads * head_dim`` per attended key and layer. MLA prefill runs un-absorbed
+    Only full-attention layers attend (linear-attention layers add their fixed recurrent
+    update, :func:`linear_attention_flops_per_token`). DSA layers attend to at most
+    ``index_topk`` keys and their indexer adds ``2 * index_heads * index_head_dim`` per
+    cached key. GQA: ``4 * heads * head_dim`` per attended key and layer. MLA prefill runs un-absorbed
     (``2*heads*(nope+rope) + 2*heads*v``); MLA decode runs weight-absorbed over the latent
     cache (``2*heads*(kv_lora+rope) + 2*heads*kv_lora``), as FlashMLA-style kernels do.
     Sliding-window layers attend to at most the window.
@@ -260,9 +340,31 @@ def attention_flops_per_token(spec: ModelSpec, context_len: int, phase: str) -> 
         m = spec.mla
         per_key = 2 * n * (m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank)
     sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
-    keys = ((spec.num_layers - sliding) * _mean_attended(context_len, 0, phase)
-            + sliding * _mean_attended(context_len, spec.sliding_window, phase))
-    return per_key * keys
+    full = spec.num_full_attention_layers - sliding
+    extra = 0.0
+    if spec.sparse is not None:  # MLA reads only the top-k keys; the indexer scores all of them
+        s = spec.sparse
+        full_keys = _mean_attended(context_len, s.index_topk, phase)
+        extra = 2.0 * s.index_n_heads * s.index_head_dim * _mean_attended(context_len, 0, phase) * s.num_indexer_layers
+    else:
+        full_keys = _mean_attended(context_len, 0, phase)
+    keys = full * full_keys + sliding * _mean_attended(context_len, spec.sliding_window, phase)
+    return per_key * keys + extra + linear_attention_flops_per_token(spec)
+
+
+#: FLOPs per recurrent-state element and token of the Gated DeltaNet update
+#: ``S <- a S + b k (v - S^T k)^T``, read-out ``S^T q``: 2 each for the read-out, the
+#: prediction ``S^T k`` and the rank-1 update (Yang et al., arXiv:2412.06464, eq. 8).
+GDN_FLOPS_PER_STATE_ELEMENT = 6.0
+
+
+def linear_attention_flops_per_token(spec: ModelSpec) -> float:
+    """Recurrent-update FLOPs of the linear-attention layers for one token (independent of
+    the context: the state has a fixed size)."""
+    g = spec.linear
+    if g is None:
+        return 0.0
+    return GDN_FLOPS_PER_STATE_ELEMENT * g.num_value_heads * g.key_head_dim * g.value_head_dim * g.num_layers
 
 
 def flops_per_token(spec: ModelSpec, context_len: int, phase: str) -> float:

@@ -7,9 +7,14 @@ one). Presets live in ``data/presets.yaml`` and point at the configs in ``config
 
 Parsing handles multimodal wrappers (``text_config``), GQA/MHA defaults, the MoE fields of
 Mixtral, Qwen3-MoE, DeepSeek/Kimi, gpt-oss, Llama-4 and MiniMax-M2, DeepSeek-style MLA,
-sliding-window / chunked-attention layers and the shipped weight format. Configs whose
-attention ``ModelSpec`` cannot describe (hybrid linear attention, DSA sparse attention,
-per-layer-type head dims) are refused with a :class:`CatalogError` rather than mis-modelled.
+sliding-window / chunked-attention layers, Gated DeltaNet hybrid linear attention
+(Qwen3.5/3.6), DeepSeek sparse attention with an indexer (DeepSeek-V3.2, GLM-5.x) and the
+shipped weight format (``quantization_config`` or a ModelOpt ``hf_quant_config.json``
+beside the config, see :mod:`model_catalog.quant`). Configs whose architecture
+``ModelSpec`` cannot describe (Mamba2 hybrids, Kimi delta attention, DeepSeek-V4
+compressed attention, per-layer-type head dims, heterogeneous NAS blocks) are refused
+with a :class:`CatalogError` naming the feature (:func:`unsupported_reason`) rather than
+mis-modelled.
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ from typing import Any
 import yaml
 
 from llmplan.errors import CatalogError, suggest
-from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, MLASpec, ModelSpec, MoESpec
+from llmplan.model_catalog.quant import parse_quant
+from llmplan.model_catalog.spec import (
+    BYTES_PER_ELEMENT,
+    LinearAttentionSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    SparseAttentionSpec,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
@@ -36,6 +49,7 @@ REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "v
 #: model types whose MLP is a plain 2-matrix MLP rather than a gated (SwiGLU-style) one.
 _NON_GATED_TYPES = {"gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2", "mpt"}
 _SLIDING_KINDS = {"sliding_attention", "chunked_attention"}
+_FULL_KINDS = {"full_attention", "deepseek_sparse_attention"}
 _LIST_FIX = "`llmplan catalog models` lists the presets; a path to a config.json also works"
 
 
@@ -47,8 +61,9 @@ class Preset:
     config: str                        # file name in configs/
     hf_id: str
     aliases: tuple[str, ...] = ()
-    native_dtype: str | None = None    # overrides the dtype read from the config when set
+    native_dtype: str | None = None    # checked against the format read from the checkpoint
     published: dict[str, Any] = field(default_factory=dict)  # total_b, active_b, source, ...
+    quant_config: str | None = None    # hf_quant_config.json in configs/ (default: the sidecar)
 
     @property
     def config_path(self) -> Path:
@@ -79,7 +94,8 @@ def load_presets() -> dict[str, Preset]:
                                fix=suggest(str(dtype), BYTES_PER_ELEMENT))
         presets[str(key)] = Preset(key=str(key), config=str(entry["config"]), hf_id=str(entry["hf_id"]),
                                    aliases=tuple(str(a) for a in entry.get("aliases") or ()),
-                                   native_dtype=dtype, published=dict(entry.get("published") or {}))
+                                   native_dtype=dtype, published=dict(entry.get("published") or {}),
+                                   quant_config=entry.get("quant_config"))
     return presets
 
 
@@ -132,9 +148,11 @@ def _load_preset_spec(key: str) -> ModelSpec:
     if not p.config_path.is_file():
         raise CatalogError(f"preset '{key}': config file {p.config_path} is missing", key="model")
     cfg = _read_json(p.config_path)
-    spec = parse_config(cfg, key=key, hf_id=p.hf_id, source=f"model_catalog/configs/{p.config}")
+    hf_quant = _read_json(CONFIG_DIR / p.quant_config) if p.quant_config else _sidecar_quant(p.config_path)
+    spec = parse_config(cfg, key=key, hf_id=p.hf_id, source=f"model_catalog/configs/{p.config}", hf_quant=hf_quant)
     if p.native_dtype is not None and p.native_dtype != spec.native_dtype:
-        spec = dataclasses.replace(spec, native_dtype=p.native_dtype)
+        raise CatalogError(f"preset '{key}' says native_dtype {p.native_dtype} but its checkpoint files give "
+                           f"{spec.native_dtype}", key="model", fix="correct model_catalog/data/presets.yaml")
     return spec
 
 
@@ -192,10 +210,21 @@ def load_model_file(path: str | Path, key: str | None = None) -> ModelSpec:
         raise CatalogError(f"model config file not found: {path}", key="model", fix=_LIST_FIX)
     cfg = _read_json(path)
     stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    hf_quant = _sidecar_quant(path)
     hf_id = stem.replace("--", "/", 1) if "--" in stem else str(cfg.get("_name_or_path") or stem)
     if key is None:
         key = re.sub(r"[^a-z0-9]+", "_", stem.lower()).strip("_") or "custom"
-    return parse_config(cfg, key=key, hf_id=hf_id, source=str(path))
+    return parse_config(cfg, key=key, hf_id=hf_id, source=str(path), hf_quant=hf_quant)
+
+
+def _sidecar_quant(path: Path) -> dict[str, Any] | None:
+    """A ModelOpt ``hf_quant_config.json`` beside a config: ``<stem>.hf_quant_config.json``
+    (this catalog's naming) or ``hf_quant_config.json`` in a checkpoint folder."""
+    stem = path.name[:-5] if path.name.endswith(".json") else path.name
+    for cand in (path.with_name(f"{stem}.hf_quant_config.json"), path.with_name("hf_quant_config.json")):
+        if cand != path and cand.is_file() and (cand.name != "hf_quant_config.json" or path.name == "config.json"):
+            return _read_json(cand)
+    return None
 
 
 # --------------------------------------------------------------------------- parsing
@@ -234,45 +263,38 @@ class _Fields:
         return default
 
 
-def _unsupported(c: dict[str, Any]) -> str | None:
-    """Why ModelSpec cannot describe this config faithfully, or None."""
+def unsupported_reason(cfg: dict[str, Any]) -> str | None:
+    """Why ModelSpec cannot describe this config (a raw or text-level config) faithfully,
+    or None when it can."""
+    c = _text_config(cfg)
+    model_type = str(c.get("model_type", "")).lower()
     kinds = set(c.get("layer_types") or ())
+    if model_type.startswith("nemotron_h") or "hybrid_override_pattern" in c or "layers_block_type" in c:
+        return ("Mamba2 hybrid layers (Nemotron-H: per-layer block types M/E/*/-, each layer a single "
+                "Mamba2, MoE, attention or MLP block)")
+    if model_type.startswith("kimi_linear") or "linear_attn_config" in c:
+        return "Kimi delta attention (KDA) hybrid layers with gated MLA"
+    if "compress_ratios" in c or model_type in ("deepseek_v4", "deepseek_ref"):
+        return "DeepSeek-V4 compressed sparse attention (CSA/HCA) with hyper-connections"
     if "linear_attention" in kinds or "linear_num_key_heads" in c:
-        return "hybrid linear-attention layers (recurrent state, not a per-token KV cache)"
-    if "index_n_heads" in c or "index_topk" in c:
-        return "DSA sparse attention with an indexer key cache"
+        if not all(k in c for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                    "linear_value_head_dim")):
+            return "linear-attention layers without Gated DeltaNet head shapes (linear_* fields)"
+    if ("index_n_heads" in c or "index_topk" in c) and c.get("kv_lora_rank") is None:
+        return "sparse-attention indexer without MLA"
     if "global_head_dim" in c or c.get("attention_k_eq_v"):
-        return "per-layer-type head dims / shared key-value projections"
-    unknown = kinds - _SLIDING_KINDS - {"full_attention"}
+        return ("per-layer-type head dims and KV heads (global_head_dim, num_global_key_value_heads), keys "
+                "doubling as values (attention_k_eq_v) and an MoE block beside the dense MLP")
+    if "swa_num_key_value_heads" in c or "hybrid_layer_pattern" in c:
+        return "per-layer-type attention heads (sliding-window layers with their own head counts and dims)"
+    if "block_configs" in c:
+        return "heterogeneous NAS blocks (per-layer attention and FFN sizes in block_configs)"
+    if isinstance(c.get("sparse_attention_config"), dict):
+        return "MiniMax sparse attention (sparse_attention_config)"
+    unknown = kinds - _SLIDING_KINDS - _FULL_KINDS - {"linear_attention"}
     if unknown:
         return f"layer types {sorted(unknown)}"
     return None
-
-
-def _native_dtype(c: dict[str, Any], f: _Fields) -> str:
-    """fp8 / fp4 (mxfp4, nvfp4) / int4 / int8 from quantization_config, else bf16."""
-    qc = c.get("quantization_config") or c.get("compression_config")
-    if not isinstance(qc, dict):
-        return "bf16"
-    method = str(qc.get("quant_method", "")).lower()
-    if method in ("fp8", "fbgemm_fp8"):
-        return "fp8"
-    if method == "mxfp4":
-        return "fp4"
-    if method == "modelopt":
-        algo = str(qc.get("quant_algo", "")).upper()
-        if algo in ("FP8", "NVFP4"):
-            return "fp8" if algo == "FP8" else "fp4"
-    if method in ("awq", "gptq") and qc.get("bits") in (4, 8):
-        return f"int{qc['bits']}"
-    if method == "compressed-tensors":
-        groups = [g for g in (qc.get("config_groups") or {}).values() if isinstance(g, dict)]
-        weights = groups[0].get("weights") if groups else None
-        if isinstance(weights, dict) and weights.get("num_bits") in (4, 8):
-            kind = "int" if weights.get("type", "int") == "int" else "fp"
-            return f"{kind}{weights['num_bits']}"
-    raise f.error(f"unsupported quantization_config (quant_method '{method}')",
-                  fix="remove the quantization_config block to plan the model as bf16")
 
 
 def _quant_scope(c: dict[str, Any], is_moe: bool) -> str:
@@ -285,10 +307,16 @@ def _quant_scope(c: dict[str, Any], is_moe: bool) -> str:
 
 
 def _moe_layer_count(c: dict[str, Any], f: _Fields, layers: int, llama4: bool) -> int:
-    if "n_routed_experts" in c:  # DeepSeek / Kimi
+    kinds = c.get("mlp_layer_types")
+    if isinstance(kinds, list) and len(kinds) == layers:  # GLM-5.2: dense | sparse per layer
+        return sum(1 for k in kinds if k == "sparse")
+    freq = c.get("moe_layer_freq")
+    if isinstance(freq, list) and len(freq) == layers:  # per-layer 0/1 flags
+        return sum(1 for x in freq if x)
+    if "n_routed_experts" in c or "first_k_dense_replace" in c:  # DeepSeek / Kimi / GLM / Step
         first = f.get_int("first_k_dense_replace", default=0, minimum=0)
-        freq = f.get_int("moe_layer_freq", default=1)
-        return sum(1 for i in range(layers) if i >= first and i % freq == 0)
+        step = f.get_int("moe_layer_freq", default=1)
+        return sum(1 for i in range(layers) if i >= first and i % step == 0)
     if isinstance(c.get("moe_layers"), list):
         return len(c["moe_layers"])
     if llama4:
@@ -335,6 +363,44 @@ def _parse_mla(c: dict[str, Any], f: _Fields) -> MLASpec | None:
                    qk_rope_head_dim=f.get_int("qk_rope_head_dim"), v_head_dim=f.get_int("v_head_dim"))
 
 
+def _parse_linear(c: dict[str, Any], f: _Fields, layers: int) -> LinearAttentionSpec | None:
+    """Gated DeltaNet layers of a Qwen3.5 / Qwen3-Next style hybrid."""
+    if "linear_num_key_heads" not in c:
+        return None
+    kinds = c.get("layer_types")
+    if isinstance(kinds, list) and kinds:
+        if len(kinds) != layers:
+            raise f.error(f"layer_types lists {len(kinds)} layers, num_hidden_layers is {layers}")
+        idx = tuple(i for i, k in enumerate(kinds) if k == "linear_attention")
+    else:
+        every = f.get_int("full_attention_interval", default=4)
+        idx = tuple(i for i in range(layers) if (i + 1) % every != 0)
+    if not idx:
+        return None
+    if len(idx) == layers:
+        raise f.error("every layer is linear attention; a hybrid needs full-attention layers too")
+    ssm = str(c.get("mamba_ssm_dtype") or "float32")
+    state = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(ssm)
+    if state is None:
+        raise f.error(f"mamba_ssm_dtype '{ssm}' is not float32, bfloat16 or float16")
+    return LinearAttentionSpec(kind="gdn", num_layers=len(idx), num_key_heads=f.get_int("linear_num_key_heads"),
+                               num_value_heads=f.get_int("linear_num_value_heads"),
+                               key_head_dim=f.get_int("linear_key_head_dim"),
+                               value_head_dim=f.get_int("linear_value_head_dim"),
+                               conv_kernel=f.get_int("linear_conv_kernel_dim", default=4),
+                               state_dtype=state, layer_indices=idx)
+
+
+def _parse_sparse(c: dict[str, Any], f: _Fields, layers: int) -> SparseAttentionSpec | None:
+    """DeepSeek sparse attention: indexer heads, key dim and top-k (DeepSeek-V3.2, GLM-5)."""
+    if "index_topk" not in c and "index_n_heads" not in c:
+        return None
+    kinds = c.get("indexer_types")  # GLM-5.2: "full" layers run an indexer, "shared" reuse one
+    indexers = sum(1 for k in kinds if k == "full") if isinstance(kinds, list) and len(kinds) == layers else layers
+    return SparseAttentionSpec(index_n_heads=f.get_int("index_n_heads"), index_head_dim=f.get_int("index_head_dim"),
+                               index_topk=f.get_int("index_topk"), num_indexer_layers=indexers)
+
+
 def _sliding(c: dict[str, Any], f: _Fields, layers: int) -> tuple[int, int]:
     """(window tokens, number of windowed layers); chunked attention counts as a window."""
     kinds = c.get("layer_types")
@@ -361,16 +427,18 @@ def _sliding(c: dict[str, Any], f: _Fields, layers: int) -> tuple[int, int]:
     return 0, 0
 
 
-def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str) -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face config dict; ``source`` names it in errors."""
+def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
+                 hf_quant: dict[str, Any] | None = None) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config dict; ``source`` names it in errors.
+    ``hf_quant`` is a ModelOpt ``hf_quant_config.json`` shipped beside the config."""
     c = _text_config(cfg)
     f = _Fields(c, source or hf_id or key)
-    for name in REQUIRED_FIELDS:
-        f.get_int(name)
-    reason = _unsupported(c)
+    reason = unsupported_reason(cfg)
     if reason:
         raise f.error(f"unsupported architecture: {reason}",
                       fix="this model is not in the catalog; see model_catalog/configs/PROVENANCE.md")
+    for name in REQUIRED_FIELDS:
+        f.get_int(name)
     hidden, layers, heads = f.get_int("hidden_size"), f.get_int("num_hidden_layers"), f.get_int("num_attention_heads")
     model_type = str(c.get("model_type", "")).lower()
     llama4 = model_type.startswith("llama4") or "intermediate_size_mlp" in c
@@ -397,7 +465,9 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str) -> Mode
     archs = cfg.get("architectures") or c.get("architectures")
     architecture = str(archs[0]) if isinstance(archs, list) and archs else (model_type or "unknown")
     tie = c.get("tie_word_embeddings", False)  # absent: False, as in Llama/Qwen/Mixtral/DeepSeek
-    return ModelSpec(
+    linear = _parse_linear(c, f, layers)
+    sparse = _parse_sparse(c, f, layers) if mla is not None else None
+    spec = ModelSpec(
         key=key,
         hf_id=hf_id,
         architecture=architecture,
@@ -411,7 +481,7 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str) -> Mode
         tie_word_embeddings=bool(tie),
         max_position_embeddings=f.get_int("max_position_embeddings", "n_positions", "max_sequence_length",
                                       "seq_length"),
-        native_dtype=_native_dtype(c, f),
+        native_dtype="bf16",
         gated_mlp=model_type not in _NON_GATED_TYPES,
         sliding_window=window,
         num_sliding_layers=sliding_layers,
@@ -421,4 +491,13 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str) -> Mode
         attention_bias=bool(c.get("attention_bias", False)),
         mlp_bias=bool(c.get("mlp_bias", False)) or model_type == "gpt_oss",
         quant_scope=_quant_scope(c, moe is not None),
+        sparse=sparse,
+        linear=linear,
+        attn_output_gate=bool(c.get("attn_output_gate", False)),
+        vision_excluded=isinstance(cfg.get("vision_config"), dict),
     )
+    qc = c.get("quantization_config") or c.get("compression_config")
+    quant = parse_quant(spec, qc, hf_quant, f.source)
+    if quant is None:
+        return spec
+    return dataclasses.replace(spec, quant=quant, native_dtype=quant.precision)

@@ -74,6 +74,24 @@ class KernelModel(Protocol):
         ...
 
 
+#: Optional operators of the 2026 architectures. A kernel model that lacks one (the
+#: calibrated model before it is fitted to the ``gdn`` / ``glm5_*`` / ``dsa_*`` tables) is
+#: answered by :class:`RooflineKernelModel`, tier ``spec``, by the step model.
+#:
+#: * ``gdn(phase, batch, q_len, num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_kernel,
+#:   state_dtype)``: one Gated DeltaNet layer (causal conv1d + gated delta rule; table ``gdn``,
+#:   phase ``context`` = chunked scan over ``q_len`` new tokens per sequence, ``generation`` =
+#:   one recurrent step per sequence).
+#: * ``dsa_mqa_logits(batch, q_len, kv_len, index_n_heads, index_head_dim)``: the lightning
+#:   indexer's fp8 scores of every cached key (table ``glm5_mqa_logits_module``).
+#: * ``dsa_topk(batch, q_len, kv_len, topk)``: top-k selection over those scores
+#:   (``glm5_topk_module``).
+#: * ``dsa_attention(batch, q_len, kv_len, topk, num_heads, kv_lora_rank, qk_rope_dim,
+#:   kv_dtype)``: sparse MLA over the selected keys (``glm5_dsa_attn_module``,
+#:   FlashMLA ``flash_mla_sparse_fwd``).
+OPTIONAL_OPS = ("gdn", "dsa_mqa_logits", "dsa_topk", "dsa_attention")
+
+
 # ---------------------------------------------------------------------------------------
 # Specification-only defaults. Rationale for each constant:
 #  * GEMM_ETA_COMPUTE 0.70: large bf16 GEMMs on H100/A100 reach 65-80% of dense peak in
@@ -94,6 +112,7 @@ ATTN_DECODE_ETA_MEM = 0.60
 MOE_ETA_COMPUTE = 0.50
 LAUNCH_FLOOR_US = 5.0
 GEMM_TILE_M = 128
+GDN_CHUNK = 64   # chunk length of the chunked gated-delta-rule scan (flash-linear-attention)
 GEMM_TILE_N = 128
 
 
@@ -184,6 +203,58 @@ class RooflineKernelModel:
 
     def memory_op(self, nbytes):
         return self._roof(0.0, nbytes, "bf16", 1.0, MEM_ETA)
+
+    # ---- 2026 architectures (see OPTIONAL_OPS)
+    def gdn(self, phase, batch, q_len, num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_kernel,
+            state_dtype="fp32"):
+        """Gated DeltaNet layer. Decode (``generation``) reads and writes the whole recurrent
+        state once per sequence (state-size bound). Prefill (``context``) runs the chunked
+        scan (chunk 64): the state is read/written once per chunk and each token does the
+        recurrent update plus its intra-chunk attention; q/k/v/gate activations stream once.
+        FLOPs: 6 per state element and token (read-out, prediction, rank-1 update)."""
+        tokens = batch * q_len
+        state = num_v_heads * head_k_dim * head_v_dim
+        channels = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim
+        sb = _bytes(state_dtype)
+        if phase == "generation":
+            chunks = batch
+            intra = 0.0
+        else:
+            chunks = batch * math.ceil(q_len / GDN_CHUNK)
+            intra = 2.0 * tokens * min(q_len, GDN_CHUNK) * num_v_heads * (head_k_dim + head_v_dim)
+        flops = 6.0 * tokens * state + intra + 2.0 * tokens * channels * conv_kernel
+        nbytes = (2.0 * chunks * state * sb + tokens * (channels + 2 * num_v_heads * head_v_dim) * 2.0
+                  + batch * (conv_kernel - 1) * channels * 2.0 * 2)
+        return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, MEM_ETA)
+
+    def dsa_mqa_logits(self, batch, q_len, kv_len, index_n_heads, index_head_dim):
+        """Indexer scores: every query token against every cached fp8 indexer key (causal)."""
+        pairs = q_len * max(0.0, kv_len - q_len) + q_len * (q_len + 1) / 2
+        flops = 2.0 * batch * pairs * index_n_heads * index_head_dim
+        # fp8 keys + fp32 scale per key, fp8 queries, fp32 scores written
+        nbytes = batch * (kv_len * (index_head_dim + 4.0) + q_len * index_n_heads * index_head_dim + pairs * 4.0)
+        return self._roof(flops, nbytes, "fp8", ATTN_PREFILL_ETA, MEM_ETA)
+
+    def dsa_topk(self, batch, q_len, kv_len, topk):
+        """Top-k over the fp32 scores of each query token (one read of the score row)."""
+        if kv_len <= topk:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        rows = batch * q_len
+        return self._roof(0.0, rows * (kv_len * 4.0 + topk * 4.0), "bf16", 1.0, MEM_ETA)
+
+    def dsa_attention(self, batch, q_len, kv_len, topk, num_heads, kv_lora_rank, qk_rope_dim, kv_dtype):
+        """Sparse MLA (absorbed form) over at most ``topk`` selected keys per query token."""
+        if q_len <= 1:
+            keys = min(kv_len, topk)
+        else:
+            mean_causal = max(0.0, kv_len - q_len) + (q_len + 1) / 2
+            keys = min(mean_causal, topk)
+        tokens = batch * q_len
+        flops = 2.0 * tokens * num_heads * keys * (2 * kv_lora_rank + qk_rope_dim)
+        gathered = tokens * keys if q_len > 1 else batch * keys
+        nbytes = min(gathered, batch * kv_len) * (kv_lora_rank + qk_rope_dim) * _bytes(kv_dtype) \
+            + tokens * num_heads * (kv_lora_rank + qk_rope_dim) * 2.0 * 2
+        return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)
 
     def collective(self, op, message_bytes, num_gpus, link):
         if num_gpus <= 1 and op != "p2p":

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.spec import ModelSpec
-from llmplan.sim.kernels import KernelModel, KernelTime
+from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.links import group_link, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 
@@ -56,6 +56,10 @@ class AnalyticalStepModel:
         self.ep_link = group_link(gpu, par.ep, span_gpus=tp)
         self.pp_link = stage_link(gpu, tp, par.pp)
         self.wdtype = prec.weights
+        # layers of each attention kind on the busiest stage (fractions for pp > 1)
+        self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
+        self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
+        self._spec_kernels = RooflineKernelModel(gpu)
         self._linear = lru_cache(maxsize=65536)(self._linear_ops)
         self._attn = lru_cache(maxsize=262144)(self._attn_ops)
         # the hot path only needs the sums
@@ -119,6 +123,11 @@ class AnalyticalStepModel:
             comm = t.latency_ms * (self.pp - 1)
         return per_stage, comm
 
+    def _optional(self, op: str):
+        """An optional operator (sim.kernels.OPTIONAL_OPS) of the kernel model, or the
+        roofline's (tier "spec") when the kernel model has none."""
+        return getattr(self.kernels, op, None) or getattr(self._spec_kernels, op)
+
     def _op(self, name: str, family: str, kt: KernelTime, count: float) -> OpTime:
         return OpTime(name, family, kt.latency_ms * count, kt.bound, kt.flops * count, kt.bytes * count, kt.tier,
                       kt.extrapolated)
@@ -132,12 +141,20 @@ class AnalyticalStepModel:
         norm = k.memory_op(T * h * ACT_BYTES * 2)
         ops.append(self._op("norms", "memory", norm, 2 * L))
         # ---- attention projections
+        n_attn = L - self._n_linear
+        if m.linear is not None:  # Gated DeltaNet layers: fused in_proj (q,k,v,z,b,a) and out_proj
+            g = m.linear
+            vd = g.num_value_heads * g.value_head_dim // tp
+            in_n = (g.conv_channels + g.num_value_heads * g.value_head_dim + 2 * g.num_value_heads) // tp
+            ops.append(self._op("gdn_in_proj", "gemm", k.gemm(T, in_n, h, w), self._n_linear))
+            ops.append(self._op("gdn_out_proj", "gemm", k.gemm(T, h, vd, w), self._n_linear))
         if m.mla is None:
-            qkv_n = (self.heads + 2 * self.kv_heads) * m.head_dim
-            ops.append(self._op("qkv_proj", "gemm", k.gemm(T, qkv_n, h, w), L))
-            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.head_dim, w), L))
+            gate = 2 if m.attn_output_gate else 1
+            qkv_n = (gate * self.heads + 2 * self.kv_heads) * m.head_dim
+            ops.append(self._op("qkv_proj", "gemm", k.gemm(T, qkv_n, h, w), n_attn))
+            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.head_dim, w), n_attn))
             rope = k.memory_op(T * (self.heads + self.kv_heads) * m.head_dim * ACT_BYTES * 2)
-            ops.append(self._op("rotary", "memory", rope, L))
+            ops.append(self._op("rotary", "memory", rope, n_attn))
         else:
             a = m.mla
             qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -151,6 +168,12 @@ class AnalyticalStepModel:
             # both cost ~ tokens x heads x kv_lora_rank x (nope + v) MACs
             ops.append(self._op("kv_b_absorb", "gemm", k.gemm(T, self.heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, "bf16"), L))
             ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * a.v_head_dim, w), L))
+            if m.sparse is not None:  # DSA indexer projections (replicated across TP ranks)
+                s = m.sparse
+                ops.append(self._op("indexer_q_proj", "gemm",
+                                    k.gemm(T, s.index_n_heads * s.index_head_dim, a.q_lora_rank or h, w), self._n_indexer))
+                ops.append(self._op("indexer_k_w_proj", "gemm",
+                                    k.gemm(T, s.index_head_dim + s.index_n_heads, h, "bf16"), self._n_indexer))
         if tp > 1:
             ar = k.collective("all_reduce", T * h * ACT_BYTES, tp, self.tp_link)
             ops.append(self._op("tp_allreduce", "comm", ar, 2 * L))
@@ -188,8 +211,13 @@ class AnalyticalStepModel:
         L = self.layers_per_stage
         kvd = self.prec.kv_cache
         n_slide = m.num_sliding_layers * self._frac if m.sliding_window else 0.0
-        n_full = L - n_slide
+        n_full = L - n_slide - self._n_linear
         ops: list[OpTime] = []
+        if m.linear is not None:
+            self._gdn_ops(ops, pf_seqs, pf_q, dc_seqs)
+        if m.sparse is not None:
+            self._dsa_ops(ops, pf_seqs, pf_q, pf_kv, dc_seqs, dc_kv)
+            return tuple(ops)
 
         def layers(name: str, family: str, fn) -> None:
             if n_full > 0:
@@ -215,3 +243,31 @@ class AnalyticalStepModel:
                 layers("mla_decode", "mla", lambda win: k.mla_decode(
                     dc_seqs, dc_kv, self.heads, a.kv_lora_rank, a.qk_rope_head_dim, kvd))
         return tuple(ops)
+
+    def _gdn_ops(self, ops: list[OpTime], pf_seqs: int, pf_q: int, dc_seqs: int) -> None:
+        """Gated DeltaNet layers: chunked scan over prefill chunks, one recurrent step per
+        decoding sequence (state-size bound); heads split over TP."""
+        g, tp = self.model.linear, self.par.tp
+        heads = (max(1, g.num_key_heads // tp), max(1, g.num_value_heads // tp), g.key_head_dim, g.value_head_dim,
+                 g.conv_kernel, g.state_dtype)
+        gdn = self._optional("gdn")
+        if pf_seqs:
+            ops.append(self._op("gdn_prefill", "gdn", gdn("context", pf_seqs, pf_q, *heads), self._n_linear))
+        if dc_seqs:
+            ops.append(self._op("gdn_decode", "gdn", gdn("generation", dc_seqs, 1, *heads), self._n_linear))
+
+    def _dsa_ops(self, ops: list[OpTime], pf_seqs: int, pf_q: int, pf_kv: float, dc_seqs: int, dc_kv: float) -> None:
+        """DeepSeek sparse attention: the indexer scores the whole context, top-k picks the
+        keys, sparse MLA attends to at most ``index_topk`` of them."""
+        m, kvd, L = self.model, self.prec.kv_cache, self.layers_per_stage
+        s, a = m.sparse, m.mla
+        logits, topk, attn = (self._optional(op) for op in ("dsa_mqa_logits", "dsa_topk", "dsa_attention"))
+        for phase, seqs, q, kv in (("prefill", pf_seqs, pf_q, pf_kv), ("decode", dc_seqs, 1, dc_kv)):
+            if not seqs:
+                continue
+            kv_i = max(q, int(round(kv)))
+            ops.append(self._op(f"dsa_indexer_{phase}", "dsa",
+                                logits(seqs, q, kv_i, s.index_n_heads, s.index_head_dim), self._n_indexer))
+            ops.append(self._op(f"dsa_topk_{phase}", "dsa", topk(seqs, q, kv_i, s.index_topk), self._n_indexer))
+            ops.append(self._op(f"dsa_attn_{phase}", "dsa", attn(seqs, q, kv_i, s.index_topk, self.heads,
+                                                                   a.kv_lora_rank, a.qk_rope_head_dim, kvd), L))

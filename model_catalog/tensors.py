@@ -1,0 +1,134 @@
+"""The linear weight tensors of a :class:`ModelSpec`, layer by layer, with module names.
+
+One list serves two purposes: :mod:`model_catalog.derived` sums it into parameter counts,
+and :mod:`model_catalog.quant` matches its module names against a checkpoint's
+quantization patterns (``exclude_modules``, ``ignore``, ``targets``) to find which tensors
+a quantized checkpoint stores in which format.
+
+Module names follow the Hugging Face implementations (``self_attn.q_proj``,
+``linear_attn.in_proj_qkv``, ``self_attn.indexer.wk``, ``mlp.experts.0.gate_proj``, ...);
+where families name the same tensor differently all variants are listed, and the layer
+prefix (``model.layers.``, ``model.language_model.layers.`` ...) is tried in every form.
+Layers with a dense MLP are taken to be the leading ones (DeepSeek/GLM/Kimi
+``first_k_dense_replace``); Llama-4 interleaves them, which only matters for a per-layer
+quantization pattern (no Llama-4 checkpoint here has one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmplan.model_catalog.spec import ModelSpec
+
+#: weight components a quantization format can cover.
+COMPONENTS = ("attention", "indexer", "linear_attention", "dense_mlp", "shared_experts", "routed_experts",
+              "lm_head")
+#: layer prefixes used by the families' module trees (text-only and multimodal wrappers).
+LAYER_PREFIXES = ("model.layers.", "model.language_model.layers.", "language_model.model.layers.",
+                  "backbone.layers.", "model.language_model.model.layers.")
+
+
+@dataclass(frozen=True)
+class LinearTensor:
+    component: str                 # one of COMPONENTS
+    layer: int                     # layer index; -1 for lm_head
+    names: tuple[str, ...]         # module names relative to the layer (variants)
+    params: int                    # parameters of one tensor, bias included
+    count: int = 1                 # identical tensors (routed experts)
+
+    def full_names(self) -> list[str]:
+        if self.layer < 0:
+            return [*self.names, *(f"language_model.{n}" for n in self.names)]
+        return [f"{pre}{self.layer}.{n}" for pre in LAYER_PREFIXES for n in self.names]
+
+
+def linear_attention_layers(spec: ModelSpec) -> frozenset[int]:
+    if spec.linear is None:
+        return frozenset()
+    return frozenset(spec.linear.layer_indices)
+
+
+def _mlp(spec: ModelSpec, component: str, layer: int, inter: int, stems: tuple[str, ...], count: int = 1,
+         gate_up_down: tuple[tuple[str, ...], ...] = (("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")),
+         ) -> list[LinearTensor]:
+    h, bias = spec.hidden_size, spec.mlp_bias
+    parts = gate_up_down if spec.gated_mlp else gate_up_down[1:]
+    out = []
+    for mats in parts:
+        down = mats[0] == "down_proj"
+        params = h * inter + ((h if down else inter) if bias else 0)
+        names = tuple(f"{stem}.{m}" for stem in stems for m in mats)
+        out.append(LinearTensor(component, layer, names, params, count))
+    return out
+
+
+def _attention(spec: ModelSpec, i: int) -> list[LinearTensor]:
+    h, n = spec.hidden_size, spec.num_attention_heads
+    t: list[LinearTensor] = []
+    if i in linear_attention_layers(spec):
+        g = spec.linear
+        vd = g.num_value_heads * g.value_head_dim
+        for name, params in (("in_proj_qkv", h * g.conv_channels), ("in_proj_z", h * vd),
+                             ("in_proj_b", h * g.num_value_heads), ("in_proj_a", h * g.num_value_heads),
+                             ("out_proj", vd * h)):
+            t.append(LinearTensor("linear_attention", i, (f"linear_attn.{name}",), params))
+        return t
+    if spec.mla is not None:
+        m = spec.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            t += [LinearTensor("attention", i, ("self_attn.q_a_proj",), h * m.q_lora_rank),
+                  LinearTensor("attention", i, ("self_attn.q_b_proj",), m.q_lora_rank * n * qk)]
+        else:
+            t.append(LinearTensor("attention", i, ("self_attn.q_proj",), h * n * qk))
+        t += [LinearTensor("attention", i, ("self_attn.kv_a_proj_with_mqa",), h * (m.kv_lora_rank + m.qk_rope_head_dim)),
+              LinearTensor("attention", i, ("self_attn.kv_b_proj",),
+                           m.kv_lora_rank * n * (m.qk_nope_head_dim + m.v_head_dim)),
+              LinearTensor("attention", i, ("self_attn.o_proj",), n * m.v_head_dim * h)]
+        s = spec.sparse
+        if s is not None and i < s.num_indexer_layers:
+            q_in = m.q_lora_rank or h
+            t += [LinearTensor("indexer", i, ("self_attn.indexer.wq_b",), q_in * s.index_n_heads * s.index_head_dim),
+                  LinearTensor("indexer", i, ("self_attn.indexer.wk",), h * s.index_head_dim),
+                  LinearTensor("indexer", i, ("self_attn.indexer.weights_proj",), h * s.index_n_heads)]
+        return t
+    q_out, kv_out = n * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    b = spec.attention_bias
+    gate = 2 if spec.attn_output_gate else 1
+    return [LinearTensor("attention", i, ("self_attn.q_proj",), gate * h * q_out + (gate * q_out if b else 0)),
+            LinearTensor("attention", i, ("self_attn.k_proj",), h * kv_out + (kv_out if b else 0)),
+            LinearTensor("attention", i, ("self_attn.v_proj",), h * kv_out + (kv_out if b else 0)),
+            LinearTensor("attention", i, ("self_attn.o_proj",), q_out * h + (h if b else 0))]
+
+
+def layer_is_moe(spec: ModelSpec, layer: int) -> bool:
+    return spec.moe is not None and layer >= spec.moe.num_dense_layers
+
+
+def linear_tensors(spec: ModelSpec) -> list[LinearTensor]:
+    """Every linear weight of the language model (no embeddings, norms or routers)."""
+    out: list[LinearTensor] = []
+    for i in range(spec.num_layers):
+        out += _attention(spec, i)
+        if layer_is_moe(spec, i):
+            e = spec.moe
+            out += _mlp(spec, "routed_experts", i, e.expert_intermediate_size,
+                        ("mlp.experts.0", "block_sparse_moe.experts.0", "feed_forward.experts.0", "mlp.experts"),
+                        count=e.num_experts)
+            if e.num_shared_experts:
+                out += _mlp(spec, "shared_experts", i, e.shared_intermediate_size,
+                            ("mlp.shared_experts", "mlp.shared_expert", "feed_forward.shared_expert"),
+                            count=e.num_shared_experts)
+        else:
+            out += _mlp(spec, "dense_mlp", i, spec.intermediate_size, ("mlp", "feed_forward"))
+    if not spec.tie_word_embeddings:
+        out.append(LinearTensor("lm_head", -1, ("lm_head",), spec.vocab_size * spec.hidden_size))
+    return out
+
+
+def component_params(spec: ModelSpec) -> dict[str, int]:
+    """Parameters of each component (COMPONENTS order), summed over layers."""
+    total = dict.fromkeys(COMPONENTS, 0)
+    for t in linear_tensors(spec):
+        total[t.component] += t.params * t.count
+    return total

@@ -1,0 +1,261 @@
+"""The 2026 architectures: hybrid Gated DeltaNet, DeepSeek sparse attention, MLA + 384 experts,
+published quantized checkpoints (exact bytes), Llama-2, and the walk over every shared config."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from llmplan.errors import CatalogError
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.model_catalog import load_model, load_model_file, list_models
+from llmplan.model_catalog.derived import (
+    attention_flops_per_token,
+    checkpoint_precision_note,
+    indexer_bytes_per_token,
+    kv_bytes_per_token,
+    kv_bytes_sequence,
+    param_breakdown,
+    param_count_total,
+    state_bytes_per_sequence,
+    weight_bytes,
+)
+from llmplan.model_catalog.loader import unsupported_reason
+from llmplan.model_catalog.tensors import component_params
+from llmplan.sim.deployment import Deployment, build
+from llmplan.sim.kernels import RooflineKernelModel
+from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
+
+SHARED_MODELS = Path(os.environ.get("LLMPLAN_SHARED_MODELS", Path(__file__).resolve().parents[2] / "shared" / "models"))
+
+
+# ------------------------------------------------------------------ every shared config
+
+
+def _shared_configs() -> list[Path]:
+    if not SHARED_MODELS.is_dir():
+        return []
+    return sorted(p for p in SHARED_MODELS.glob("*.json") if not p.name.endswith(".hf_quant_config.json"))
+
+
+@pytest.mark.skipif(not _shared_configs(), reason="shared model configs not present")
+def test_every_shared_config_loads_or_names_its_reason():
+    loaded, refused = [], []
+    for path in _shared_configs():
+        cfg = json.loads(path.read_text())
+        reason = unsupported_reason(cfg)
+        if reason is None:
+            spec = load_model_file(path)
+            assert param_count_total(spec) > 0 and kv_bytes_per_token(spec, "bf16") > 0
+            loaded.append(spec.family)
+        else:
+            with pytest.raises(CatalogError, match="unsupported architecture: " + reason[:20]):
+                load_model_file(path)
+            refused.append(path.name)
+    families = " | ".join(loaded)
+    for family in ("dense GQA", "MoE, GQA", "MoE, MLA", "sparse attention", "hybrid linear attention"):
+        assert family in families
+    assert len(loaded) > len(refused)
+
+
+def test_refusals_name_the_feature():
+    assert "Mamba2" in unsupported_reason({"model_type": "nemotron_h", "hybrid_override_pattern": "M*M-"})
+    assert "Kimi delta" in unsupported_reason({"model_type": "kimi_linear", "linear_attn_config": {}})
+    assert unsupported_reason(json.loads((Path(__file__).parents[1] / "model_catalog" / "configs" /
+                                          "google--gemma-4-26B-A4B.json").read_text())).startswith("per-layer-type")
+    assert unsupported_reason({"model_type": "llama"}) is None
+
+
+# ------------------------------------------------------------------ Qwen3.5: hybrid GDN
+
+
+def test_qwen3_5_hybrid_layers_and_state():
+    m = load_model("Qwen/Qwen3.5-397B-A17B")
+    g = m.linear
+    assert m.family == "MoE, hybrid linear attention (GDN)" and m.vision_excluded
+    assert (g.num_layers, m.num_full_attention_layers) == (45, 15)
+    assert g.layer_indices[:3] == (0, 1, 2) and 3 not in g.layer_indices
+    # KV only on the 15 full-attention layers: K and V, 2 heads x 256 dims, bf16
+    assert kv_bytes_per_token(m, "bf16") == 15 * 2 * 2 * 256 * 2
+    # state: fp32 recurrent 64 x 128 x 128 plus a 3-token bf16 conv state of 2*16*128 + 64*128 channels
+    per_layer = 64 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 64 * 128) * 2
+    assert state_bytes_per_sequence(m) == 45 * per_layer
+    assert state_bytes_per_sequence(m, tp=8) == 45 * (8 * 128 * 128 * 4 + 3 * (2 * 2 * 128 + 8 * 128) * 2)
+    # the state does not grow with the context; the KV does
+    assert kv_bytes_sequence(m, "bf16", 2000) == 2 * kv_bytes_sequence(m, "bf16", 1000)
+    assert state_bytes_per_sequence(load_model("llama3_1_8b")) == 0.0
+    # attention FLOPs grow with context on full layers only
+    d = attention_flops_per_token(m, 2000, "decode") - attention_flops_per_token(m, 1000, "decode")
+    assert d == pytest.approx(15 * 4 * 32 * 256 * 1000)
+
+
+def test_qwen3_5_parameter_components():
+    m = load_model("qwen3_5_397b_a17b")
+    p = param_breakdown(m)
+    h, g = m.hidden_size, m.linear
+    gdn_layer = h * (g.conv_channels + 64 * 128 + 2 * 64) + 64 * 128 * h
+    assert p.linear_attention == 45 * gdn_layer
+    # gated q_proj: 2 x 32 heads x 256
+    assert p.attention == 15 * (h * 2 * 32 * 256 + 2 * h * 2 * 256 + 32 * 256 * h)
+    assert component_params(m)["routed_experts"] == p.routed_experts
+
+
+# ------------------------------------------------------------------ GLM-5 / DeepSeek-V3.2: DSA
+
+
+def test_glm5_sparse_attention_memory():
+    m = load_model("zai-org/GLM-5")
+    assert m.family == "MoE, sparse attention (DSA+MLA)"
+    s = m.sparse
+    assert (s.index_n_heads, s.index_head_dim, s.index_topk, s.num_indexer_layers) == (32, 128, 2048, 78)
+    # MLA latent + rope per layer, plus fp8 indexer keys with one fp32 scale per 128
+    assert indexer_bytes_per_token(m) == 78 * (128 + 4)
+    assert kv_bytes_per_token(m, "bf16") == 78 * (512 + 64) * 2 + 78 * 132
+    assert kv_bytes_per_token(m, "fp8") == 78 * (512 + 64) + 78 * 132
+    # decode attends to at most top-k keys, the indexer scores all of them
+    a_long, a_short = (attention_flops_per_token(m, n, "decode") for n in (100_000, 50_000))
+    indexer_delta = 2 * 32 * 128 * 50_000 * 78
+    assert a_long - a_short == pytest.approx(indexer_delta)
+
+
+def test_glm5_2_shared_indexer_layers_counted():
+    cfg = json.loads((Path(__file__).parents[1] / "model_catalog" / "configs" / "zai-org--GLM-5.json").read_text())
+    cfg["indexer_types"] = ["full" if i % 4 == 0 else "shared" for i in range(cfg["num_hidden_layers"])]
+    from llmplan.model_catalog import parse_config
+
+    m = parse_config(cfg, key="glm", hf_id="x/glm", source="test")
+    assert m.sparse.num_indexer_layers == 20
+    assert indexer_bytes_per_token(m) == 20 * 132
+
+
+# ------------------------------------------------------------------ quantized checkpoints
+
+
+@pytest.mark.parametrize("hf_id,precision,fmt", [
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "fp8", "fp8_tensor"),
+    ("nvidia/Llama-3.1-70B-Instruct-FP8", "fp8", "fp8_tensor"),
+    ("nvidia/DeepSeek-R1-NVFP4", "fp4", "nvfp4"),
+    ("nvidia/DeepSeek-V3.1-NVFP4", "fp4", "nvfp4"),
+    ("nvidia/Qwen3-32B-NVFP4", "fp4", "nvfp4"),
+    ("Qwen/Qwen3-235B-A22B-FP8", "fp8", "fp8_block128"),
+    ("nvidia/Qwen3-235B-A22B-NVFP4", "fp4", "nvfp4"),
+    ("nvidia/Qwen3.5-397B-A17B-NVFP4", "fp4", "nvfp4"),
+    ("nvidia/GLM-5-NVFP4", "fp4", "nvfp4"),
+    ("zai-org/GLM-5-FP8", "fp8", "fp8_block128"),
+    ("nvidia/Kimi-K2.5-NVFP4", "fp4", "nvfp4"),
+    ("moonshotai/Kimi-K2.5", "int4", "int4_g32"),
+    ("openai/gpt-oss-120b", "fp4", "mxfp4"),
+])
+def test_quantized_checkpoints_carry_their_format(hf_id, precision, fmt):
+    m = load_model(hf_id)
+    assert m.hf_id == hf_id and m.native_dtype == precision
+    assert m.quant.main.name == fmt
+    assert checkpoint_precision_note(m, precision) is None
+    other = "bf16" if precision != "bf16" else "fp8"
+    assert hf_id in checkpoint_precision_note(m, other)
+
+
+def test_nvfp4_bytes_are_exact():
+    m = load_model("nvidia/DeepSeek-V3.1-NVFP4")
+    p = param_breakdown(m)
+    q = m.quant
+    quantized = sum(part.params for part in q.parts)
+    tensors = sum(part.tensors for part in q.parts)
+    # 4-bit values + one fp8 scale per 16 + two fp32 per-tensor scales; the rest bf16
+    expected = quantized * (0.5 + 1 / 16) + tensors * 8 + (p.total - quantized) * 2
+    assert weight_bytes(m, "fp4") == pytest.approx(expected, rel=1e-12)
+    # the checkpoint keeps the MLA down/up projections in bf16 but quantizes o_proj
+    h, n = m.hidden_size, m.num_attention_heads
+    assert q.quantized_params("attention") == 61 * n * m.mla.v_head_dim * h
+    assert q.quantized_params("routed_experts") == p.routed_experts
+
+
+def test_mxfp4_and_int4_group_scales():
+    oss = load_model("gpt_oss_120b")
+    p = param_breakdown(oss)
+    # experts in MXFP4 (one e8m0 scale per 32); attention, router, embeddings bf16
+    assert oss.quant.quantized_params("attention") == 0
+    assert weight_bytes(oss, "fp4") == pytest.approx(p.routed_experts * (0.5 + 1 / 32) + (p.total - p.routed_experts) * 2)
+    kimi = load_model("kimi_k2_5")
+    pk = param_breakdown(kimi)
+    assert weight_bytes(kimi, "int4") == pytest.approx(pk.routed_experts * (0.5 + 2 / 32) + (pk.total - pk.routed_experts) * 2)
+
+
+def test_fp8_block_scales_counted():
+    m = load_model("deepseek_v3")
+    p = param_breakdown(m)
+    q = sum(part.params for part in m.quant.parts)
+    assert q == p.attention + p.dense_mlp + p.shared_experts + p.routed_experts  # lm_head stays bf16
+    assert weight_bytes(m, "fp8") == pytest.approx(q * (1 + 4 / 128 ** 2) + (p.total - q) * 2)
+
+
+# ------------------------------------------------------------------ Llama-2
+
+
+@pytest.mark.parametrize("key,total_b,kv_heads", [("llama2_7b", 6.74, 32), ("llama2_13b", 13.0, 40),
+                                                  ("llama2_70b", 69.0, 8)])
+def test_llama2_architectures(key, total_b, kv_heads):
+    m = load_model(key)
+    assert abs(param_count_total(m) / 1e9 / total_b - 1) < 0.03
+    assert m.num_kv_heads == kv_heads and m.vocab_size == 32000 and m.max_position_embeddings == 4096
+    assert kv_bytes_per_token(m, "bf16") == 2 * kv_heads * 128 * m.num_layers * 2
+
+
+# ------------------------------------------------------------------ step model
+
+
+NO_HOST = EngineProfile(host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0)
+
+
+def _step(key: str, tp: int = 8, ep: int = 1):
+    m, g = load_model(key), get_gpu("h100_sxm")
+    prec = Precision(m.native_dtype if m.native_dtype in ("fp8", "fp4", "int4") else "bf16", "bf16")
+    step, _ = build(Deployment(m, g, Parallelism(tp, 1, ep), prec, NO_HOST), calibration="spec", min_kv_tokens=0)
+    return m, step
+
+
+@pytest.mark.parametrize("key", [m.key for m in list_models()])
+def test_step_model_finite_positive_for_every_catalog_model(key):
+    m, step = _step(key)
+    for shape in (StepShape.build([(512, 0)], []), StepShape.build([], [2048] * 16),
+                  StepShape.build([(256, 1024)], [4096] * 8)):
+        t = step.step_time_ms(shape)
+        assert math.isfinite(t) and t > 0
+
+
+def test_gdn_ops_decode_state_bound_and_context_free():
+    m, step = _step("qwen3_5_397b_a17b")
+    short, long = StepShape.build([], [1000] * 32), StepShape.build([], [100_000] * 32)
+    ops_s = {o.name: o for o in step.breakdown(short).ops}
+    ops_l = {o.name: o for o in step.breakdown(long).ops}
+    assert {"gdn_decode", "gdn_in_proj", "gdn_out_proj", "attn_decode"} <= set(ops_s)
+    assert ops_s["gdn_decode"].latency_ms == ops_l["gdn_decode"].latency_ms  # fixed-size state
+    assert ops_l["attn_decode"].latency_ms > ops_s["attn_decode"].latency_ms
+    assert ops_s["gdn_decode"].tier == "spec"
+    # decode reads and writes the per-GPU fp32 state of 32 sequences once per layer
+    state_bytes = 32 * 2 * (64 // 8) * 128 * 128 * 4
+    assert ops_s["gdn_decode"].bytes >= 45 * state_bytes
+    pf = {o.name for o in step.breakdown(StepShape.build([(2048, 0)], [])).ops}
+    assert {"gdn_prefill", "attn_prefill"} <= pf
+
+
+def test_dsa_ops_topk_caps_attention_not_indexer():
+    _, step = _step("glm_5", tp=8, ep=8)
+    a, b = (StepShape.build([], [n] * 16) for n in (8_000, 64_000))
+    oa = {o.name: o for o in step.breakdown(a).ops}
+    ob = {o.name: o for o in step.breakdown(b).ops}
+    assert {"dsa_indexer_decode", "dsa_topk_decode", "dsa_attn_decode", "indexer_q_proj"} <= set(oa)
+    assert "mla_decode" not in oa
+    assert ob["dsa_attn_decode"].flops == pytest.approx(oa["dsa_attn_decode"].flops)  # both attend 2048 keys
+    assert ob["dsa_indexer_decode"].flops == pytest.approx(8 * oa["dsa_indexer_decode"].flops, rel=0.01)  # KV buckets
+
+
+def test_roofline_gdn_prefill_scales_with_tokens():
+    k = RooflineKernelModel(get_gpu("h100_sxm"))
+    one = k.gdn("context", 1, 4096, 2, 8, 128, 128, 4, "fp32")
+    two = k.gdn("context", 2, 4096, 2, 8, 128, 128, 4, "fp32")
+    assert two.flops == pytest.approx(2 * one.flops) and two.latency_ms > one.latency_ms
