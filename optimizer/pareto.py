@@ -1,13 +1,19 @@
 """Cost-versus-latency and throughput-versus-interactivity frontiers over the candidates.
 
-:func:`candidate_metrics` turns the evaluated candidates into one row per candidate that
-meets the SLOs (verdict ``ok``), serving the whole target rate alone:
+:func:`candidate_metrics` turns the evaluated candidates into rows: each candidate that meets
+the SLOs (verdict ``ok``) serving the whole target rate alone, with the fewest replicas that
+carry it (``ceil(rate / (capacity x max_load))``) and optionally a few more (more replicas,
+lower load, lower latency, higher cost: the trade-off the frontier shows):
 
-* ``replicas`` = ceil(rate / (capacity x max_load)), ``usd_per_hour`` = replicas x $/replica-h;
-* ``usd_per_million_output_tokens`` at the replica's SLO capacity ($/replica-h over output
-  tokens per hour at capacity);
-* ``ttft_ms`` / ``tpot_ms``: predicted at the capacity point, at the SLO percentiles;
-* ``output_tokens_per_s_per_gpu`` at capacity, and ``output_tokens_per_s_per_user`` = 1000 / TPOT.
+* ``usd_per_hour`` = replicas x $/replica-h; ``usd_per_million_output_tokens`` = that over
+  the output tokens per hour at the target rate (as ``plan.json`` reports it);
+* ``ttft_ms`` / ``tpot_ms`` at the SLO percentiles, predicted by the analytical replica model
+  at the per-replica load rate / replicas (``latency_basis`` = ``operating_point``); for a
+  candidate without a replica model, the prediction at its capacity (``capacity``);
+* ``output_tokens_per_s_per_gpu`` = rate x output tokens / GPUs, and
+  ``output_tokens_per_s_per_user`` = 1000 / TPOT;
+* ``meets_slo``: the predicted TTFT/TPOT are within the targets at those percentiles (a row
+  can miss when the simulator-corrected capacity exceeds the analytical one).
 
 :func:`pareto_front` keeps the non-dominated rows for a set of objectives (a row is dropped
 when another is at least as good on every objective and better on one); ties and order are
@@ -31,33 +37,58 @@ FRONTIERS = {
     "usd_per_mtok_vs_tpot": (("usd_per_million_output_tokens", "min"), ("tpot_ms", "min")),
     "tokens_per_gpu_vs_tokens_per_user": (("output_tokens_per_s_per_gpu", "max"), ("output_tokens_per_s_per_user", "max")),
 }
-COLUMNS = ["candidate", "gpu", "tp", "pp", "ep", "precision", "max_num_seqs", "gpus_per_replica", "replicas",
-           "usd_per_hour", "usd_per_million_output_tokens", "ttft_ms", "tpot_ms",
-           "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "capacity_rps_per_replica"]
+COLUMNS = ["option", "candidate", "gpu", "tp", "pp", "ep", "precision", "max_num_seqs", "gpus_per_replica", "replicas",
+           "load_rps_per_replica", "usd_per_hour", "usd_per_million_output_tokens", "ttft_ms", "tpot_ms",
+           "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "capacity_rps_per_replica", "latency_basis", "meets_slo"]
 
 
-def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, max_load: float = 1.0) -> pd.DataFrame:
+def _percentile(slos: list[SLOTarget], metric: str) -> float:
+    return next((s.percentile for s in slos if s.metric == metric), slos[0].percentile if slos else 90.0)
+
+
+def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget] | None = None,
+                      max_load: float = 1.0, extra_replicas: int = 0) -> pd.DataFrame:
+    from llmplan.optimizer.evaluate import ReplicaAnalyzer
+
+    slos = slos or []
+    tq, pq = _percentile(slos, "ttft"), _percentile(slos, "tpot")
     rows = []
     for e in evals:
         cap = e.effective_capacity_rps
-        if e.verdict != "ok" or not cap > 0 or not math.isfinite(e.tpot_ms) or not e.tpot_ms > 0:
+        if e.verdict != "ok" or not cap > 0:
             continue
         c = e.candidate
-        tok_s = cap * wl.mean_output_tokens
-        reps = max(1, math.ceil(wl.rate_rps / (cap * max_load) - 1e-9))
-        rows.append({
-            "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep,
-            "precision": c.prec.weights, "max_num_seqs": c.max_num_seqs, "gpus_per_replica": c.gpus_per_replica,
-            "replicas": reps, "usd_per_hour": reps * c.usd_per_replica_hour,
-            "usd_per_million_output_tokens": c.usd_per_replica_hour / (tok_s * 3600.0) * 1e6,
-            "ttft_ms": e.ttft_ms, "tpot_ms": e.tpot_ms,
-            "output_tokens_per_s_per_gpu": tok_s / c.gpus_per_replica,
-            "output_tokens_per_s_per_user": 1000.0 / e.tpot_ms, "capacity_rps_per_replica": cap,
-        })
+        n_min = max(1, math.ceil(wl.rate_rps / (cap * max_load) - 1e-9))
+        an = e.analyzer if isinstance(e.analyzer, ReplicaAnalyzer) else None
+        for n in range(n_min, n_min + (1 + max(0, extra_replicas) if an else 1)):
+            share = wl.rate_rps / n
+            if an is not None:
+                op = an.operating_point(share, sorted({tq, pq}))
+                if not op.stable:
+                    continue
+                ttft, tpot, basis = op.ttft_ms[tq], op.tpot_ms[pq], "operating_point"
+            else:
+                ttft, tpot, basis = e.ttft_ms, e.tpot_ms, "capacity"
+            if not (math.isfinite(tpot) and tpot > 0):
+                continue
+            usd_h = n * c.usd_per_replica_hour
+            out_tok_s = wl.rate_rps * wl.mean_output_tokens
+            rows.append({
+                "option": f"{c.name} x{n}", "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp,
+                "ep": c.par.ep, "precision": c.prec.weights, "max_num_seqs": c.max_num_seqs,
+                "gpus_per_replica": c.gpus_per_replica, "replicas": n, "load_rps_per_replica": share,
+                "usd_per_hour": usd_h, "usd_per_million_output_tokens": usd_h / (out_tok_s * 3600.0) * 1e6,
+                "ttft_ms": ttft, "tpot_ms": tpot,
+                "output_tokens_per_s_per_gpu": out_tok_s / (n * c.gpus_per_replica),
+                "output_tokens_per_s_per_user": 1000.0 / tpot, "capacity_rps_per_replica": cap,
+                "latency_basis": basis,
+                "meets_slo": all((ttft if s.metric == "ttft" else tpot) <= s.limit_ms for s in slos
+                                 if s.percentile == (tq if s.metric == "ttft" else pq)),
+            })
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def pareto_front(df: pd.DataFrame, objectives: tuple[tuple[str, str], ...], name_col: str = "candidate") -> pd.DataFrame:
+def pareto_front(df: pd.DataFrame, objectives: tuple[tuple[str, str], ...], name_col: str = "option") -> pd.DataFrame:
     """Non-dominated rows of ``df`` for ``objectives`` ((column, 'min'|'max'), ...), sorted."""
     for col, sense in objectives:
         if sense not in ("min", "max"):
@@ -105,26 +136,26 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
     slo = {s.metric: s for s in slos}
     panels = (("ttft_ms", "usd_per_hour_vs_ttft", "TTFT"), ("tpot_ms", "usd_per_hour_vs_tpot", "TPOT"))
     for ax, (col, fname, label) in zip(axes[:2], panels):
-        ax.scatter(df[col], df["usd_per_hour"], s=14, color="0.7", label="candidates meeting the SLOs")
+        ax.scatter(df[col], df["usd_per_hour"], s=14, color="0.7", label="candidates x replicas")
         f = pareto_front(df, FRONTIERS[fname])
         ax.plot(f[col], f["usd_per_hour"], "o-", color="C0", label="Pareto frontier")
         s = slo.get(label.lower())
         pct = f" p{s.percentile:g}" if s else ""
         if s:
             ax.axvline(s.limit_ms, color="C3", ls="--", label=f"SLO {s.label}")
-        ax.set_xlabel(f"{label}{pct} at capacity (ms)")
+        ax.set_xlabel(f"{label}{pct} at the target rate (ms)")
         ax.set_ylabel("fleet cost at the target rate ($/h)")
         ax.set_title(f"Cost vs {label}")
         ax.legend(fontsize=7)
     ax = axes[2]
     ax.scatter(df["output_tokens_per_s_per_user"], df["output_tokens_per_s_per_gpu"], s=14, color="0.7",
-               label="candidates meeting the SLOs")
+               label="candidates x replicas")
     f = pareto_front(df, FRONTIERS["tokens_per_gpu_vs_tokens_per_user"])
     ax.plot(f["output_tokens_per_s_per_user"], f["output_tokens_per_s_per_gpu"], "o-", color="C0", label="Pareto frontier")
     if "tpot" in slo:
         ax.axvline(1000.0 / slo["tpot"].limit_ms, color="C3", ls="--", label=f"SLO {slo['tpot'].label}")
     ax.set_xlabel("output tokens/s per user (1000 / TPOT)")
-    ax.set_ylabel("output tokens/s per GPU at capacity")
+    ax.set_ylabel("output tokens/s per GPU at the target rate")
     ax.set_title("Throughput vs interactivity")
     ax.legend(fontsize=7)
     fig.suptitle(title or "Cost and throughput frontiers")
@@ -134,9 +165,9 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
 
 
 def write(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget], out_dir: Path,
-          max_load: float = 1.0, title: str = "") -> pd.DataFrame:
+          max_load: float = 1.0, title: str = "", extra_replicas: int = 2) -> pd.DataFrame:
     """pareto.csv and pareto.png in ``out_dir``; returns the stacked frontiers."""
-    df = candidate_metrics(evals, wl, max_load)
+    df = candidate_metrics(evals, wl, slos, max_load, extra_replicas)
     front = frontiers(df)
     write_csv(front, out_dir / "pareto.csv")
     if not df.empty:

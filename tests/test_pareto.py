@@ -21,13 +21,13 @@ def _table(rows):
 
 def test_known_frontier_and_order():
     df = _table([("D", 2.5, 250), ("C", 3.0, 100), ("A", 1.0, 300), ("E", 1.0, 400), ("B", 2.0, 200), ("F", 4.0, 100)])
-    f = pareto.pareto_front(df, MIN2)
+    f = pareto.pareto_front(df, MIN2, name_col="candidate")
     assert list(f["candidate"]) == ["A", "B", "C"]   # D by B, E by A (same cost, slower), F by C
 
 
 def test_maximised_objectives():
     df = pd.DataFrame({"candidate": list("abcd"), "per_gpu": [100, 80, 60, 90], "per_user": [10, 20, 30, 15]})
-    f = pareto.pareto_front(df, (("per_gpu", "max"), ("per_user", "max")))
+    f = pareto.pareto_front(df, (("per_gpu", "max"), ("per_user", "max")), name_col="candidate")
     assert list(f["candidate"]) == ["a", "d", "b", "c"]
     df.loc[3, "per_user"] = 9   # now d (90, 9) is dominated by a (100, 10)
     assert "d" not in set(pareto.pareto_front(df, (("per_gpu", "max"), ("per_user", "max")))["candidate"])
@@ -35,7 +35,7 @@ def test_maximised_objectives():
 
 def test_ties_kept_and_sorted_by_name_nan_dropped():
     df = _table([("z", 1.0, 100), ("y", 1.0, 100), ("n", math.nan, 10)])
-    assert list(pareto.pareto_front(df, MIN2)["candidate"]) == ["y", "z"]
+    assert list(pareto.pareto_front(df, MIN2, name_col="candidate")["candidate"]) == ["y", "z"]
 
 
 def test_bad_sense_and_empty():
@@ -52,14 +52,32 @@ def _eval(name_tp: int, verdict: str, cap: float, ttft: float, tpot: float) -> E
 
 def test_candidate_metrics_hand_computed():
     wl = WorkloadStats(rate_rps=5.0, mean_input_tokens=1000, mean_output_tokens=200, max_request_tokens=4000)
-    df = pareto.candidate_metrics([_eval(2, "ok", 2.0, 300.0, 40.0), _eval(4, "slo", 0.0, 2000.0, 80.0)], wl)
-    [r] = df.to_dict("records")
+    slos = [SLOTarget("ttft", 90, 1000), SLOTarget("tpot", 90, 50)]
+    df = pareto.candidate_metrics([_eval(2, "ok", 2.0, 300.0, 40.0), _eval(4, "slo", 0.0, 2000.0, 80.0)], wl, slos)
+    [r] = df.to_dict("records")   # no replica model: one row, latency at capacity
     assert r["replicas"] == 3 and r["usd_per_hour"] == pytest.approx(18.0)          # ceil(5 / 2) x 2 GPUs x $3
-    assert r["usd_per_million_output_tokens"] == pytest.approx(6.0 / (400 * 3600) * 1e6)
-    assert r["output_tokens_per_s_per_gpu"] == pytest.approx(200.0)                   # 2 rps x 200 tokens / 2 GPUs
+    assert r["usd_per_million_output_tokens"] == pytest.approx(18.0 / (5 * 200 * 3600) * 1e6)   # $5
+    assert r["output_tokens_per_s_per_gpu"] == pytest.approx(1000.0 / 6)              # 5 rps x 200 tokens / 6 GPUs
     assert r["output_tokens_per_s_per_user"] == pytest.approx(25.0)                   # 1000 / 40 ms
+    assert r["latency_basis"] == "capacity" and r["meets_slo"] and r["option"].endswith(" x3")
     # load headroom: at most 80% of capacity -> ceil(5 / 1.6) = 4 replicas
-    assert pareto.candidate_metrics([_eval(2, "ok", 2.0, 300.0, 40.0)], wl, max_load=0.8)["replicas"][0] == 4
+    assert pareto.candidate_metrics([_eval(2, "ok", 2.0, 300.0, 40.0)], wl, slos, max_load=0.8)["replicas"][0] == 4
+
+
+def test_more_replicas_cost_more_and_wait_less():
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.planner import evaluate_candidates
+    from llmplan.sim.types import EngineProfile
+
+    wl = WorkloadStats(rate_rps=20.0, mean_input_tokens=1000, mean_output_tokens=200, max_request_tokens=4000)
+    slos = [SLOTarget("ttft", 90, 1000.0), SLOTarget("tpot", 90, 50.0)]
+    cand = Candidate(get_gpu("h100_sxm"), Parallelism(1, 1, 1), Precision("bf16", "bf16"), 256, 2.0)
+    evals = evaluate_candidates(load_model("llama3_1_8b"), [cand], EngineProfile(), wl, slos, "spec")
+    df = pareto.candidate_metrics(evals, wl, slos, extra_replicas=2)
+    assert len(df) == 3 and list(df["replicas"]) == list(range(df["replicas"][0], df["replicas"][0] + 3))
+    assert (df["latency_basis"] == "operating_point").all() and df["meets_slo"].all()
+    assert df["usd_per_hour"].is_monotonic_increasing and df["tpot_ms"].is_monotonic_decreasing
+    assert df["load_rps_per_replica"].iloc[0] == pytest.approx(20.0 / df["replicas"][0])
 
 
 def test_write_csv_and_plot(tmp_path):
@@ -68,9 +86,10 @@ def test_write_csv_and_plot(tmp_path):
     slos = [SLOTarget("ttft", 90, 1000), SLOTarget("tpot", 90, 50)]
     front = pareto.write(evals, wl, slos, tmp_path, title="test")
     back = pd.read_csv(tmp_path / "pareto.csv")
-    assert list(back.columns[:2]) == ["frontier", "candidate"] and len(back) == len(front)
+    assert list(back.columns[:3]) == ["frontier", "option", "candidate"] and len(back) == len(front)
     assert set(back["frontier"]) == set(pareto.FRONTIERS)
-    # tp4: 3 rps per replica at $12/h -> 2 replicas $24/h, TTFT 400: dominated on $/h vs TTFT by tp2 ($12/h, 150 ms)
+    # tp4: 3 rps per replica at $12/h -> 2 replicas $24/h, TTFT 400: dominated on $/h vs TTFT by tp2 ($12/h, 150 ms);
+    # tp1: 5 replicas at $3/h = $15/h, 200 ms: dominated by tp2 too
     f = back[back["frontier"] == "usd_per_hour_vs_ttft"]
-    assert list(f["candidate"]) == ["h100_sxm-tp2-pp1-bf16-b256"]
+    assert list(f["option"]) == ["h100_sxm-tp2-pp1-bf16-b256 x2"]
     assert (tmp_path / "pareto.png").stat().st_size > 10_000
