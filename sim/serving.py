@@ -31,6 +31,8 @@ from llmplan.sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, jso
 from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
 from llmplan.sim.router import make_router
 from llmplan.sim.scheduler import Seq
+from llmplan.sim.steady_state import (MAX_WARMUP_DOUBLINGS, RunPlan, assess_window, estimate_service, plan_run,
+                                      window_indices)
 from llmplan.sim.types import StepShape
 from llmplan.sim.workload import Request, Workload, WorkloadSpec, generate_workload, mean_lengths, validate_spec
 
@@ -58,6 +60,7 @@ class SimResult:
     unfinished: int                 # requests not finished when the run ended
     replica_stats: list[dict] = field(default_factory=list)  # per-replica counters
     itl_histogram: pd.DataFrame = field(default_factory=pd.DataFrame)  # all measured ITLs, 0.1% bins
+    stopped_early: bool = False     # the queue or time limit stopped the run
 
     def write_requests(self, path: str | Path) -> Path:
         """Per-request table as CSV (default) or Parquet (``.parquet``, needs pyarrow)."""
@@ -139,13 +142,20 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
                      window: Optional[MeasureWindow] = None, progress: Optional[Callable[[float], None]] = None,
                      max_queue: int = DEFAULT_MAX_QUEUE, max_sim_time_ms: Optional[float] = None,
                      timeseries_interval_ms: Optional[float] = None,
-                     rate_fraction: float = DEFAULT_RATE_FRACTION) -> SimResult:
+                     rate_fraction: float = DEFAULT_RATE_FRACTION, steady_state: bool = False) -> SimResult:
     """Simulate ``replicas`` behind ``router`` serving ``workload``.
 
     ``workload`` is a spec (generated with ``seed`` and ``spec.seed``), a :class:`Workload`
     or a list of :class:`Request` (open loop at their ``arrival_ms``). ``window`` selects
     the measured requests (default 5%/5%; closed loop also skips ``concurrency``).
     ``progress`` is called with the finished fraction about every 1%.
+
+    ``steady_state`` (open loop only): measure the window of :mod:`llmplan.sim.steady_state`
+    instead of ``window``: a warm-up and a drain of about one request lifetime each, a
+    synthetic workload lengthened so the window holds enough requests, and the warm-up
+    doubled (up to ``MAX_WARMUP_DOUBLINGS`` times) while the requests in the system still
+    change over the window beyond noise. Overload is then flagged by that growth. ``summary["window"]``
+    reports the window, offered vs served rate and the queue growth.
     """
     if not replicas:
         raise UserError("no replicas to simulate", key="replicas")
@@ -154,11 +164,56 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
     if max_queue < 0:
         raise UserError("max_queue must be >= 0", key="max_queue")
     wl, picked_rate = _resolve_workload(workload, replicas, seed, rate_fraction)
-    n = len(wl.requests)
     closed = wl.closed_loop_concurrency is not None
+    run = dict(router=router, slo=slo, progress=progress, max_queue=max_queue, max_sim_time_ms=max_sim_time_ms,
+               timeseries_interval_ms=timeseries_interval_ms)
+    offered = picked_rate if picked_rate is not None else (
+        workload.rate_rps if isinstance(workload, WorkloadSpec) and workload.rate_rps else _offered_rate(wl))
+    if steady_state and not closed and wl.requests and offered:
+        return _simulate_steady(workload, wl, replicas, seed, picked_rate, offered, run)
     if window is None:
         window = MeasureWindow(warmup_requests=wl.closed_loop_concurrency if closed else None)
-    lo, hi = window.measured_range(n)
+    return _simulate(wl, replicas, window.measured_range(len(wl.requests)), picked_rate, offered, **run)
+
+
+def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: int, picked_rate: Optional[float],
+                     rate: float, run: dict) -> SimResult:
+    """Simulate with the steady-state window, lengthening the warm-up while the system still fills."""
+    asked = len(wl.requests)
+    outs = np.fromiter((q.output_tokens for q in wl.requests), float, asked)
+    ins = np.fromiter((q.input_tokens for q in wl.requests), float, asked)
+    est = estimate_service(replicas, rate, float(ins.mean()), float(outs.mean()))
+    synthetic = isinstance(workload, WorkloadSpec) and workload.arrival in ("poisson", "gamma")
+    for attempt in range(MAX_WARMUP_DOUBLINGS + 1):
+        plan = plan_run(rate, est, outs, asked, warmup_factor=2.0 ** attempt)
+        if synthetic and plan.num_requests != len(wl.requests):
+            spec = replace(workload, rate_rps=rate, num_requests=plan.num_requests)
+            wl = generate_workload(spec, np.random.default_rng([spec.seed, seed]))
+        steady = window_indices([q.arrival_ms for q in wl.requests], plan.warmup_ms, plan.drain_ms)
+        rng = steady if steady[1] > steady[0] else MeasureWindow().measured_range(len(wl.requests))
+        res = _simulate(wl, replicas, rng, picked_rate, rate, **run)
+        rep = _window_report(res.requests, steady, plan, rate, asked, res.stopped_early)
+        rep["warmup_doublings"] = attempt
+        if rep["stationary"] or not (synthetic and est.stable) \
+                or res.stopped_early or plan.capped or steady[1] <= steady[0]:
+            break
+    if rep["window_kind"] == "steady":  # throughput of the window, not diluted by the drain
+        _window_throughput(res.summary, res.requests, rep["window_start_ms"], rep["window_end_ms"])
+    res.overloaded = bool(res.overloaded or rep["overloaded_by_growth"])
+    res.summary["overloaded"] = res.overloaded
+    res.summary["window"] = json_clean(rep)
+    if run["slo"] is not None and res.overloaded:
+        res.summary["slo_met"] = False
+    return res
+
+
+def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, int], picked_rate: Optional[float],
+              offered: Optional[float], router: str, slo: Optional[SLOThresholds], progress: Optional[Callable[[float], None]], max_queue: int,
+              max_sim_time_ms: Optional[float], timeseries_interval_ms: Optional[float]) -> SimResult:
+    """One run of ``wl``; requests ``measured[0]..measured[1]-1`` count in the aggregates."""
+    n = len(wl.requests)
+    closed = wl.closed_loop_concurrency is not None
+    lo, hi = measured
 
     loop = EventLoop()
     itl = LogHistogram()
@@ -229,7 +284,7 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
     summary = summarize(df, itl, slo)
     queried = sum(s["prompt_tokens_queried"] for s in stats)
     summary.update({
-        "offered_rate_rps": picked_rate if picked_rate is not None else _offered_rate(wl),
+        "offered_rate_rps": offered,
         "rate_picked_by_simulator": picked_rate is not None,
         "closed_loop_concurrency": wl.closed_loop_concurrency,
         "router": router,
@@ -249,7 +304,36 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
     samples = [s for r in reps for s in r.samples]
     samples.sort(key=lambda s: (s[0], s[1]))
     ts = pd.DataFrame(samples, columns=list(TIMESERIES_COLUMNS))
-    return SimResult(df, json_clean(summary), ts, overloaded, unfinished, stats, itl.frame())
+    return SimResult(df, json_clean(summary), ts, overloaded, unfinished, stats, itl.frame(), bool(state["overloaded"]))
+
+
+def _window_throughput(summary: dict, df: pd.DataFrame, t0: float, t1: float) -> None:
+    """Request and token throughput of the requests that finished inside ``(t0, t1]``."""
+    fin = df["finish_ms"].to_numpy()
+    inside = (fin > t0) & (fin <= t1)
+    dur_s = (t1 - t0) / 1000.0
+    summary["duration_s"] = dur_s
+    summary["request_throughput_rps"] = float(inside.sum()) / dur_s
+    summary["input_throughput_tps"] = float(df["input_tokens"].to_numpy()[inside].sum()) / dur_s
+    summary["output_throughput_tps"] = float(df["output_tokens"].to_numpy()[inside].sum()) / dur_s
+    if summary.get("slo_attainment") is not None:  # measured requests (arrived in the window) within the SLOs
+        summary["goodput_rps"] = summary["slo_attainment"] * summary["measured_requests"] / dur_s
+
+
+def _window_report(df: pd.DataFrame, steady_range: tuple[int, int], plan: RunPlan, offered: float, asked: int,
+                   stopped: bool) -> dict:
+    lo, hi = steady_range
+    rep = assess_window(df["arrival_ms"].to_numpy(), df["finish_ms"].to_numpy(), lo, hi, offered)
+    est = plan.estimate
+    rep.update({
+        "requests_measured": int((df["measured"] & df["finished"]).sum()),
+        "warmup_ms": plan.warmup_ms, "drain_ms": plan.drain_ms,
+        "requests_asked": asked, "requests_simulated": int(len(df)), "capped": plan.capped,
+        "stopped_by_queue_limit": stopped,
+        "estimate": {"ttft_ms": est.ttft_ms, "tpot_ms": est.tpot_ms, "batch_per_replica": est.batch_per_replica,
+                     "utilisation": est.utilisation},
+    })
+    return rep
 
 
 def _offered_rate(wl: Workload) -> Optional[float]:

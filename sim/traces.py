@@ -20,8 +20,10 @@ token counts are raised to 1 (an engine always computes one prompt token and emi
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any, Optional
 
@@ -41,8 +43,38 @@ _COLUMNS = {
 }
 
 
-def _open(p: Path):
-    return gzip.open(p, "rt") if p.suffix == ".gz" else open(p)  # noqa: SIM115
+def _open(p: Path, mode: str = "rt"):
+    return gzip.open(p, mode) if p.suffix == ".gz" else open(p, mode)  # noqa: SIM115
+
+
+#: leading bytes of common binary files a user may point at by mistake
+_MAGIC = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"%PDF": "a PDF document",
+          b"PK\x03\x04": "a zip archive", b"\x1f\x8b": "gzip data (name it .gz to read it compressed)",
+          b"PAR1": "a Parquet file", b"\x93NUMPY": "a NumPy array"}
+#: errors of reading a file that is not a (gzipped) UTF-8 text trace
+_READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError)
+
+
+def check_text_file(p: Path, key: str = "workload.trace_path") -> None:
+    """Refuse, with one clear line, a trace that is empty, binary or not UTF-8 text."""
+    try:
+        with _open(p, "rb") as fh:
+            head = fh.read(65536)
+    except _READ_ERRORS as e:
+        raise UserError(f"cannot read trace {p}: {e}", key=key, fix="give a CSV or JSON-lines trace (optionally .gz)") from e
+    if not head.strip():
+        raise UserError(f"trace {p} is empty", key=key, fix="give a trace with a header and one request per row")
+    kind = next((v for k, v in _MAGIC.items() if head.startswith(k)), None)
+    if kind is None and b"\x00" in head:
+        kind = "binary data"
+    if kind is None:
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        except UnicodeDecodeError:
+            kind = "not UTF-8 text"
+    if kind is not None:
+        raise UserError(f"trace {p} is not a text trace ({kind})", key=key,
+                        fix="give a CSV or JSON-lines trace (optionally .gz), see docs/SIMULATOR.md")
 
 
 def detect_format(p: Path) -> str:
@@ -130,13 +162,19 @@ def read_trace(path: str | None, fmt: str = "auto", num_requests: int = 0, rate_
     if path is None:
         raise UserError("arrival=trace needs a trace file", key="workload.trace_path")
     p = resolve_data_path(path, "workload.trace_path")
-    if fmt == "auto":
-        fmt = detect_format(p)
-    if fmt not in _COLUMNS:
-        raise UserError(f"unknown trace format '{fmt}'", key="workload.trace_format", fix=suggest(fmt, _COLUMNS))
-    nrows = num_requests if num_requests and num_requests > 0 else None
-    reader = _read_jsonl if fmt in ("mooncake", "jsonl") else _read_csv
-    t, ins, outs, hashes = reader(p, fmt, nrows)
+    if p.is_dir():
+        raise UserError(f"trace {p} is a directory", key="workload.trace_path", fix="give the trace file itself")
+    check_text_file(p)
+    try:
+        if fmt == "auto":
+            fmt = detect_format(p)
+        if fmt not in _COLUMNS:
+            raise UserError(f"unknown trace format '{fmt}'", key="workload.trace_format", fix=suggest(fmt, _COLUMNS))
+        nrows = num_requests if num_requests and num_requests > 0 else None
+        reader = _read_jsonl if fmt in ("mooncake", "jsonl") else _read_csv
+        t, ins, outs, hashes = reader(p, fmt, nrows)
+    except _READ_ERRORS as e:  # damage past the part checked above
+        raise UserError(f"cannot read trace {p}: {e}", key="workload.trace_path") from e
     if len(t) == 0:
         raise UserError(f"trace {p} has no requests", key="workload.trace_path")
     for name, arr in (("arrival time", t), ("input tokens", ins), ("output tokens", outs)):

@@ -23,7 +23,7 @@ import numpy as np
 
 from llmplan.errors import UserError, suggest
 from llmplan.sim.requests import DATA_DIR, SYNTHETIC_PREFIX_BLOCK_TOKENS, Request, Workload, resolve_data_path
-from llmplan.sim.traces import read_trace
+from llmplan.sim.traces import check_text_file, read_trace
 
 
 ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
@@ -101,8 +101,19 @@ def presets() -> dict[str, dict]:
     return {k: v for k, v in raw.items() if not k.startswith("_")}
 
 
+#: fields that define a length distribution's shape; the preset's caps (min/max_tokens)
+#: only bound the preset's own distribution, never one the user changed
+_SHAPE_FIELDS = ("kind", "mean_tokens", "cv", "sigma", "path", "column")
+
+
 def resolve_lengths(spec: WorkloadSpec) -> tuple[LengthSpec, LengthSpec]:
-    """Input and output length specs with the preset filled in under the explicit fields."""
+    """Input and output length specs with the preset filled in under the explicit fields.
+
+    The preset's ``min_tokens``/``max_tokens`` are part of the preset's distribution: they
+    apply only while the user keeps that distribution. When the user sets any shape field
+    (kind, mean_tokens, cv, sigma, path, column), only caps the user set bound the draws,
+    so ``kind=fixed mean_tokens=16000`` means 16,000 tokens, not the preset's cap.
+    """
     out = []
     for name in ("input_tokens", "output_tokens"):
         own: LengthSpec = getattr(spec, name)
@@ -112,6 +123,8 @@ def resolve_lengths(spec: WorkloadSpec) -> tuple[LengthSpec, LengthSpec]:
                 raise UserError(f"unknown workload preset '{spec.preset}'", key="workload.preset",
                                 fix=suggest(spec.preset, table))
             merged = LengthSpec(**table[spec.preset][name])
+            if any(getattr(own, f) is not None for f in _SHAPE_FIELDS):
+                merged = replace(merged, min_tokens=None, max_tokens=None)
             for f in LengthSpec.__dataclass_fields__:
                 v = getattr(own, f)
                 if v is not None:
@@ -176,6 +189,13 @@ def _validate_length(ls: LengthSpec, key: str) -> None:
         _check(ls.min_tokens >= 1, f"min_tokens must be >= 1, got {ls.min_tokens}", f"{key}.min_tokens")
     if ls.min_tokens is not None and ls.max_tokens is not None:
         _check(ls.max_tokens >= ls.min_tokens, "max_tokens < min_tokens", f"{key}.max_tokens")
+    if ls.kind == "fixed":  # a cap below a fixed length would silently change it
+        _check(ls.max_tokens is None or ls.mean_tokens <= ls.max_tokens,
+               f"fixed length {ls.mean_tokens:g} is above max_tokens {ls.max_tokens}", f"{key}.max_tokens",
+               f"raise {key}.max_tokens or lower {key}.mean_tokens")
+        _check(ls.min_tokens is None or ls.mean_tokens >= ls.min_tokens,
+               f"fixed length {ls.mean_tokens:g} is below min_tokens {ls.min_tokens}", f"{key}.min_tokens",
+               f"lower {key}.min_tokens or raise {key}.mean_tokens")
     if ls.kind == "empirical":
         _check(ls.path is not None, "empirical lengths need a file", f"{key}.path")
 
@@ -207,6 +227,7 @@ def _read_empirical(path: str, column: str | None, key: str) -> np.ndarray:
     import pandas as pd
 
     p = resolve_data_path(path, f"{key}.path")
+    check_text_file(p, f"{key}.path")
     try:
         df = pd.read_csv(p, sep=r"[,;\t]", engine="python", header=None, dtype=str)
         header = pd.to_numeric(df.iloc[0], errors="coerce").isna().any()  # a non-number in row 1

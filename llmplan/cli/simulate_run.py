@@ -40,9 +40,10 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
                       console=console, transient=True) as bar:
             task = bar.add_task("sim", total=1.0)
             res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
-                                   progress=lambda f: bar.update(task, completed=f))
+                                   progress=lambda f: bar.update(task, completed=f), steady_state=True)
     else:
-        res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos))
+        res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
+                               steady_state=True)
     out.mkdir(parents=True, exist_ok=True)
     ext = "parquet" if app.output.requests_format == "parquet" else "csv"
     files = [str(res.write_requests(out / f"requests.{ext}"))]
@@ -65,7 +66,8 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
         "requests_per_s": s.get("request_throughput_rps"), "output_tokens_per_s": s.get("output_throughput_tps"),
         "input_tokens_per_s": s.get("input_throughput_tps"), "goodput_rps": s.get("goodput_rps"),
         "slo_attainment": s.get("slo_attainment"), "slo_targets": targets,
-        "offered_rate_rps": rate, "requests": s.get("requests"), "measured_requests": s.get("measured_requests"),
+        "offered_rate_rps": s.get("offered_rate_rps"), "requests": s.get("requests"),
+        "measured_requests": s.get("measured_requests"), "window": s.get("window"),
         "unfinished": res.unfinished, "overloaded": res.overloaded,
         "preemptions": int(df["preemptions"].sum()),
         "prefix_hit_rate": s.get("prefix_hit_rate"),
@@ -73,10 +75,39 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
         "batch_size_mean": float(res.timeseries["batch_size"].mean()) if len(res.timeseries) else None,
         "workload": {"arrival": spec.arrival, "preset": spec.preset, "num_requests": spec.num_requests,
                      "concurrency": spec.concurrency if spec.arrival == "closed_loop" else None},
-        "notes": (["the simulated system could not keep up (overloaded): the queue grew past its limit"]
-                  if res.overloaded else []),
+        "notes": window_notes(s.get("window"), res, s.get("request_throughput_rps")),
     }
     return summary, files
+
+
+def window_notes(w: dict | None, res, throughput_rps: float | None) -> list[str]:
+    """What the user must know about the measured window and overload, in words."""
+    notes = []
+    if w is not None:
+        if w["requests_simulated"] > w["requests_asked"]:
+            notes.append(f"workload.num_requests={w['requests_asked']} is too short for a steady-state window at this "
+                         f"load: simulated {w['requests_simulated']} requests (warm-up {w['warmup_ms'] / 1e3:.1f} s, "
+                         f"drain {w['drain_ms'] / 1e3:.1f} s excluded)")
+        if w["window_kind"] != "steady":
+            notes.append("no steady-state window (too few requests, or the offered rate is above the estimated "
+                         "capacity): overload judged over the arrival period")
+        elif not w["stationary"] and not res.overloaded:
+            notes.append(f"the system was still filling at the end of the warm-up (requests in the system "
+                         f"{w['queue_start']} -> {w['queue_end']}): latencies may be understated")
+        if w.get("capped"):
+            notes.append("the run length was capped: the window is shorter than planned")
+    if res.overloaded:
+        why = "the queue grew past its limit" if res.stopped_early else (
+            f"{res.unfinished} requests unfinished" if res.unfinished else "the requests in the system kept growing")
+        rates = ""
+        if w is not None:
+            steady = w["window_kind"] == "steady" and w.get("served_rate_rps") is not None
+            served = w["served_rate_rps"] if steady else throughput_rps
+            rates = (f": offered {w['offered_rate_rps']:.4g} req/s, served {served or 0:.4g} req/s "
+                     f"({'over the window' if steady else 'over the run'}), "
+                     f"requests in the system {w['queue_start']} -> {w['queue_end']}")
+        notes.append(f"OVERLOADED: the simulated system cannot keep up with the offered rate ({why}){rates}")
+    return notes
 
 
 def render_summary(console: Console, summary: dict, slos: list[SLOTarget]) -> None:
@@ -105,6 +136,15 @@ def render_summary(console: Console, summary: dict, slos: list[SLOTarget]) -> No
                   f"{f(summary.get('slo_attainment'), '{:.1%}')}; preemptions {summary.get('preemptions')}; "
                   f"prefix hit rate {f(summary.get('prefix_hit_rate'), '{:.1%}')}; mean batch {f(summary.get('batch_size_mean'), '{:.1f}')}, "
                   f"mean KV use {f(summary.get('kv_util_mean'), '{:.0%}')}")
+    w = summary.get("window")
+    if w is not None:
+        state = "[red]OVERLOADED[/red]" if summary.get("overloaded") else "stable"
+        served = w.get("served_rate_rps") if w["window_kind"] == "steady" else summary.get("requests_per_s")
+        console.print(f"load: offered {f(w.get('offered_rate_rps'), '{:.4g}')} req/s, served "
+                      f"{f(served, '{:.4g}')} req/s over the {w['window_kind']} window "
+                      f"{w['window_start_ms'] / 1e3:.1f}-{w['window_end_ms'] / 1e3:.1f} s "
+                      f"({w['requests_measured']} requests measured); in system {w['queue_start']} -> "
+                      f"{w['queue_end']} ({f(w.get('queue_growth_rps'), '{:+.3g}')} req/s): {state}")
     for label, v in summary.get("slo_targets", {}).items():
         mark = "[green]met[/green]" if v["met"] else "[red]missed[/red]"
         console.print(f"  {label}: simulated {f(v['simulated_ms'], '{:.1f}')} ms {mark} "

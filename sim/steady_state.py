@@ -1,0 +1,211 @@
+"""Steady-state measurement window and overload test for open-loop simulations.
+
+A simulation starts empty and ends with its last requests running on an emptying
+system. Both ends see smaller batches than the offered load produces, so their TPOT is
+too low. The measured window leaves out a warm-up and a drain that each last about one
+request lifetime, and the run is made long enough that the window holds enough requests.
+
+* **Request lifetime** ``S = TTFT + (output_tokens - 1) x TPOT`` at the load's steady
+  batch. :func:`estimate_service` solves Little's law ``L = lambda x W`` per replica
+  for the running batch ``L`` with the replica's own step model (decode step at batch
+  ``L``, stretched by the share of time spent on the prefills that arrive at that rate).
+* **Warm-up = drain = D** at first, the 95th percentile of ``S`` over the workload's own output
+  lengths. After D the number of requests in the system of an M/G/inf-like batch
+  server is within ~5% of its steady value (it grows as ``lambda E[min(S, t)]``), and a
+  request that arrives D before the last arrival finishes, with 95% probability, before
+  the system starts to empty. Near capacity the batch, and with it TPOT and the
+  lifetime, keeps growing for several lifetimes; the simulator therefore doubles the
+  warm-up (up to ``MAX_WARMUP_DOUBLINGS`` times) while the window is not stationary.
+* **Window** at least ``max(MIN_MEASURED_REQUESTS / lambda, WINDOW_LIFETIMES x D)``, so
+  it holds enough requests for a p99 and spans more than one lifetime. The run length is
+  ``lambda x (2D + window)`` requests: adaptive in the output length (through D) and in the
+  load (through lambda), instead of a fixed count. It is never shorter than asked and at
+  most ``MAX_REQUESTS``.
+* The measured requests are those that **arrive** in ``[first arrival + D, last arrival - D]``
+  (selection by arrival, not by finish, so long requests are not under-represented).
+
+**Overload** (:func:`assess_window`): over the window, the number of requests in the
+system (arrived, not finished) goes from ``Q0`` to ``Q1``. The run is overloaded when the
+growth ``Q1 - Q0`` exceeds ``OVERLOAD_TOLERANCE`` (5%) of the requests that arrived in the
+window plus the noise ``3 sqrt(2 max(Q0, Q1))``: the difference of two populations that
+are each about Poisson (M/G/inf) and a lifetime or more apart has variance ``2Q``, so a
+stable run is not flagged by chance. Equivalently: the served (completed) rate fell more
+than 5% below the offered rate, beyond noise. The window is **stationary** when
+``|Q1 - Q0|`` is within that noise; a synthetic run that is not stationary, and not
+overloaded, is repeated with a doubled warm-up. Without a
+steady window (too few requests, or the offered rate is above the estimated capacity so
+no steady state exists) the window is the arrival period, first to last arrival.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from llmplan.sim.types import StepShape
+
+#: lifetime quantile used for the warm-up and the drain
+LIFETIME_QUANTILE = 95.0
+#: fewest requests wanted inside the window (a stable p99 after the cuts)
+MIN_MEASURED_REQUESTS = 1000
+#: the window spans at least this many warm-up lengths (request lifetimes)
+WINDOW_LIFETIMES = 2.0
+#: the warm-up is doubled at most this many times while the system still fills
+MAX_WARMUP_DOUBLINGS = 3
+#: hard cap on the requests of one extended run
+MAX_REQUESTS = 200_000
+#: served rate may fall this far below the offered rate (beyond noise) before "overloaded"
+OVERLOAD_TOLERANCE = 0.05
+#: noise allowance in standard deviations of a Poisson population of requests in the system
+NOISE_SIGMAS = 3.0
+
+
+@dataclass(frozen=True)
+class ServiceEstimate:
+    """Analytical steady state of the replicas at an offered rate (used to size a run)."""
+
+    ttft_ms: float                 # prompt time of a mean request at the steady batch
+    tpot_ms: float                 # decode time per token at the steady batch
+    batch_per_replica: float       # running sequences per replica (Little's law, capped)
+    utilisation: float             # offered rate / estimated capacity (>= 1: no steady state)
+
+    @property
+    def stable(self) -> bool:
+        return self.utilisation < 1.0
+
+
+def _shape(prefill: int = 0, dec: int = 0, kv: int = 0) -> StepShape:
+    return StepShape(prefill, 1 if prefill else 0, float(prefill * (prefill + 1) / 2), 0, dec, kv)
+
+
+def _replica_estimate(r, rate_rps: float, mean_in: float, mean_out: float) -> ServiceEstimate:
+    e, cm = r.engine, r.cost_model
+    pp = int(getattr(cm, "pp", 1) or 1)
+    pin, pout = max(1.0, mean_in), max(1.0, mean_out)
+    kv_seqs = int(r.kv_capacity_tokens * (1 - e.watermark) // (pin + pout))
+    b_max = max(1, min(e.max_num_seqs, kv_seqs))
+    chunk = int(max(1, min(pin, e.max_num_batched_tokens - 1)))
+
+    def at(b: float) -> tuple[float, float, float]:
+        """(ttft, tpot, prefill ms per request) with ``b`` sequences running."""
+        mb = max(1, int(round(b / pp)))  # pipeline: pp micro-batches, a token crosses pp stages
+        kv = int(mb * (pin + pout / 2))
+        t_dec = pp * float(cm.stage_time_ms(_shape(dec=mb, kv=kv)))
+        t_mix = pp * float(cm.stage_time_ms(_shape(prefill=chunk, dec=mb, kv=kv)))
+        prefill_ms = max(t_mix - t_dec, 1e-6) * pin / chunk
+        return t_mix * math.ceil(pin / chunk), t_dec, prefill_ms
+
+    lam = rate_rps / 1000.0  # per ms
+    ttft, t_dec, pre = at(b_max)
+    cap = b_max / ((pout - 1) * t_dec + b_max * pre) if pout > 1 else 1.0 / pre
+    util = lam / cap if cap > 0 else math.inf
+    b = 1.0
+    tpot = t_dec
+    for _ in range(60):
+        ttft, t_dec, pre = at(b)
+        busy = min(lam * pre, 0.95)          # share of time spent on prefill work
+        tpot = t_dec / (1.0 - busy)
+        b_new = min(lam * (ttft + (pout - 1) * tpot), float(b_max))
+        if abs(b_new - b) < 0.01 * max(b, 1.0):
+            b = b_new
+            break
+        b = 0.5 * (b + b_new)
+    return ServiceEstimate(ttft, tpot, b, util)
+
+
+def estimate_service(replicas: list, rate_rps: float, mean_input_tokens: float,
+                     mean_output_tokens: float) -> ServiceEstimate:
+    """The slowest replica's steady state when ``rate_rps`` is spread evenly over ``replicas``."""
+    per = rate_rps / max(1, len(replicas))
+    ests = [_replica_estimate(r, per, mean_input_tokens, mean_output_tokens) for r in replicas]
+    return max(ests, key=lambda x: (x.utilisation, x.ttft_ms + x.tpot_ms))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How long to run and what to leave out (times in ms)."""
+
+    num_requests: int              # requests to simulate
+    warmup_ms: float               # left out after the first arrival
+    drain_ms: float                # left out before the last arrival
+    window_ms: float               # planned measured span
+    capped: bool                   # MAX_REQUESTS bound the run
+    estimate: ServiceEstimate
+
+
+def lifetimes_ms(est: ServiceEstimate, output_tokens: np.ndarray) -> np.ndarray:
+    """Estimated lifetime of each request from its output length."""
+    o = np.asarray(output_tokens, dtype=float)
+    return est.ttft_ms + np.maximum(o - 1.0, 0.0) * est.tpot_ms
+
+
+def plan_run(rate_rps: float, est: ServiceEstimate, output_tokens: np.ndarray, asked_requests: int,
+             min_measured: int = MIN_MEASURED_REQUESTS, warmup_factor: float = 1.0) -> RunPlan:
+    """Run length for a steady window at ``rate_rps``; never fewer than ``asked_requests``.
+
+    The warm-up is ``warmup_factor`` x D (the caller doubles it while the system still
+    fills). Without a steady state (``est.stable`` false) the run is not extended: more
+    requests would only lengthen the queue."""
+    d = float(np.percentile(lifetimes_ms(est, output_tokens), LIFETIME_QUANTILE)) if len(output_tokens) else 0.0
+    warmup = warmup_factor * d
+    window = max(min_measured / rate_rps * 1000.0, WINDOW_LIFETIMES * d)
+    need = int(math.ceil(rate_rps * (warmup + d + window) / 1000.0)) + 1
+    if not est.stable:
+        need = asked_requests
+    n = max(asked_requests, min(need, MAX_REQUESTS))
+    return RunPlan(n, warmup, d, window, need > MAX_REQUESTS, est)
+
+
+def window_indices(arrival_ms: np.ndarray, warmup_ms: float, drain_ms: float) -> tuple[int, int]:
+    """Half-open range ``[lo, hi)`` of requests (sorted by arrival) arriving in
+    ``[first + warmup, last - drain]``; ``(0, 0)`` when that span holds fewer than 2."""
+    a = np.asarray(arrival_ms, dtype=float)
+    if len(a) < 2:
+        return 0, 0
+    lo = int(np.searchsorted(a, a[0] + warmup_ms, side="left"))
+    hi = int(np.searchsorted(a, a[-1] - drain_ms, side="right"))
+    return (lo, hi) if hi - lo >= 2 else (0, 0)
+
+
+def in_system(arrival_ms: np.ndarray, finish_ms: np.ndarray, t: float) -> int:
+    """Requests arrived by ``t`` and not finished by ``t`` (NaN finish: never)."""
+    arr = np.asarray(arrival_ms, dtype=float)
+    fin = np.asarray(finish_ms, dtype=float)
+    return int(np.sum(arr <= t) - np.sum(fin <= t))
+
+
+def assess_window(arrival_ms: np.ndarray, finish_ms: np.ndarray, lo: int, hi: int,
+                  offered_rate_rps: Optional[float]) -> dict:
+    """Offered vs served rate and the growth of the requests in the system over the
+    window (requests ``lo..hi-1`` by arrival; the arrival period when the range is empty).
+    Keys: window_start_ms, window_end_ms, window_kind (steady | arrivals), offered_rate_rps,
+    arrivals_in_window, served_rate_rps, queue_start, queue_end, queue_growth_rps,
+    growth_allowance, overloaded_by_growth, stationary (the change is within noise)."""
+    arr = np.asarray(arrival_ms, dtype=float)
+    fin = np.asarray(finish_ms, dtype=float)
+    seen = arr[np.isfinite(arr)]
+    if hi - lo >= 2 and np.isfinite(arr[lo]) and np.isfinite(arr[hi - 1]):
+        t0, t1, kind = float(arr[lo]), float(arr[hi - 1]), "steady"
+    elif len(seen) >= 2:
+        t0, t1, kind = float(seen.min()), float(seen.max()), "arrivals"
+    else:
+        t0 = t1 = float(seen.min()) if len(seen) else 0.0
+        kind = "arrivals"
+    dur_ms = t1 - t0
+    q0, q1 = in_system(arr, fin, t0), in_system(arr, fin, t1)
+    arrived = int(np.sum((arr > t0) & (arr <= t1)))
+    served = int(np.sum((fin > t0) & (fin <= t1)))
+    noise = NOISE_SIGMAS * math.sqrt(2.0 * max(q0, q1, 1))
+    allowance = OVERLOAD_TOLERANCE * arrived + noise
+    per_s = 1000.0 / dur_ms if dur_ms > 0 else math.nan
+    return {
+        "window_kind": kind, "window_start_ms": t0, "window_end_ms": t1,
+        "offered_rate_rps": offered_rate_rps, "arrivals_in_window": arrived,
+        "arrival_rate_in_window_rps": arrived * per_s, "served_rate_rps": served * per_s,
+        "queue_start": q0, "queue_end": q1, "queue_growth_rps": (q1 - q0) * per_s,
+        "growth_allowance": allowance, "overloaded_by_growth": bool(dur_ms > 0 and (q1 - q0) > allowance),
+        "stationary": bool(kind == "steady" and abs(q1 - q0) <= noise),
+    }
