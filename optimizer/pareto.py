@@ -12,6 +12,9 @@ lower load, lower latency, higher cost: the trade-off the frontier shows):
   candidate without a replica model, the prediction at its capacity (``capacity``);
 * ``output_tokens_per_s_per_gpu`` = rate x output tokens / GPUs, and
   ``output_tokens_per_s_per_user`` = 1000 / TPOT;
+* ``gpu_power_w`` / ``joules_per_output_token``: board power of the option's GPUs and
+  energy per generated token at that load (``optimizer/energy.py``, no PUE; NaN when the
+  GPU has no TDP figure or no replica model);
 * ``meets_slo``: the predicted TTFT/TPOT are within the targets at those percentiles (a row
   can miss when the simulator-corrected capacity exceeds the analytical one).
 
@@ -39,7 +42,7 @@ FRONTIERS = {
 }
 COLUMNS = ["option", "candidate", "gpu", "tp", "pp", "ep", "precision", "max_num_seqs", "gpus_per_replica", "replicas",
            "load_rps_per_replica", "usd_per_hour", "usd_per_million_output_tokens", "ttft_ms", "tpot_ms",
-           "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "capacity_rps_per_replica", "latency_basis", "meets_slo"]
+           "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "capacity_rps_per_replica", "latency_basis", "meets_slo", "gpu_power_w", "joules_per_output_token"]
 
 
 def _percentile(slos: list[SLOTarget], metric: str) -> float:
@@ -48,7 +51,9 @@ def _percentile(slos: list[SLOTarget], metric: str) -> float:
 
 def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget] | None = None,
                       max_load: float = 1.0, extra_replicas: int = 0) -> pd.DataFrame:
+    from llmplan.optimizer.energy import pool_power
     from llmplan.optimizer.evaluate import ReplicaAnalyzer
+    from llmplan.optimizer.types import Allocation
 
     slos = slos or []
     tq, pq = _percentile(slos, "ttft"), _percentile(slos, "tpot")
@@ -73,6 +78,8 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
                 continue
             usd_h = n * c.usd_per_replica_hour
             out_tok_s = wl.rate_rps * wl.mean_output_tokens
+            power = pool_power(Allocation(e, n, share_rps=share), wl).power_w if an is not None else None
+            power = math.nan if power is None else power
             rows.append({
                 "option": f"{c.name} x{n}", "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp,
                 "ep": c.par.ep, "precision": c.prec.weights, "max_num_seqs": c.max_num_seqs,
@@ -84,6 +91,7 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
                 "latency_basis": basis,
                 "meets_slo": all((ttft if s.metric == "ttft" else tpot) <= s.limit_ms for s in slos
                                  if s.percentile == (tq if s.metric == "ttft" else pq)),
+                "gpu_power_w": power, "joules_per_output_token": power / out_tok_s,
             })
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -60,6 +60,7 @@ def test_candidate_metrics_hand_computed():
     assert r["output_tokens_per_s_per_gpu"] == pytest.approx(1000.0 / 6)              # 5 rps x 200 tokens / 6 GPUs
     assert r["output_tokens_per_s_per_user"] == pytest.approx(25.0)                   # 1000 / 40 ms
     assert r["latency_basis"] == "capacity" and r["meets_slo"] and r["option"].endswith(" x3")
+    assert math.isnan(r["joules_per_output_token"])   # no replica model: energy unknown, not guessed
     # load headroom: at most 80% of capacity -> ceil(5 / 1.6) = 4 replicas
     assert pareto.candidate_metrics([_eval(2, "ok", 2.0, 300.0, 40.0)], wl, slos, max_load=0.8)["replicas"][0] == 4
 
@@ -78,6 +79,9 @@ def test_more_replicas_cost_more_and_wait_less():
     assert (df["latency_basis"] == "operating_point").all() and df["meets_slo"].all()
     assert df["usd_per_hour"].is_monotonic_increasing and df["tpot_ms"].is_monotonic_decreasing
     assert df["load_rps_per_replica"].iloc[0] == pytest.approx(20.0 / df["replicas"][0])
+    # same tokens on more GPUs: more idle power, more J per token
+    assert df["gpu_power_w"].is_monotonic_increasing and df["joules_per_output_token"].is_monotonic_increasing
+    assert df["joules_per_output_token"].iloc[0] == pytest.approx(df["gpu_power_w"].iloc[0] / (20.0 * 200))
 
 
 def test_write_csv_and_plot(tmp_path):
