@@ -100,8 +100,10 @@ def _str_map(file: Path, gpu: str, field: str, value: Any, allowed: set[str] | N
 def parse_topology(name: str, gpus_per_host: int = 8) -> HostTopology:
     """A topology from its self-describing name; ValueError if the name has no meaning.
 
-    ``pcie4_switch_p2p``: PCIe Gen4 links, GPU pairs behind PCIe switches, peer-to-peer on;
-    ``pcie5_host_bridge_no_p2p``: Gen5 links to the CPU root ports, peer-to-peer off; ...
+    ``pcie4_switch_p2p``: PCIe Gen4 links, GPU pairs behind PCIe switches (peer-to-peer within
+    the pair), peer-to-peer also across the CPU host bridge between pairs;
+    ``pcie5_host_bridge_no_p2p``: Gen5 links, every GPU on its own CPU root port, no
+    peer-to-peer (transfers staged through host memory); ...
     """
     if name == SCALEUP_TOPOLOGY:
         return HostTopology(name, "scaleup", 0, True, gpus_per_host, 1,
@@ -111,8 +113,10 @@ def parse_topology(name: str, gpus_per_host: int = 8) -> HostTopology:
         raise ValueError(f"'{name}' is not a topology name")
     link = "pcie_" + m["link"]
     p2p = m["p2p"] == "p2p"
-    where = "behind PCIe switches" if link == "pcie_switch" else "on CPU root ports (host bridge)"
-    desc = (f"PCIe Gen{m['gen']}, GPUs {where}, peer-to-peer {'on' if p2p else 'off (staged through host memory)'}")
+    where = ("GPU pairs behind PCIe switches (peer-to-peer within a pair)" if link == "pcie_switch"
+             else "each GPU on its own CPU root port")
+    desc = (f"PCIe Gen{m['gen']}, {where}; peer-to-peer across the host bridge "
+            f"{'on' if p2p else 'off (staged through host memory)'}")
     return HostTopology(name, link, int(m["gen"]), p2p, gpus_per_host, 2, desc)
 
 
@@ -288,15 +292,21 @@ def get_gpu(name: str, catalog: Mapping[str, GPUSpec] | None = None) -> GPUSpec:
                        fix="use a key from `llmplan catalog gpus` or add an alias in hardware_catalog/data/gpus.yaml")
 
 
-def topology_for(spec: GPUSpec, name: str | None = None) -> HostTopology:
-    """The host topology ``name`` of a GPU (None: the catalog default). Unknown -> CatalogError (exit 2)."""
+def topology_for(spec: GPUSpec, name: str | None = None, key: str | None = None) -> HostTopology:
+    """The host topology ``name`` of a GPU (None: the catalog default). Unknown -> CatalogError
+    (exit 2) naming ``key`` (default ``gpu.topology.<gpu>``)."""
     if not name:
         return spec.topology()
     if name in spec.topologies:
         return spec.topology(name)
-    raise CatalogError(f"unknown topology '{name}' for {spec.key}; {suggest(name, spec.topologies)}",
-                       key=f"gpu.topology.{spec.key}",
+    raise CatalogError(f"unknown topology '{name}' for {spec.key}; {suggest(str(name), spec.topologies)}",
+                       key=key or f"gpu.topology.{spec.key}",
                        fix=f"use one of {', '.join(spec.topologies)} (default {spec.default_topology})")
+
+
+def with_topology(spec: GPUSpec, name: str, key: str | None = None) -> GPUSpec:
+    """A copy of ``spec`` whose collectives run in host topology ``name`` (validated, see topology_for)."""
+    return dataclasses.replace(spec, default_topology=topology_for(spec, name, key).name)
 
 
 def list_gpus(catalog: Mapping[str, GPUSpec] | None = None) -> list[GPUSpec]:

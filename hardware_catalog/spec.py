@@ -24,8 +24,8 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
 COLLECTIVE_LIBRARY = {"nvidia": "nccl", "amd": "rccl", "intel": "oneccl"}
 
 #: how the GPUs of one host reach each other when there is no scale-up fabric (or beyond it).
-#:  - ``pcie_switch``: the GPUs sit behind PCIe switches and exchange data peer-to-peer
-#:    through them, without crossing the CPU (the usual 8-GPU PCIe server layout);
+#:  - ``pcie_switch``: GPU pairs sit behind PCIe switches and exchange data peer-to-peer
+#:    through them without crossing the CPU; larger groups cross the host bridge;
 #:  - ``pcie_host_bridge``: each GPU hangs off a CPU root port; peer-to-peer traffic crosses
 #:    the CPU's root complex, and the inter-socket link for GPUs on different sockets;
 #:  - ``scaleup``: NVLink / xGMI / NVL72 fabric (the PCIe layout does not carry collectives).
@@ -36,8 +36,9 @@ GPU_LINKS = ("pcie_switch", "pcie_host_bridge", "scaleup")
 class HostTopology:
     """How the GPUs of one host (box) are connected: a catalog input with a documented default.
 
-    ``p2p`` False means peer-to-peer is disabled (or unsupported) between GPUs, so NCCL stages
-    every transfer through host memory: each byte crosses PCIe twice.
+    ``p2p`` is peer-to-peer across the CPU host bridge (between switch pairs, or between root
+    ports). False: NCCL stages those transfers through host memory. GPU pairs behind one PCIe
+    switch always talk peer-to-peer through the switch.
     """
 
     name: str                 # e.g. "pcie4_switch_p2p"

@@ -1,34 +1,81 @@
 """Which link a collective crosses, and its alpha-beta parameters.
 
-Within the scale-up domain (NVLink / xGMI) collectives use the scale-up bandwidth;
-beyond it, or on GPUs without a fabric, PCIe (within a host of 8) or the network.
-Start-up latencies (alpha) are typical published figures: NVLink all-reduce ~8 us
-(NCCL tests on HGX H100), PCIe peer-to-peer ~15 us, InfiniBand/RoCE ~25 us.
+Within the scale-up domain (NVLink / xGMI) collectives use the scale-up bandwidth. GPUs
+without a fabric (L40S, L4, A10G, H100 PCIe, RTX PRO 6000, Arc Pro B60) run them over PCIe,
+within one host of ``gpus_per_host`` GPUs, in the layout of the GPU's host topology
+(a catalog input, ``GPUSpec.topologies``; the config may pick another, see
+``hardware_catalog.loader.topology_for``). Beyond the host: the network.
+
+Measured collective curves (``../shared/measurements/<gpu>/nccl.csv.gz``) come from ONE box
+per GPU, recorded as ``GPUSpec.measured_topology`` (the L40S box: GPU pairs behind PCIe Gen4
+switches, no peer-to-peer between pairs). The link of that topology is named ``pcie``, which
+is the fabric the calibration's curves were fitted on, so they apply. Any other topology
+gets a link named ``pcie:<topology>``: the calibrated model then treats it as an unmeasured
+link and falls back to alpha-beta over the link bandwidth below (tier ``cross-gen``), and the
+roofline uses the bandwidth directly. The curves of one box are never applied to another.
+
+PCIe model for an unmeasured topology (first order, not fitted):
+  * bandwidth = the card's PCIe link rate (``pcie_bw_gbps``, per direction); halved when the
+    group's traffic crosses the CPU host bridge without peer-to-peer (NCCL then stages every
+    transfer through a host-memory buffer: a copy to host and a copy back) -- an assumption;
+  * a pair behind one PCIe switch talks peer-to-peer through the switch; groups larger than
+    a pair, and every group on a host-bridge layout, cross the host bridge;
+  * start-up latency (alpha) PCIE_ALPHA_US, doubled when staged through host memory.
+  * Splitting the group over two CPU sockets is not modelled separately.
+Start-up latencies are typical published figures: NVLink all-reduce ~8 us (NCCL tests on
+HGX H100), PCIe peer-to-peer ~15 us, InfiniBand/RoCE ~25 us.
 """
 
 from __future__ import annotations
 
-from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.hardware_catalog.spec import GPUSpec, HostTopology
 from llmplan.sim.kernels import Link
 
 NVLINK_ALPHA_US = 8.0
 PCIE_ALPHA_US = 15.0
 NETWORK_ALPHA_US = 25.0
-HOST_GPUS = 8  # GPUs that share one host's PCIe switch fabric
+HOST_GPUS = 8  # GPUs of one host when the topology does not say
+STAGED_BW_FACTOR = 0.5  # no peer-to-peer: staged through host memory (assumption, see module doc)
 
 
-def group_link(gpu: GPUSpec, group_size: int, span_gpus: int | None = None) -> Link:
+def _host_gpus(gpu: GPUSpec) -> int:
+    topo = gpu.topologies.get(gpu.default_topology) if gpu.topologies else None
+    return topo.gpus_per_host if topo is not None else HOST_GPUS
+
+
+def crosses_host_bridge(topo: HostTopology, group_size: int) -> bool:
+    """Whether a collective over ``group_size`` GPUs of this box crosses the CPU host bridge."""
+    if topo.gpu_link == "pcie_switch":
+        return group_size > 2
+    return group_size > 1
+
+
+def pcie_link(gpu: GPUSpec, group_size: int, topo: HostTopology) -> Link:
+    """The PCIe link of a group of ``group_size`` contiguous GPUs in one host of topology ``topo``."""
+    staged = crosses_host_bridge(topo, group_size) and not topo.p2p
+    bw = gpu.pcie_bw_gbps * (STAGED_BW_FACTOR if staged else 1.0)
+    alpha = PCIE_ALPHA_US * (2.0 if staged else 1.0)
+    name = "pcie" if topo.name == gpu.measured_topology else f"pcie:{topo.name}"
+    return Link(name, bw, alpha)
+
+
+def group_link(gpu: GPUSpec, group_size: int, span_gpus: int | None = None, *, across_span: bool = False) -> Link:
     """Link used by a collective over ``group_size`` GPUs placed inside a replica of
-    ``span_gpus`` GPUs (defaults to the group itself)."""
+    ``span_gpus`` GPUs (defaults to the group itself), in the GPU's selected host topology
+    (``gpu.default_topology``). The group's GPUs are contiguous (a TP or EP group); with
+    ``across_span`` its members sit at opposite ends of the span (pipeline stages)."""
     span = span_gpus or group_size
     if gpu.scaleup_bw_gbps > 0 and span <= gpu.scaleup_domain_size:
         name = "xgmi" if gpu.vendor == "amd" else "nvlink"
         return Link(name, gpu.scaleup_bw_gbps, NVLINK_ALPHA_US)
-    if span <= HOST_GPUS:
-        return Link("pcie", gpu.pcie_bw_gbps, PCIE_ALPHA_US)
+    if span <= _host_gpus(gpu):
+        topo = gpu.topologies.get(gpu.default_topology) if gpu.topologies else None
+        if topo is None or topo.gpu_link == "scaleup":
+            return Link("pcie", gpu.pcie_bw_gbps, PCIE_ALPHA_US)  # beyond a small fabric, inside the host
+        return pcie_link(gpu, span if across_span else group_size, topo)
     return Link("network", gpu.scaleout_bw_gbps, NETWORK_ALPHA_US)
 
 
 def stage_link(gpu: GPUSpec, tp: int, pp: int) -> Link:
     """Link between consecutive pipeline stages (point-to-point activations)."""
-    return group_link(gpu, 2, span_gpus=tp * pp)
+    return group_link(gpu, 2, span_gpus=tp * pp, across_span=True)

@@ -1,4 +1,4 @@
-"""Memory model of one replica: weights per GPU, runtime reserve, KV-cache token capacity.
+"""Memory model of one replica: weights per GPU, the engine's KV budget, KV-cache token capacity.
 
 Sharding follows vLLM/SGLang: attention and dense MLP weights split over TP; routed
 experts split over the TP group (EP x expert-TP); layers split over PP; vocabulary-parallel
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.derived import kv_bytes_per_token, weight_bytes
 from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
+from llmplan.sim.kv_budget import KVBudget, kv_budget
 from llmplan.sim.types import EngineProfile, Parallelism, Precision
 
 GB = 1e9
@@ -21,15 +22,18 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class MemoryPlan:
+    """Per-GPU memory of one replica (GB = 1e9 bytes) and the KV tokens it holds."""
+
     fits: bool
     reason: str                  # "" when it fits, else why not (names the binding term)
-    hbm_gb: float                # per GPU
-    usable_gb: float             # hbm x gpu_memory_utilization
+    memory_gb: float             # physical device memory per GPU (GPUSpec.memory_bytes / 1e9)
+    usable_gb: float             # what the engine's memory knob hands its static pool (see budget)
     weights_gb: float            # per GPU, busiest stage
-    reserve_gb: float            # activations, CUDA graphs, communication buffers
+    reserve_gb: float            # activations + CUDA graphs + runtime + extra reserve
     kv_gb: float                 # left for the KV cache per GPU
     kv_bytes_per_token_gpu: float
-    kv_capacity_tokens: int      # tokens of KV cache the replica can hold
+    kv_capacity_tokens: int      # tokens of KV cache the replica can hold (whole blocks)
+    budget: KVBudget | None = None  # the engine's rule, terms and assumptions (printable)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, par: Parallelism, kv_dtype: str) -> float:
@@ -54,19 +58,20 @@ def weights_per_gpu_bytes(model: ModelSpec, par: Parallelism, precision: str) ->
 
 def plan_memory(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: Precision,
                 engine: EngineProfile, min_tokens: int) -> MemoryPlan:
-    """Fit check. ``min_tokens``: KV tokens the replica must hold at least (one longest
-    request, or what the workload needs); below that the deployment is rejected."""
-    usable = gpu.hbm_gb * engine.gpu_memory_utilization
-    w = weights_per_gpu_bytes(model, par, prec.weights) / GB
-    reserve = engine.activation_reserve_gb + engine.max_num_batched_tokens * model.hidden_size * 2 * 8 / GB
-    kv = usable - w - reserve
+    """Fit check with the engine's own KV budget (sim/kv_budget.py). ``min_tokens``: KV tokens
+    the replica must hold at least (one longest request, or what the workload needs); below
+    that the deployment is rejected. A memory fraction outside (0, 1] raises ConfigError."""
+    w = weights_per_gpu_bytes(model, par, prec.weights)
     per_tok = kv_bytes_per_token_per_gpu(model, par, prec.kv_cache)
-    cap = int(max(0.0, kv) * GB / per_tok) if per_tok > 0 else 0
-    if kv <= 0:
-        reason = (f"weights {w:.1f} GB + runtime reserve {reserve:.1f} GB exceed usable "
-                  f"{usable:.1f} GB of {gpu.hbm_gb:.0f} GB per GPU")
-        return MemoryPlan(False, reason, gpu.hbm_gb, usable, w, reserve, kv, per_tok, 0)
-    if cap < min_tokens:
-        reason = f"KV cache holds {cap} tokens, fewer than the {min_tokens} one request needs"
-        return MemoryPlan(False, reason, gpu.hbm_gb, usable, w, reserve, kv, per_tok, cap)
-    return MemoryPlan(True, "", gpu.hbm_gb, usable, w, reserve, kv, per_tok, cap)
+    b = kv_budget(model, gpu, par, engine, w, per_tok)
+    reserve = (b.activation_bytes + b.cuda_graph_bytes + b.runtime_bytes + b.extra_bytes) / GB
+    args = (gpu.memory_bytes / GB, b.budget_bytes / GB, w / GB, reserve, b.kv_bytes / GB, per_tok, b.kv_tokens)
+    if b.kv_bytes <= 0:
+        reason = (f"no memory left for the KV cache: weights {w / GB:.1f} GB per GPU do not fit {b.engine}'s "
+                  f"budget ({b.fraction_key}={b.fraction:g} of {gpu.memory_bytes / GB:.1f} GB physical, "
+                  f"less activations/CUDA graphs/runtime {reserve:.1f} GB)")
+        return MemoryPlan(False, reason, *args, budget=b)
+    if b.kv_tokens < min_tokens:
+        reason = f"KV cache holds {b.kv_tokens} tokens, fewer than the {min_tokens} one request needs"
+        return MemoryPlan(False, reason, *args, budget=b)
+    return MemoryPlan(True, "", *args, budget=b)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Optional, Protocol
 
 
 @dataclass(frozen=True)
@@ -110,9 +110,15 @@ class EngineProfile:
     max_num_batched_tokens: int = 8192  # token budget per iteration
     chunked_prefill: bool = True       # vLLM v1 semantics: decodes first, then prefill chunks
     block_size: int = 16               # KV cache block, tokens
-    gpu_memory_utilization: float = 0.9  # fraction of HBM the engine may use
+    gpu_memory_utilization: float = 0.9  # vLLM: fraction of device memory the engine may use (default 0.9)
     watermark: float = 0.01            # free-block fraction kept when admitting new requests
     enable_prefix_caching: bool = True
     host_overhead_ms: float = 4.0      # per-iteration scheduler + launch overhead (CUDA graphs on)
     host_overhead_per_seq_ms: float = 0.01  # per running sequence per iteration (sampling, bookkeeping)
-    activation_reserve_gb: float = 2.0  # non-KV runtime memory (activations, CUDA graphs, NCCL)
+    # Memory (sim/kv_budget.py). Activations, CUDA graphs and runtime are modelled per engine;
+    # this is an extra per-GPU reserve on top of them (GB), 0 by default.
+    activation_reserve_gb: float = 0.0
+    # SGLang --mem-fraction-static; None = SGLang's own default (from GPU memory and TP)
+    mem_fraction_static: Optional[float] = None
+    # TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction (--kv_cache_free_gpu_memory_fraction), default 0.9
+    kv_cache_free_gpu_mem_fraction: float = 0.9

@@ -1,4 +1,4 @@
-"""Memory fit: weights per GPU, KV capacity, rejection with a reason."""
+"""Memory fit: weights per GPU, KV capacity from the engine's own budget, rejection with a reason."""
 
 import pytest
 
@@ -11,12 +11,13 @@ from llmplan.sim.types import EngineProfile, Parallelism, Precision
 def test_70b_does_not_fit_one_h100_but_fits_tp4():
     m, g = load_model("llama3_1_70b"), get_gpu("h100_sxm")
     one = plan_memory(m, g, Parallelism(1), Precision(), EngineProfile(), 8192)
-    assert not one.fits and "exceed" in one.reason
+    assert not one.fits and "no memory left for the KV cache" in one.reason and "weights 141.1 GB" in one.reason
     four = plan_memory(m, g, Parallelism(4), Precision(), EngineProfile(), 8192)
     assert four.fits and four.weights_gb == pytest.approx(70.6 * 2 / 4, rel=0.03)
-    # KV capacity = free memory / per-GPU KV bytes per token (8 KV heads over 4 GPUs)
+    # KV capacity = whole blocks of the per-GPU KV budget / per-GPU KV bytes per token (8 KV heads over 4 GPUs)
     assert kv_bytes_per_token_per_gpu(m, Parallelism(4), "bf16") == 327680 / 4
-    assert four.kv_capacity_tokens == int(four.kv_gb * 1e9 / (327680 / 4))
+    per_block = 327680 / 4 * 16
+    assert four.kv_capacity_tokens == int(four.kv_gb * 1e9 // per_block) * 16
 
 
 def test_fp8_halves_weights_and_h200_holds_more_kv():
@@ -38,3 +39,16 @@ def test_too_few_kv_tokens_rejected_with_reason():
     m, g = load_model("llama3_1_8b"), get_gpu("l4")
     p = plan_memory(m, g, Parallelism(1), Precision(), EngineProfile(), 10_000_000)
     assert not p.fits and "KV cache holds" in p.reason
+
+
+def test_memory_uses_physical_bytes_not_marketed_gb():
+    """The same deployment gains exactly the 80 GiB - 80 GB difference of KV memory."""
+    from dataclasses import replace
+
+    m, g = load_model("llama3_1_70b"), get_gpu("a100_sxm")
+    real = plan_memory(m, g, Parallelism(2), Precision(), EngineProfile(), 1)
+    marketed = plan_memory(m, replace(g, memory_bytes=int(g.hbm_gb * 1e9)), Parallelism(2), Precision(),
+                           EngineProfile(), 1)
+    assert real.memory_gb == pytest.approx(85.899, abs=1e-3)
+    assert real.kv_gb - marketed.kv_gb == pytest.approx(0.9 * (85.899345920 - 80.0), abs=1e-6)
+    assert real.fits and not marketed.fits  # the ~7% understatement turned a working deployment away
