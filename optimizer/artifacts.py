@@ -45,16 +45,21 @@ def launch_command(spec: LaunchSpec) -> LaunchCommand:
 
 
 def build(sel: Selection, model: ModelSpec, engine: EngineProfile, wl: WorkloadStats,
-          slos: list[SLOTarget], seed: int = 0) -> list[PoolArtifacts]:
-    """Artifacts for every pool of a feasible selection (empty for an infeasible one)."""
+          slos: list[SLOTarget], seed: int = 0, arrival: str = "poisson",
+          concurrency: int | None = None) -> list[PoolArtifacts]:
+    """Artifacts for every pool of a feasible selection (empty for an infeasible one).
+
+    ``concurrency`` (a closed-loop target of that many clients for the whole fleet) is split
+    over the pools in proportion to their load, at least one client each."""
     out = []
     pcts = sorted({s.percentile for s in slos})
     for a in sel.allocations if sel.feasible else []:
         spec = spec_from_allocation(a, model, engine, wl)
         cmd = launch_command(spec)
         load = a.share_rps * a.replicas
+        clients = max(1, round(concurrency * load / wl.rate_rps)) if concurrency and wl.rate_rps > 0 else None
         argv, notes = benchmark.command(spec, load, wl.mean_input_tokens, wl.mean_output_tokens, pcts,
-                                        wl.arrival_cv, seed)
+                                        wl.arrival_cv, seed, arrival=arrival, concurrency=clients)
         out.append(PoolArtifacts(spec, cmd, kubernetes.manifest(spec, cmd), argv, notes, load))
     return out
 

@@ -207,6 +207,11 @@ def test_benchmark_matches_the_workload():
     assert f["--dataset-name"] == "random" and f["--base-url"] == "http://demo:8000"
     argv, _ = benchmark.command(_spec(), 1.0, 100, 100, [90.0])
     assert _flags(argv)["--num-prompts"] == "200" and "--burstiness" not in argv
+    argv, notes = benchmark.command(_spec(), 2.0, 100, 100, [90.0], concurrency=64, arrival="trace")
+    f = _flags(argv)
+    assert set(f) <= DOCUMENTED["bench"]
+    assert (f["--max-concurrency"], f["--request-rate"]) == ("64", "inf") and "--burstiness" not in f
+    assert any("trace" in n for n in notes)
 
 
 # ---------------------------------------------------------------- from a plan's allocation
