@@ -84,12 +84,14 @@ def step_utilization(timing: StepTiming, gpu: GPUSpec, dtype: str, pp: int = 1) 
 
     ``timing`` comes from ``StepCostModel.breakdown``: operator FLOPs and bytes are per GPU
     and summed over the ``pp`` pipeline stages, and ``stage_ms`` is the time one GPU takes
-    for its stage, so one GPU does ``sum / pp`` of the work in ``stage_ms``."""
+    for its stage, so one GPU does ``sum / pp`` of the work in ``stage_ms``. Collectives
+    (family ``comm``) move their bytes over NVLink/PCIe/network, not HBM: they are left out
+    of the memory utilisation."""
     if timing.stage_ms <= 0:
         return Utilization(0.0, 0.0)
     secs = timing.stage_ms / 1e3
     flops = sum(o.flops for o in timing.ops) / max(1, pp)
-    nbytes = sum(o.bytes for o in timing.ops) / max(1, pp)
+    nbytes = sum(o.bytes for o in timing.ops if o.family != "comm") / max(1, pp)
     return Utilization(flops / (secs * gpu.peak_tflops(dtype) * 1e12), nbytes / (secs * gpu.hbm_bw_gbps * 1e9))
 
 

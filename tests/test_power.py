@@ -45,7 +45,8 @@ def test_power_model_rejects_bad_coefficients(bad):
 
 def test_step_utilization_per_gpu_with_pipeline():
     # pp=2: breakdown sums both stages, so one GPU does half: 2e12 FLOP and 10 GB in 10 ms
-    ops = (OpTime("a", "gemm", 5.0, "compute", flops=3e12, bytes=5e9), OpTime("b", "memory", 5.0, "memory", flops=1e12, bytes=15e9))
+    ops = (OpTime("a", "gemm", 5.0, "compute", flops=3e12, bytes=5e9), OpTime("b", "memory", 5.0, "memory", flops=1e12, bytes=15e9),
+           OpTime("ar", "comm", 1.0, "comm", bytes=8e9))   # link bytes: not HBM traffic
     u = step_utilization(StepTiming(latency_ms=20.0, stage_ms=10.0, ops=ops), _gpu(), "bf16", pp=2)
     assert u.compute == pytest.approx(2e12 / (0.010 * 1000e12))   # 0.2
     assert u.memory == pytest.approx(10e9 / (0.010 * 2000e9))     # 0.5
