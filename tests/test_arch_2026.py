@@ -259,3 +259,27 @@ def test_roofline_gdn_prefill_scales_with_tokens():
     one = k.gdn("context", 1, 4096, 2, 8, 128, 128, 4, "fp32")
     two = k.gdn("context", 2, 4096, 2, 8, 128, 128, 4, "fp32")
     assert two.flops == pytest.approx(2 * one.flops) and two.latency_ms > one.latency_ms
+
+
+# ------------------------------------------------------------------ catalog listing
+
+
+def test_every_preset_has_a_conf_model_entry():
+    conf = Path(__file__).parents[1] / "conf" / "model"
+    for m in list_models():
+        text = (conf / f"{m.key}.yaml").read_text()
+        assert f"name: {m.key}" in text
+
+
+@pytest.mark.skipif(not _shared_configs(), reason="shared model configs not present")
+def test_catalog_models_shows_families_and_reasons(capsys):
+    from llmplan.cli.catalog_cmd import main
+    from llmplan.model_catalog.survey import survey
+
+    assert main(["models", "--configs", str(SHARED_MODELS)]) == 0
+    out = capsys.readouterr().out
+    assert "hybrid linear attention (GDN)" in out and "sparse attention (DSA+MLA)" in out
+    rows = survey(SHARED_MODELS)
+    assert all((r.family is None) != (r.reason is None) for r in rows)
+    assert any(r.reason and "Mamba2" in r.reason for r in rows)
+    assert "Mamba2 hybrid layers" in out

@@ -38,17 +38,28 @@ def show_gpus(console: Console, sources: bool) -> None:
 def show_models(console: Console) -> None:
     from llmplan.model_catalog.derived import kv_bytes_per_token, param_count_active, param_count_total
     from llmplan.model_catalog.loader import list_models
+    from llmplan.model_catalog.survey import configs_without_preset
 
     t = Table(title="Model catalog (use the key or the Hugging Face id: model=<key>)", title_justify="left")
     for col in ("key", "Hugging Face id", "type", "layers", "hidden", "heads/kv", "params B", "active B", "KV KB/token (bf16)", "weights"):
         t.add_column(col, justify="left" if col in ("key", "Hugging Face id", "type", "weights") else "right")
     for m in list_models():
-        kind = ("MoE+MLA" if m.is_mla else "MoE") if m.is_moe else ("dense+MLA" if m.is_mla else "dense")
-        if m.is_moe:
-            kind += f" {m.moe.num_experts}e/top{m.moe.top_k}"
+        kind = m.family + (f" {m.moe.num_experts}e/top{m.moe.top_k}" if m.is_moe else "")
         t.add_row(m.key, m.hf_id, kind, str(m.num_layers), str(m.hidden_size), f"{m.num_attention_heads}/{m.num_kv_heads}",
                   f"{param_count_total(m) / 1e9:.1f}", f"{param_count_active(m) / 1e9:.1f}",
-                  f"{kv_bytes_per_token(m, 'bf16') / 1024:.0f}", m.native_dtype)
+                  f"{kv_bytes_per_token(m, 'bf16') / 1024:.0f}", m.quant.main.name if m.quant else m.native_dtype)
+    console.print(t)
+    show_config_status(console, configs_without_preset(), "Configs in the catalog without a preset")
+
+
+def show_config_status(console: Console, rows, title: str) -> None:
+    if not rows:
+        return
+    t = Table(title=f"{title} (family, or why it is not supported)", title_justify="left")
+    for col in ("config", "family / weights", "unsupported because"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.hf_id, f"{r.family} / {r.weights}" if r.family else "-", r.reason or "")
     console.print(t)
 
 
@@ -56,6 +67,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="llmplan catalog", description="List the GPU or model catalog.")
     p.add_argument("what", choices=["gpus", "models"], help="which catalog")
     p.add_argument("--sources", action="store_true", help="show each GPU's sources and unknown figures")
+    p.add_argument("--configs", metavar="DIR", help="models: also survey the config.json files in DIR")
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:
@@ -67,4 +79,8 @@ def main(argv: list[str]) -> int:
         show_gpus(console, args.sources)
     else:
         show_models(console)
+        if args.configs:
+            from llmplan.model_catalog.survey import survey
+
+            show_config_status(console, survey(args.configs), f"Configs in {args.configs}")
     return 0
