@@ -154,7 +154,7 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
         ax.set_xlabel(f"{label}{pct} at the target rate (ms)")
         ax.set_ylabel("fleet cost at the target rate ($/h)")
         ax.set_title(f"Cost vs {label}")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper right")
     ax = axes[2]
     ax.scatter(df["output_tokens_per_s_per_user"], df["output_tokens_per_s_per_gpu"], s=14, color="0.7",
                label="candidates x replicas")
@@ -165,19 +165,20 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
     ax.set_xlabel("output tokens/s per user (1000 / TPOT)")
     ax.set_ylabel("output tokens/s per GPU at the target rate")
     ax.set_title("Throughput vs interactivity")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower left")
     fig.suptitle(title or "Cost and throughput frontiers")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.86, wspace=0.25)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def write(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget], out_dir: Path,
-          max_load: float = 1.0, title: str = "", extra_replicas: int = 2) -> pd.DataFrame:
-    """pareto.csv and pareto.png in ``out_dir``; returns the stacked frontiers."""
+          max_load: float = 1.0, title: str = "", extra_replicas: int = 2, png: bool = True) -> pd.DataFrame:
+    """pareto.csv and (``png``) pareto.png in ``out_dir``; returns the stacked frontiers."""
     df = candidate_metrics(evals, wl, slos, max_load, extra_replicas)
     front = frontiers(df)
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(front, out_dir / "pareto.csv")
-    if not df.empty:
+    if png and not df.empty:
         plot(df, slos, out_dir / "pareto.png", title)
     return front
