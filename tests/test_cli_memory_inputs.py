@@ -1,0 +1,21 @@
+"""Memory fractions outside (0, 1] are refused by the CLI with exit 2 naming the key (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmplan.cli import main
+
+
+@pytest.mark.parametrize("argv,key", [
+    (["simulate", "model=llama3_1_8b", "deployment.gpu=h100_sxm", "engine=sglang", "engine.mem_fraction_static=1.5",
+      "workload.num_requests=20"], "engine.mem_fraction_static"),
+    (["simulate", "model=llama3_1_8b", "deployment.gpu=h100_sxm", "engine=trtllm",
+      "engine.kv_cache_free_gpu_mem_fraction=0", "workload.num_requests=20"], "engine.kv_cache_free_gpu_mem_fraction"),
+    (["plan", "engine=sglang", "engine.mem_fraction_static=-0.2"], "engine.mem_fraction_static"),
+])
+def test_bad_memory_fraction_exits_2_naming_the_key(argv, key, capsys):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[0].startswith(f"error: {key}: ") and "(0, 1]" in err
