@@ -16,9 +16,26 @@ tpot_q = tau_d(B_q) + (tau_pf - tau_d) (f O_e + z_q sqrt(f O_e)) / O_e, O_e = O 
 outputs see more variance). TTFT at q: the residual of the step in progress
 (E[tau^2] / 2E[tau]), the request's own prefill (its prompt at the q-quantile, with the
 k - 1 prompts batched beside it, in budget-sized chunks) and, when prompt work saturates
-the replica, a Kingman wait with tail P(W > t) ~ rho exp(-t (1 - rho) / (rho S (ca^2+1)/2)).
+the replica, a G/G/1 wait (`wait_quantile_ms`: Kingman's mean with an exponential tail).
 The SLO capacity is the largest lam meeting every target (bisection). Pipeline parallelism:
 per micro-batch stage times, TPOT = pp x stage time.
+
+Constants and where they come from:
+  * ``MAX_LOAD = 0.98``: the prefill load n_pf (tau_pf - tau_d) is a utilisation; the mean
+    step tau_d / (1 - load) diverges at 1. Beyond 0.98 the mean step is > 50 x tau_d, which
+    misses any TPOT target a decode step can meet, so the point is reported as unstable
+    instead of iterating towards the pole. ``1 - MAX_LOAD`` (0.02) is the same guard on the
+    prefill-first slow-down 1 / (1 - f).
+  * ``O_EFFECTIVE_FRACTION = 1/4``: TPOT variance from prompt-carrying steps scales as
+    1 / sqrt(f O) for a request of O tokens; the SLO percentile is set by the requests with
+    short outputs, not by the mean one. A quarter of the mean output is an empirical choice,
+    checked against the simulator in tests/test_optimizer_evaluate.py (p90 TPOT within the
+    tolerance stated there at two loads); it is not derived.
+  * ``BRACKET_HEADROOM = 1.5``: the bisection's upper end is the decode-only throughput of a
+    full batch, max_num_seqs / (O tau_full), which ignores prefill work and so bounds the
+    capacity from above; the 1.5 margin covers the 2% decode-count grid and the step
+    model's KV-length buckets, which can make the fixed point's steps slightly cheaper than
+    the bound's.
 """
 
 from __future__ import annotations
@@ -33,6 +50,52 @@ from llmplan.sim.step_model import AnalyticalStepModel
 from llmplan.sim.types import StepShape
 
 _TOKEN_GRID = 16  # token counts rounded up to a multiple of this (cache friendliness)
+MAX_LOAD = 0.98               # see module docstring
+O_EFFECTIVE_FRACTION = 0.25   # see module docstring
+BRACKET_HEADROOM = 1.5        # see module docstring
+
+
+def wait_quantile_ms(rho: float, service_ms: float, ca2: float, cs2: float, q: float) -> float:
+    """q-quantile (0 < q < 1) of the waiting time of a G/G/1 queue at utilisation ``rho``.
+
+    P(W > 0) = rho, and the wait beyond 0 is exponential with mean
+    theta = S (ca^2 + cs^2) / (2 (1 - rho)), so E[W] = rho theta is Kingman's heavy-traffic
+    formula (J.F.C. Kingman, "The single server queue in heavy traffic", Proc. Camb. Phil. Soc.
+    57, 1961) and the Pollaczek-Khinchine mean for Poisson arrivals (ca^2 = 1). For M/M/1
+    (ca^2 = cs^2 = 1) this is the exact distribution P(W > t) = rho exp(-t (1 - rho) / S).
+    Then P(W > t) = 1 - q gives t = theta ln(rho / (1 - q)), and 0 when rho <= 1 - q.
+    """
+    if rho <= 1.0 - q:
+        return 0.0
+    rho = min(rho, 0.999)
+    theta = service_ms * (ca2 + cs2) / (2.0 * (1.0 - rho))
+    return theta * math.log(rho / (1.0 - q))
+
+
+def residual_quantile_ms(tau_d: float, tau_pf: float, p_pf: float, q: float) -> float:
+    """q-quantile of the time left in the step an arrival lands in. Poisson arrivals see time
+    averages (PASTA): with probability ``p_pf`` (the share of time in prompt-carrying steps) the
+    step is a prefill step and the time left is uniform on [0, tau_pf], else uniform on
+    [0, tau_d]. Solves P(R > t) = 1 - q on the piecewise-linear survival function."""
+    lo, hi = sorted((tau_d, tau_pf))
+    p_hi = p_pf if tau_pf >= tau_d else 1.0 - p_pf   # weight of the longer step
+    if hi <= 0:
+        return 0.0
+    # above the short step only the long one is left: P(R > t) = p_hi (1 - t / hi)
+    if lo < hi and (1.0 - q) <= p_hi * (1.0 - lo / hi):
+        return hi * (1.0 - (1.0 - q) / p_hi)
+    # below it both are: P(R > t) = 1 - t (p_hi / hi + (1 - p_hi) / lo)
+    slope = p_hi / hi + ((1.0 - p_hi) / lo if lo > 0 else 0.0)
+    return min(lo, q / slope) if slope > 0 else 0.0
+
+
+def lognormal_cv2(mean: float, median: float) -> float:
+    """Squared coefficient of variation of a lognormal with this mean and median:
+    mean / median = exp(sigma^2 / 2) and cv^2 = exp(sigma^2) - 1 = (mean / median)^2 - 1.
+    0 for fixed lengths (mean = median); 1.08 for an exponential (mean / median = 1 / ln 2)."""
+    if not median > 0 or not mean > median:
+        return 0.0
+    return (mean / median) ** 2 - 1.0
 
 
 @dataclass(frozen=True)
@@ -99,17 +162,17 @@ class ReplicaAnalyzer:
         f = 0.0
         for _ in range(40):
             # prefill-first: prompt steps emit no decode tokens, so a token takes tau / (1 - f)
-            b = lam * self.O * (tau if self.chunked else tau / max(0.02, 1.0 - f)) / 1e3
+            b = lam * self.O * (tau if self.chunked else tau / max(1.0 - MAX_LOAD, 1.0 - f)) / 1e3
             if b * pp > self.max_seqs:
                 return False, tau, b, parts, "max_num_seqs"
             if b * pp * (self.I + self.O / 2.0) > self.kv_cap:
                 return False, tau, b, parts, "KV cache"
             parts = tau_d, tau_pf, _, n_pf = self._steps(b, lam)
             load = n_pf * (tau_pf - tau_d) / 1e3
-            if load >= 0.98:
+            if load >= MAX_LOAD:
                 return False, tau, b, parts, "prefill load"
             new = tau_d / (1.0 - load)
-            f = min(0.98, n_pf * new / 1e3)
+            f = min(MAX_LOAD, n_pf * new / 1e3)
             if abs(new - tau) <= 2e-3 * tau:
                 tau = new
                 break
@@ -125,11 +188,19 @@ class ReplicaAnalyzer:
             return OperatingPoint(lam, False, tau, b, 0.0, 1.0, inf, dict(inf), limit)
         st, pp = self.step, self.step.pp
         f = min(1.0, n_pf * tau / 1e3)               # fraction of steps carrying prompt tokens
-        resid = ((1 - f) * tau_d ** 2 + f * tau_pf ** 2) / (2.0 * tau)
-        rho = min(0.999, n_pf * tau_pf / 1e3)        # prefill "server" utilisation
-        ca2 = self.wl.arrival_cv ** 2
+        p_in_pf = min(1.0, f * tau_pf / tau)           # share of time spent in prompt-carrying steps
+        # Waiting for the token budget: prompts that arrive during a step all join the next one
+        # (that delay is the residual, the batching `own`) until their tokens exceed the budget `room`.
+        # Beyond that the prompts queue for budget: an M/G/1 queue whose server works through
+        # `room` prompt tokens per prefill step, so a prompt's service is S = tau_pf I / room and
+        # rho = lam S is the share of the token budget that prompts use. S varies with the
+        # prompt length (cv^2 of a lognormal with the prompts' mean and median).
         room = max(1.0, self.budget - b) if self.chunked else float(self.budget)
-        o_e = max(1.0, self.O / 4.0)
+        service = tau_pf * min(1.0, self.I / room)
+        rho = min(0.999, lam * service / 1e3)
+        ca2 = self.wl.arrival_cv ** 2
+        cs2 = lognormal_cv2(self.I, self.wl.input_quantile(50))
+        o_e = max(1.0, self.O * O_EFFECTIVE_FRACTION)
         ttft, tpot = {}, {}
         for q in percentiles:
             qq = q / 100.0
@@ -138,13 +209,11 @@ class ReplicaAnalyzer:
             own = i_q + max(0.0, tokens - self.I)    # the prompt plus those batched beside it
             chunks = max(1, math.ceil(own / room))
             pf = st.step_time_ms(self._shape(b if self.chunked else 0.0, min(own, room))) * chunks
-            scale = rho * tau_pf * (ca2 + 1.0) / 2.0 / max(1e-9, 1.0 - rho)
-            wait = 0.0 if rho <= (1.0 - qq) else scale * math.log(rho / (1.0 - qq))
-            ttft[q] = resid + pf + wait
+            ttft[q] = residual_quantile_ms(tau_d, tau_pf, p_in_pf, qq) + pf + wait_quantile_ms(rho, service, ca2, cs2, qq)
             b_q = min(self.max_seqs / pp, b + max(0.0, z) * math.sqrt(max(b, 1.0)))
             # prompt-carrying steps a request's tokens see: chunked, each replaces a decode
             # step (+tau_pf - tau_d); prefill-first, each is an extra pause (+tau_pf)
-            n_hits = (f if self.chunked else f / max(0.02, 1.0 - f)) * o_e
+            n_hits = (f if self.chunked else f / max(1.0 - MAX_LOAD, 1.0 - f)) * o_e
             n_hits += max(0.0, z) * math.sqrt(n_hits)
             extra = tau_pf - tau_d if self.chunked else tau_pf
             tpot[q] = (st.stage_time_ms(self._shape(max(1.0, b_q), 0)) + extra * n_hits / o_e) * pp
@@ -171,7 +240,7 @@ class ReplicaAnalyzer:
             return 0.0, why, light, light
         # bracket: throughput upper bound from a full batch
         full = self.step.stage_time_ms(self._shape(self.max_seqs / self.step.pp, 0))
-        hi = max(1e-3, self.max_seqs / (self.O * full / 1e3) * 1.5)
+        hi = max(1e-3, self.max_seqs / (self.O * full / 1e3) * BRACKET_HEADROOM)
         lo = 0.0
         best = light
         binding = ""

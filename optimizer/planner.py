@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.optimizer.enumerate import enumerate_candidates
+from llmplan.errors import UserError
 from llmplan.optimizer.evaluate import ReplicaAnalyzer
+from llmplan.optimizer.infeasible import Diagnosis, diagnose
+from llmplan.optimizer.slo_check import binding_target, target_values
 from llmplan.optimizer.select_ilp import alternatives, solve
 from llmplan.optimizer.types import Candidate, Evaluation, Selection, SLOTarget, WorkloadStats
 from llmplan.sim.deployment import Deployment, build
@@ -23,14 +26,15 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 @dataclass(frozen=True)
 class SearchSpace:
-    tp: list[int]
-    pp: list[int]
-    ep: list[int]
-    precision: list[str]
-    max_batch: list[int]
+    # the defaults here are the only ones: the CLI schema (SearchConfig) mirrors this class
+    tp: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    pp: list[int] = field(default_factory=lambda: [1, 2])
+    ep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    precision: list[str] = field(default_factory=lambda: ["bf16", "fp8"])
+    max_batch: list[int] = field(default_factory=lambda: [64, 256])
     kv_cache_dtype: str = "auto"
     max_replicas: int = 256
-    finalists: int = 4
+    finalists: int = 3
     verify_requests: int = 600
     alternatives: int = 4
     max_load: float = 0.95
@@ -45,6 +49,25 @@ class PlanResult:
     slos: list[SLOTarget]
     verification: dict = field(default_factory=dict)   # filled by optimizer.verify
     notes: list[str] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None                  # when infeasible: the cause and the closest candidate
+
+
+def check_space(space: SearchSpace) -> None:
+    """Refuse search settings that would silently change the question (UserError names the key)."""
+    for name in ("tp", "pp", "ep", "max_batch"):
+        values = list(getattr(space, name))
+        if not values or any(not isinstance(v, int) or v < 1 for v in values):
+            raise UserError(f"needs a non-empty list of integers >= 1, got {values}", key=f"search.{name}",
+                            fix=f"e.g. search.{name}=[1,2]")
+    if not space.precision:
+        raise UserError("needs at least one precision", key="search.precision", fix="e.g. search.precision=[bf16,fp8]")
+    for name, low in (("finalists", 0), ("alternatives", 0), ("max_replicas", 1), ("verify_requests", 50)):
+        v = getattr(space, name)
+        if not isinstance(v, int) or v < low:
+            raise UserError(f"must be an integer >= {low}, got {v!r}", key=f"search.{name}",
+                            fix="0 = analytical screen only" if name == "finalists" else f"e.g. {low if low else 4}")
+    if not 0 < space.max_load <= 1:
+        raise UserError(f"must be in (0, 1], got {space.max_load}", key="search.max_load", fix="e.g. 0.95")
 
 
 def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: EngineProfile, wl: WorkloadStats,
@@ -63,23 +86,38 @@ def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: Engine
         ev = Evaluation(c, "ok", kv_capacity_tokens=mem.kv_capacity_tokens, weights_gb=mem.weights_gb)
         if not mem.fits:
             ev.verdict, ev.reason = "memory", mem.reason
+            ev.memory_shortfall_gb = _shortfall_gb(mem, wl.max_request_tokens)
         else:
             an = ReplicaAnalyzer(step, wl, c.max_num_seqs, eng.max_num_batched_tokens, mem.kv_capacity_tokens,
                                  eng.chunked_prefill)
             cap, binding, at_cap, light = an.capacity(slos)
             ev.capacity_rps, ev.binding, ev.analyzer = cap, binding, an
             ev.tier = _tier(step)
-            q = slos[0].percentile if slos else 90.0
-            tq = next((s.percentile for s in slos if s.metric == "ttft"), q)
-            pq = next((s.percentile for s in slos if s.metric == "tpot"), q)
-            ev.ttft_ms, ev.tpot_ms = at_cap.ttft_ms.get(tq, float("nan")), at_cap.tpot_ms.get(pq, float("nan"))
-            ev.light_ttft_ms, ev.light_tpot_ms = light.ttft_ms.get(tq, float("nan")), light.tpot_ms.get(pq, float("nan"))
+            ev.at_capacity = target_values(at_cap.ttft_ms, at_cap.tpot_ms, slos)
+            ev.light = target_values(light.ttft_ms, light.tpot_ms, slos)
+            ev.ttft_ms, ev.tpot_ms = _binding_values(ev.at_capacity, slos)
+            ev.light_ttft_ms, ev.light_tpot_ms = _binding_values(ev.light, slos)
             if cap <= 0:
                 ev.verdict, ev.reason = "slo", f"misses {binding} even at light load"
         out.append(ev)
         if progress:
             progress("evaluate", i + 1, len(cands))
     return out
+
+
+def _shortfall_gb(mem, request_tokens: int) -> float:
+    """HBM per GPU missing for weights + runtime reserve + the KV of one longest request."""
+    need_kv_gb = request_tokens * mem.kv_bytes_per_token_gpu / 1e9
+    return max(0.0, need_kv_gb - mem.kv_gb)
+
+
+def _binding_values(values: dict[str, float], slos: list[SLOTarget]) -> tuple[float, float]:
+    """(TTFT, TPOT) of the binding target of each metric (NaN where the metric has none)."""
+    out = []
+    for metric in ("ttft", "tpot"):
+        s = binding_target(values, slos, metric)
+        out.append(values[s.key] if s else float("nan"))
+    return out[0], out[1]
 
 
 def _engine_for(engine: EngineProfile, c: Candidate) -> EngineProfile:
@@ -96,6 +134,9 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
          slos: list[SLOTarget], space: SearchSpace, max_gpus: dict[str, int], calibration: str | None,
          progress: Progress | None = None,
          verifier: Callable[[list[Evaluation]], dict] | None = None) -> PlanResult:
+    check_space(space)
+    if not wl.rate_rps > 0:
+        raise UserError(f"the rate to plan for must be > 0, got {wl.rate_rps}", key="workload.rate_rps")
     cands, rejected = enumerate_candidates(model, gpus, space.tp, space.pp, space.ep, space.precision,
                                            space.max_batch, space.kv_cache_dtype)
     evals = [Evaluation(c, verdict, reason) for c, verdict, reason in rejected]
@@ -118,11 +159,13 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
         sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
     operating_points(sel, wl.rate_rps, slos)
     alts = alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives, space.max_load) if sel.feasible else []
-    if not sel.feasible and any(e.verdict == "ok" and e.effective_capacity_rps > 0 for e in evals):
-        sel.binding = sel.binding or "availability"
+    diagnosis = None
+    if not sel.feasible:
+        diagnosis = diagnose(evals, slos, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
+        sel.binding = f"{diagnosis.cause}: {diagnosis.message}"
     for s in alts:
         operating_points(s, wl.rate_rps, slos)
-    return PlanResult(sel, evals, alts, wl, slos, verification)
+    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis)
 
 
 def correct_unverified(evals: list[Evaluation]) -> dict[str, float]:
@@ -146,17 +189,17 @@ def correct_unverified(evals: list[Evaluation]) -> dict[str, float]:
 
 
 def operating_points(sel: Selection, rate_rps: float, slos: list[SLOTarget]) -> None:
-    """Per-replica load (capacity-proportional routing) and predicted latency there."""
+    """Per-replica load (capacity-proportional routing) and predicted latency there, per target."""
     total = sum(a.replicas * a.evaluation.effective_capacity_rps for a in sel.allocations)
-    tq = next((s.percentile for s in slos if s.metric == "ttft"), 90.0)
-    pq = next((s.percentile for s in slos if s.metric == "tpot"), 90.0)
+    pcts = sorted({s.percentile for s in slos})
     for a in sel.allocations:
         ev = a.evaluation
         a.share_rps = rate_rps * ev.effective_capacity_rps / total if total > 0 else 0.0
         an = ev.analyzer
         if isinstance(an, ReplicaAnalyzer):
-            op = an.operating_point(a.share_rps, sorted({tq, pq}))
-            a.ttft_ms, a.tpot_ms = op.ttft_ms[tq], op.tpot_ms[pq]
+            op = an.operating_point(a.share_rps, pcts)
+            a.analytical = target_values(op.ttft_ms, op.tpot_ms, slos)
+            a.ttft_ms, a.tpot_ms = _binding_values(a.analytical, slos)
             a.bands = prediction_bands(an, op)
 
 

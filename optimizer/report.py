@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmplan.optimizer.planner import PlanResult
+from llmplan.optimizer.slo_check import binding_target, worst_miss
 from llmplan.optimizer.types import Allocation, Evaluation, Selection
 
 REJECT_ORDER = ("memory", "parallelism", "precision", "slo", "availability")
@@ -21,11 +22,46 @@ def _num(x: float, nd: int = 2) -> float | None:
     return None if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))) else round(float(x), nd)
 
 
-def allocation_dict(a: Allocation) -> dict:
+WIDE_BAND_PCT = 30.0  # a chosen deployment whose p90 step-time error band is wider than this is flagged
+
+
+def headline(a: Allocation, metric: str, slos) -> tuple[float, str, float]:
+    """(figure, source, analytical figure) of a metric's binding target: the simulated value
+    where the deployment was simulated, else the analytical one (both for the same target)."""
+    key = _binding_key(a, metric, slos)
+    an = a.analytical.get(key, math.nan) if key else math.nan
+    sim = (a.simulated or {}).get("targets", {}).get(key) if key else None
+    if sim is not None:
+        return float(sim), "simulated", an
+    return an, "analytical", an
+
+
+def error_band(sel: Selection) -> dict:
+    """The widest p90 error band of the chosen deployment, and whether it is wider than WIDE_BAND_PCT."""
+    widest, tier = 0.0, ""
+    for a in sel.allocations:
+        for b in a.bands.values():
+            if b.get("p90_pct", 0.0) > widest:
+                widest, tier = float(b["p90_pct"]), b.get("tier", "")
+    return {"max_p90_pct": round(widest, 1), "tier": tier, "wide": widest > WIDE_BAND_PCT,
+            "threshold_pct": WIDE_BAND_PCT}
+
+
+def _binding_key(a: Allocation, metric: str, slos) -> str | None:
+    values = (a.simulated or {}).get("targets") or a.analytical
+    t = binding_target(values, slos, metric)
+    return t.key if t else None
+
+
+def allocation_dict(a: Allocation, slos=()) -> dict:
     c, e = a.evaluation.candidate, a.evaluation
+    ttft, ttft_src, ttft_an = headline(a, "ttft", slos)
+    tpot, tpot_src, tpot_an = headline(a, "tpot", slos)
+    sim_targets = (a.simulated or {}).get("targets", {})
     return {
         "gpu": c.gpu.key, "replicas": a.replicas, "gpus_per_replica": c.gpus_per_replica,
-        "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep, "precision": c.prec.weights,
+        "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep, "precision": c.precision_label,
+        "weight_only": c.weight_only,
         "kv_cache_dtype": c.prec.kv_cache, "max_num_seqs": c.max_num_seqs,
         "usd_per_hour": _num(a.replicas * c.usd_per_replica_hour, 4),
         "usd_per_gpu_hour": _num(c.usd_per_gpu_hour, 4),
@@ -33,7 +69,12 @@ def allocation_dict(a: Allocation) -> dict:
         "analytical_capacity_rps_per_replica": _num(e.capacity_rps, 4),
         "simulated_capacity_rps_per_replica": _num(e.sim_capacity_rps, 4) if e.sim_capacity_rps is not None else None,
         "load_rps_per_replica": _num(a.share_rps, 4),
-        "ttft_ms": _num(a.ttft_ms), "tpot_ms": _num(a.tpot_ms),
+        "ttft_ms": _num(ttft), "tpot_ms": _num(tpot), "latency_source": {"ttft": ttft_src, "tpot": tpot_src},
+        "ttft_target": _binding_key(a, "ttft", slos), "tpot_target": _binding_key(a, "tpot", slos),
+        "analytical_ttft_ms": _num(ttft_an), "analytical_tpot_ms": _num(tpot_an),
+        "targets": {t.key: {"limit_ms": t.limit_ms, "analytical_ms": _num(a.analytical.get(t.key, math.nan)),
+                            "simulated_ms": _num(sim_targets[t.key]) if t.key in sim_targets else None}
+                    for t in slos},
         "kv_capacity_tokens": e.kv_capacity_tokens, "weights_gb_per_gpu": _num(e.weights_gb),
         "calibration_tier": e.tier, "simulated": a.simulated, "error_band": a.bands,
     }
@@ -47,7 +88,8 @@ def selection_dict(sel: Selection, res: PlanResult) -> dict:
         "total_usd_per_hour": _num(sel.total_usd_per_hour, 4),
         "total_gpus": sel.total_gpus,
         "usd_per_million_output_tokens": _num(sel.total_usd_per_hour / out_tok_per_h * 1e6, 4) if out_tok_per_h else None,
-        "deployments": [allocation_dict(a) for a in sel.allocations],
+        "deployments": [allocation_dict(a, res.slos) for a in sel.allocations],
+        "error_band": error_band(sel),
     }
 
 
@@ -61,6 +103,7 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
     d = selection_dict(sel, res)
     d.update({
         "binding_constraint": sel.binding or None,
+        "infeasible": res.diagnosis.as_dict() if res.diagnosis else None,
         "slo": [{"metric": s.metric, "percentile": s.percentile, "limit_ms": s.limit_ms} for s in res.slos],
         "workload": {"rate_rps": res.workload.rate_rps, "mean_input_tokens": _num(res.workload.mean_input_tokens),
                      "mean_output_tokens": _num(res.workload.mean_output_tokens),
@@ -82,12 +125,13 @@ def candidates_frame(evals: list[Evaluation]) -> pd.DataFrame:
         c = e.candidate
         rows.append({
             "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep,
-            "precision": c.prec.weights, "kv_cache_dtype": c.prec.kv_cache, "max_num_seqs": c.max_num_seqs,
-            "gpus_per_replica": c.gpus_per_replica, "usd_per_replica_hour": round(c.usd_per_replica_hour, 4),
+            "precision": c.precision_label, "weight_only": c.weight_only, "kv_cache_dtype": c.prec.kv_cache,
+            "max_num_seqs": c.max_num_seqs, "gpus_per_replica": c.gpus_per_replica, "usd_per_replica_hour": round(c.usd_per_replica_hour, 4),
             "verdict": e.verdict, "reason": e.reason or e.binding,
             "capacity_rps": _num(e.capacity_rps, 4), "sim_capacity_rps": _num(e.sim_capacity_rps, 4) if e.sim_capacity_rps is not None else None,
             "usd_per_hour_per_rps": _num(e.usd_per_request_rps, 4),
             "ttft_ms_at_capacity": _num(e.ttft_ms), "tpot_ms_at_capacity": _num(e.tpot_ms),
+            "memory_shortfall_gb": _num(e.memory_shortfall_gb) if e.verdict == "memory" else None,
             "ttft_ms_light_load": _num(e.light_ttft_ms), "tpot_ms_light_load": _num(e.light_tpot_ms),
             "kv_capacity_tokens": e.kv_capacity_tokens, "weights_gb_per_gpu": _num(e.weights_gb),
             "calibration_tier": e.tier,
@@ -103,24 +147,69 @@ def write(res: PlanResult, out_dir: Path, context: dict) -> dict:
     return d
 
 
+def _latency_cell(a: Allocation, metric: str, slos, several: bool) -> str:
+    fig, src, an = headline(a, metric, slos)
+    key = _binding_key(a, metric, slos)
+    if key is None:
+        return "-"
+    digits = 0 if metric == "ttft" else 1
+    txt = (f"{key.split('_')[1]}: " if several else "") + (f"{fig:.{digits}f}" if math.isfinite(fig) else "unstable")
+    if src == "simulated":
+        txt += f" (analytical {an:.{digits}f})" if math.isfinite(an) else " (analytical: unstable)"
+    else:
+        txt += " (analytical)"
+    band = a.bands.get(metric)
+    return txt + (f" ±{band['p90_pct']:.0f}%" if band else "")
+
+
 def _deploy_table(title: str, sel: Selection, res: PlanResult) -> Table:
-    tq = next((s for s in res.slos if s.metric == "ttft"), None)
-    pq = next((s for s in res.slos if s.metric == "tpot"), None)
+    heads = {}
+    for metric in ("ttft", "tpot"):
+        mine = [s for s in res.slos if s.metric == metric]
+        heads[metric] = (f"{metric.upper()} p{mine[0].percentile:g} ms" if len(mine) == 1
+                         else f"{metric.upper()} ms (binding target)" if mine else f"{metric.upper()} ms")
     t = Table(title=title, title_justify="left", show_lines=False)
     for col in ("GPU", "replicas", "GPUs", "TP/PP/EP", "precision", "batch", "$/h", "load rps/replica",
-                f"TTFT p{tq.percentile:g} ms" if tq else "TTFT ms", f"TPOT p{pq.percentile:g} ms" if pq else "TPOT ms", "tier"):
+                heads["ttft"], heads["tpot"], "tier"):
         t.add_column(col, justify="right" if col not in ("GPU", "precision", "tier") else "left")
     for a in sel.allocations:
         c = a.evaluation.candidate
-        sim = a.simulated or {}
-        bt, bp = a.bands.get("ttft", {}), a.bands.get("tpot", {})
-        ttft = f"{a.ttft_ms:.0f}" + (f" (sim {sim['ttft_ms']:.0f})" if sim.get("ttft_ms") is not None else "") + \
-            (f" ±{bt['p90_pct']:.0f}%" if bt else "")
-        tpot = f"{a.tpot_ms:.1f}" + (f" (sim {sim['tpot_ms']:.1f})" if sim.get("tpot_ms") is not None else "") + \
-            (f" ±{bp['p90_pct']:.0f}%" if bp else "")
+        cells = [_latency_cell(a, m, res.slos, sum(s.metric == m for s in res.slos) > 1) for m in ("ttft", "tpot")]
         t.add_row(c.gpu.key, str(a.replicas), str(a.replicas * c.gpus_per_replica),
-                  f"{c.par.tp}/{c.par.pp}/{c.par.ep}", f"{c.prec.weights} kv:{c.prec.kv_cache}", str(c.max_num_seqs),
-                  f"{a.replicas * c.usd_per_replica_hour:.2f}", f"{a.share_rps:.2f}", ttft, tpot, a.evaluation.tier)
+                  f"{c.par.tp}/{c.par.pp}/{c.par.ep}", f"{c.precision_label} kv:{c.prec.kv_cache}", str(c.max_num_seqs),
+                  f"{a.replicas * c.usd_per_replica_hour:.2f}", f"{a.share_rps:.2f}", *cells, a.evaluation.tier)
+    return t
+
+
+def _closest_table(res: PlanResult) -> Table | None:
+    """The candidates that miss by the least: light-load worst target ratio, or memory shortfall."""
+    cause = res.diagnosis.cause if res.diagnosis else ""
+    if cause == "memory":
+        mem = sorted({(e.candidate.gpu.key, e.candidate.par, e.candidate.prec): e for e in res.evaluations
+                      if e.verdict == "memory"}.values(), key=lambda e: (e.memory_shortfall_gb, e.candidate.name))[:5]
+        t = Table(title="Closest candidates (HBM per GPU short)", title_justify="left")
+        for col in ("candidate", "short GB/GPU", "why"):
+            t.add_column(col)
+        for e in mem:
+            t.add_row(e.candidate.name, f"{e.memory_shortfall_gb:.1f}", e.reason)
+        return t if mem else None
+    scored, shapes = [], set()
+    for e in sorted(res.evaluations, key=lambda x: x.candidate.name):
+        shape = (e.candidate.gpu.key, e.candidate.par, e.candidate.prec)
+        if e.verdict in ("ok", "slo") and e.light and shape not in shapes:
+            shapes.add(shape)
+            tgt, r = worst_miss(e.light, res.slos)
+            scored.append((r, e.candidate.name, e, tgt))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    if not scored:
+        return None
+    t = Table(title="Closest candidates (light-load latency, worst target)", title_justify="left")
+    for col in ("candidate", "verdict", "worst target", "ms", "limit ms", "miss"):
+        t.add_column(col)
+    for r, _, e, tgt in scored[:5]:
+        v = e.light[tgt.key]
+        t.add_row(e.candidate.name, e.verdict, tgt.key, f"{v:.4g}" if math.isfinite(v) else "unstable", f"{tgt.limit_ms:g}",
+                  f"{r - 1:+.0%}" if math.isfinite(r) else "-")
     return t
 
 
@@ -131,22 +220,26 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     console.print(f"[bold]llmplan[/bold] {d.get('model', '')}: {wl.rate_rps:g} req/s, "
                   f"~{wl.mean_input_tokens:.0f} in / {wl.mean_output_tokens:.0f} out tokens; SLO {slo_txt}")
     if sel.feasible:
+        band = d["error_band"]
         console.print(_deploy_table(
             f"Cheapest deployment: ${sel.total_usd_per_hour:.2f}/h, {sel.total_gpus} GPUs, "
             f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
+        if band["wide"]:
+            console.print(f"[bold yellow]Low confidence:[/bold yellow] the chosen deployment's step-time error band is "
+                          f"±{band['max_p90_pct']:.0f}% ({band['tier']} calibration tier), wider than "
+                          f"±{WIDE_BAND_PCT:.0f}%: its cost and latencies are indicative only")
+        if not any(a.simulated for a in sel.allocations):
+            console.print("[dim]latencies are analytical estimates (not simulated: search.finalists=0)[/dim]")
+        if any(a.evaluation.candidate.weight_only for a in sel.allocations):
+            console.print("[dim](w4a16) = 4-bit weights run weight-only (dequantised to bf16 in the GEMM): "
+                          "this GPU has no 4-bit tensor cores[/dim]")
         for i, alt in enumerate(res.alternatives, 1):
             console.print(f"  alternative {i}: ${alt.total_usd_per_hour:.2f}/h, {alt.total_gpus} GPUs: " +
                           " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in alt.allocations))
     else:
-        console.print(f"[bold red]No deployment meets the targets.[/bold red] Binding: {sel.binding}")
-        ok = [e for e in res.evaluations if e.verdict in ("ok", "slo")]
-        closest = sorted(ok, key=lambda e: (e.verdict != "ok", e.light_ttft_ms + 10 * e.light_tpot_ms))[:5]
-        if closest:
-            t = Table(title="Closest candidates (light-load latency)", title_justify="left")
-            for col in ("candidate", "verdict", "TTFT ms", "TPOT ms", "why"):
-                t.add_column(col)
-            for e in closest:
-                t.add_row(e.candidate.name, e.verdict, f"{e.light_ttft_ms:.0f}", f"{e.light_tpot_ms:.1f}", e.reason or e.binding)
+        console.print(f"[bold red]No deployment meets the targets.[/bold red] Cause: {sel.binding}")
+        t = _closest_table(res)
+        if t is not None:
             console.print(t)
     rej = d.get("rejected", {})
     console.print(f"Candidates: {d['candidates_evaluated']} evaluated, {d['candidates_meeting_slo']} meet the SLOs; rejected: " +

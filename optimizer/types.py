@@ -18,6 +18,11 @@ class SLOTarget:
     def label(self) -> str:
         return f"{self.metric.upper()} p{self.percentile:g} <= {self.limit_ms:g} ms"
 
+    @property
+    def key(self) -> str:
+        """Stable identifier, e.g. ``ttft_p90`` (the config key without ``_ms``)."""
+        return f"{self.metric}_p{self.percentile:g}"
+
 
 @dataclass(frozen=True)
 class WorkloadStats:
@@ -59,6 +64,19 @@ class Candidate:
         ep = f"-ep{self.par.ep}" if self.par.ep > 1 else ""
         return f"{self.gpu.key}-tp{self.par.tp}-pp{self.par.pp}{ep}-{self.prec.weights}-b{self.max_num_seqs}"
 
+    @property
+    def weight_only(self) -> bool:
+        """4-bit weights without 4-bit tensor cores run weight-only: dequantised to bf16 in the
+        GEMM (w4a16), as vLLM's Marlin/MXFP4 paths do on Hopper (sim/deployment.py); int4 is
+        always weight-only (no int4 tensor-core path is modelled)."""
+        w = self.prec.weights
+        return w == "int4" or (w == "fp4" and not self.gpu.supports("fp4"))
+
+    @property
+    def precision_label(self) -> str:
+        """What the GEMMs actually run: ``fp4`` only with fp4 tensor cores, else ``fp4 (w4a16)``."""
+        return f"{self.prec.weights} (w4a16)" if self.weight_only else self.prec.weights
+
 
 @dataclass
 class Evaluation:
@@ -74,10 +92,13 @@ class Evaluation:
     weights_gb: float = 0.0
     binding: str = ""                  # the constraint that limits capacity
     # predicted metrics at the capacity point, at the SLO percentiles
-    ttft_ms: float = float("nan")
+    ttft_ms: float = float("nan")      # of the binding TTFT target (the one closest to its limit)
     tpot_ms: float = float("nan")
     light_ttft_ms: float = float("nan")  # at light load (lower bound)
     light_tpot_ms: float = float("nan")
+    at_capacity: dict = field(default_factory=dict)  # SLOTarget.key -> predicted ms at capacity
+    light: dict = field(default_factory=dict)        # SLOTarget.key -> predicted ms at light load
+    memory_shortfall_gb: float = 0.0   # verdict memory: HBM per GPU missing for weights+reserve+one request's KV
     tier: str = "spec"
     notes: list[str] = field(default_factory=list)
     analyzer: object = field(default=None, repr=False, compare=False)  # ReplicaAnalyzer (not serialised)
@@ -99,9 +120,10 @@ class Allocation:
     evaluation: Evaluation
     replicas: int
     share_rps: float = 0.0                 # per-replica load at the target rate
-    ttft_ms: float = float("nan")          # predicted at share_rps, at the SLO percentile
+    ttft_ms: float = float("nan")          # analytical at share_rps, binding TTFT target
     tpot_ms: float = float("nan")
-    simulated: dict = field(default_factory=dict)  # DES percentiles at the target load
+    analytical: dict = field(default_factory=dict)  # SLOTarget.key -> analytical ms at share_rps
+    simulated: dict = field(default_factory=dict)  # DES at the target load: {targets: {key: ms}, ttft_ms, tpot_ms, requests}
     bands: dict = field(default_factory=dict)      # {ttft|tpot: {p50_pct, p90_pct, tier, extrapolated}}
 
 

@@ -10,12 +10,12 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from llmplan.cli import hydra_app
-from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, ConfigError
+from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK
 from llmplan.progress import make_console, stage_progress
 from llmplan.cli.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
 from llmplan.optimizer import report
-from llmplan.optimizer.planner import SearchSpace, plan
+from llmplan.optimizer.planner import SearchSpace, check_space, plan
 
 SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
            "finalists in the serving simulator, and solve an ILP for the cheapest deployment\n"
@@ -47,8 +47,7 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     if model.native_dtype in ("fp4", "int4") and model.native_dtype not in precisions:
         precisions.append(model.native_dtype)  # 4-bit checkpoints are served as shipped
     space = SearchSpace(**{f.name: getattr(app.search, f.name) for f in fields(SearchSpace)} | {"precision": precisions})
-    if not 0 < space.max_load <= 1:
-        raise ConfigError(f"must be in (0, 1], got {space.max_load}", key="search.max_load", fix="e.g. 0.95")
+    check_space(space)
     avail = max_gpus(app, gpus)
     with stage_progress(console, show_progress and app.output.progress) as progress:
         verifier = None

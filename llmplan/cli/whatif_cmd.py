@@ -123,8 +123,24 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
                           ("TTFT ms (SLO percentile)", "ttft_ms", "{:.0f}"), ("TPOT ms (SLO percentile)", "tpot_ms", "{:.1f}")):
         a, b = first(d0, k, fmt), first(d1, k, fmt)
         t.add_row(label, a, b, pct(float(a), float(b)) if "-" not in (a, b) else "-")
+    def band(d):
+        b = d.get("error_band") or {}
+        if not d["feasible"] or not b:
+            return "-"
+        return f"±{b['max_p90_pct']:.0f}% {b['tier']}" + (" (WIDE)" if b["wide"] else "")
+
+    t.add_row("error band (p90 step time)", band(d0), band(d1), "")
+    t.add_row("latencies from", *(", ".join(sorted(set(d["deployments"][0]["latency_source"].values())))
+                                  if d["deployments"] else "-" for d in (d0, d1)), "")
     t.add_row("candidates meeting SLOs", str(d0["candidates_meeting_slo"]), str(d1["candidates_meeting_slo"]), "")
     console.print(t)
+    wide = [name for name, d in (("baseline", d0), ("what-if", d1)) if (d.get("error_band") or {}).get("wide")]
+    if wide:
+        console.print(f"[bold yellow]Low confidence:[/bold yellow] the {' and '.join(wide)} deployment's error band is "
+                      f"wider than ±{report.WIDE_BAND_PCT:.0f}%: compare the two as indicative only")
+    for name, d in (("baseline", d0), ("what-if", d1)):
+        if d.get("infeasible"):
+            console.print(f"{name}: no deployment meets the targets: {d['binding_constraint']}")
     console.print(f"Wrote {out / 'whatif.json'}\n[dim]compared in {time.perf_counter() - t0:.1f} s[/dim]")
     return EXIT_OK
 
