@@ -108,6 +108,7 @@ def test_sglang_values():
     s = _spec(engine="sglang", tp=8, ep=4, max_num_seqs=64, max_num_batched_tokens=16384, kv_cache_dtype="fp8",
               chunked_prefill=False, enable_prefix_caching=False)
     f = _flags(sglang.command(s).argv)
+    assert sglang.command(s).argv[:3] == ("python3", "-m", "sglang.launch_server")
     assert (f["--tp-size"], f["--ep-size"], f["--max-running-requests"]) == ("8", "4", "64")
     assert f["--chunked-prefill-size"] == f["--max-prefill-tokens"] == "16384"
     assert f["--kv-cache-dtype"] == "fp8_e4m3" and f["--kv-cache-dtype"] in KV_CHOICES["sglang"]
@@ -173,6 +174,12 @@ def test_multinode_replica_is_a_leaderworkerset():
             [c] = t[role]["spec"]["containers"]
             assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
         assert "Deployment" not in items
+
+
+def test_uneven_replica_split_keeps_pods_alike():
+    s = _spec(tp=1, pp=9)   # 9 GPUs, 8 per node: 3 pods of 3, never 2 pods of 4 (8 GPUs)
+    assert (s.nodes_per_replica, s.gpus_per_pod) == (3, 3)
+    assert (_spec(tp=4, pp=3).nodes_per_replica, _spec(tp=4, pp=3).gpus_per_pod) == (2, 6)
 
 
 def test_gb200_nodes_hold_four_gpus_and_amd_uses_its_resource():

@@ -1,4 +1,5 @@
-"""`python -m sglang.launch_server` command for a planned pool.
+"""`python3 -m sglang.launch_server` command for a planned pool (`python3`: the SGLang
+container images ship no `python` alias).
 
 Flags follow the SGLang server-arguments documentation (docs.sglang.io, "Server
 Arguments", https://docs.sglang.io/advanced_features/server_arguments.html, read for
@@ -22,7 +23,7 @@ DOC = "SGLang server arguments (v0.5.x), https://docs.sglang.io/advanced_feature
 
 
 def command(s: LaunchSpec) -> LaunchCommand:
-    argv = ["python", "-m", "sglang.launch_server", "--model-path", s.model_hf_id,
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", s.model_hf_id,
             "--tp-size", str(s.tp), "--pp-size", str(s.pp),
             "--max-running-requests", str(s.max_num_seqs),
             "--chunked-prefill-size", str(s.max_num_batched_tokens),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from llmplan.errors import ConfigError
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.optimizer.types import Allocation, WorkloadStats
 from llmplan.sim.deployment import replica_limits
@@ -52,7 +53,11 @@ class LaunchSpec:
 
     @property
     def nodes_per_replica(self) -> int:
-        return max(1, math.ceil(self.gpus_per_replica / self.gpus_per_node))
+        """Fewest nodes that hold the replica with the same GPU count on each (LWS pods are alike)."""
+        n = max(1, math.ceil(self.gpus_per_replica / self.gpus_per_node))
+        while self.gpus_per_replica % n:
+            n += 1
+        return n
 
     @property
     def gpus_per_pod(self) -> int:
@@ -79,8 +84,6 @@ def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile,
     the replica's KV capacity so the engine can start; a cap is stated in ``notes``."""
     c, ev = a.evaluation.candidate, a.evaluation
     if engine.name not in ENGINES:
-        from llmplan.errors import ConfigError
-
         raise ConfigError(f"no launch artifacts for engine '{engine.name}'", key="engine.name",
                           fix="one of " + ", ".join(ENGINES))
     eng, max_len = replica_limits(replace(engine, max_num_seqs=c.max_num_seqs), model, wl.max_request_tokens)
