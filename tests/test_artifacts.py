@@ -139,6 +139,14 @@ def test_not_modelled_features_are_stated(engine):
     assert "speculative decoding: not modelled" in notes and "disaggregated" in notes
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_widening_an_fp8_checkpoint_is_flagged(engine):
+    cmd = MODULES[engine].command(_spec(engine=engine, model_native_dtype="fp8", weights_dtype="bf16"))
+    assert "--quantization" not in cmd.argv and any("ships fp8 weights" in n for n in cmd.notes)
+    same = MODULES[engine].command(_spec(engine=engine, model_native_dtype="fp8", weights_dtype="fp8"))
+    assert "--quantization" not in same.argv and not any("WARNING" in n for n in same.notes)
+
+
 def test_fp4_on_a_bf16_checkpoint_is_flagged_not_silently_dropped():
     for engine in ("vllm", "sglang"):
         cmd = MODULES[engine].command(_spec(engine=engine, weights_dtype="fp4"))

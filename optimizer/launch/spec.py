@@ -119,13 +119,22 @@ class LaunchCommand:
     doc: str = ""                 # the documentation (URL + version) the flags follow
 
 
-def load_time_quantization(s: LaunchSpec, engine_label: str) -> tuple[list[str], list[str]]:
-    """(args, notes) for vLLM/SGLang: `--quantization fp8` quantizes a checkpoint at load
-    time; other formats need a pre-quantized checkpoint, which is stated, never dropped."""
+#: bits per weight, to tell a planned narrowing (quantize) from a widening (not possible)
+_WEIGHT_BITS = {"fp4": 4, "int4": 4, "fp8": 8, "int8": 8, "bf16": 16, "fp16": 16, "fp32": 32}
+
+
+def load_time_quantization(s: LaunchSpec, engine_label: str, fp8_flag: bool = True,
+                           how: str = "its format is read from its config") -> tuple[list[str], list[str]]:
+    """(args, notes) for the weight format. vLLM/SGLang `--quantization fp8` quantizes a
+    checkpoint at load time; other narrowings need a pre-quantized checkpoint, and a planned
+    format wider than the checkpoint's cannot be served: both are stated, never dropped."""
     q = s.online_quantization
     if q is None:
         return [], []
-    if q == "fp8":
+    if _WEIGHT_BITS.get(q, 16) > _WEIGHT_BITS.get(s.model_native_dtype, 16):
+        return [], [f"WARNING: {s.model_hf_id} ships {s.model_native_dtype} weights and {engine_label} serves them "
+                    f"as shipped; the plan assumed {q} weights: re-plan with search.precision=[{s.model_native_dtype}]"]
+    if q == "fp8" and fp8_flag:
         return ["--quantization", "fp8"], []
     return [], [f"WARNING: {engine_label} has no load-time {q} quantization of a {s.model_native_dtype} checkpoint: "
-                f"serve a pre-quantized {q} checkpoint of {s.model_hf_id} (its format is read from its config)"]
+                f"serve a pre-quantized {q} checkpoint of {s.model_hf_id} ({how})"]

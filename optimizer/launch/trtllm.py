@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import yaml
 
-from llmplan.optimizer.launch.spec import NOT_MODELLED, LaunchCommand, LaunchSpec
+from llmplan.optimizer.launch.spec import NOT_MODELLED, LaunchCommand, LaunchSpec, load_time_quantization
 
 DOC = "TensorRT-LLM 1.0.0, https://nvidia.github.io/TensorRT-LLM/1.0.0/commands/trtllm-serve/trtllm-serve.html"
 OPTIONS_FILE = "extra_llm_api_options.yaml"
@@ -41,10 +41,9 @@ def command(s: LaunchSpec) -> LaunchCommand:
     notes = list(s.notes)
     if s.attention_dp:
         notes.append("attention DP is not modelled by the planner")
-    q = s.online_quantization
-    if q is not None:
-        notes.append(f"WARNING: TensorRT-LLM takes the weight format from the checkpoint: serve a {q} checkpoint "
-                     f"of {s.model_hf_id} quantized with NVIDIA ModelOpt (the command names the original)")
+    _, q_notes = load_time_quantization(s, "TensorRT-LLM", fp8_flag=False,
+                                        how="quantized with NVIDIA ModelOpt; the command names the original")
+    notes += q_notes
     if s.nodes_per_replica > 1:
         notes.append(f"multi-node replica ({s.nodes_per_replica} nodes): run under MPI with "
                      f"`mpirun -np {s.gpus_per_replica} trtllm-llmapi-launch trtllm-serve ...` (TensorRT-LLM 1.0.0 "
