@@ -54,3 +54,25 @@ def test_deterministic():
     r1, r2 = solve(evs, 33.0), solve(evs, 33.0)
     assert [(x.evaluation.candidate.name, x.replicas) for x in r1.allocations] == \
            [(x.evaluation.candidate.name, x.replicas) for x in r2.allocations]
+
+
+def test_alternatives_one_per_gpu_type_then_another_shape_sorted_by_cost():
+    from llmplan.optimizer.select_ilp import alternatives
+
+    h100_tp1 = _ev("h100_sxm", 1, 4.0, 10.0)   # $0.40 per rps: chosen
+    h100_tp2 = _ev("h100_sxm", 2, 4.4, 18.0)   # $8.8 per replica, $0.49 per rps: another shape of the chosen type
+    a100 = _ev("a100_sxm", 1, 2.4, 4.0)        # $0.60 per rps
+    evals = [h100_tp1, h100_tp2, a100]
+    chosen = solve(evals, rate_rps=20.0)
+    assert [(a.evaluation, a.replicas) for a in chosen.allocations] == [(h100_tp1, 2)]
+    alts = alternatives(evals, 20.0, chosen, None, 256, 4)
+    got = [sorted((a.evaluation.candidate.name, a.replicas) for a in s.allocations) for s in alts]
+    # the best plan without the chosen shape (1x tp2 + 1x A100: $11.2) and the A100-only plan ($12);
+    # the H100-only plan is the chosen one and is not repeated
+    assert got == [sorted([(h100_tp2.candidate.name, 1), (a100.candidate.name, 1)]), [(a100.candidate.name, 5)]]
+    assert [s.total_usd_per_hour for s in alts] == sorted(s.total_usd_per_hour for s in alts)
+    assert all(s.feasible for s in alts)
+    # the chosen plan itself is never an alternative; the limit is respected
+    assert all({(a.evaluation.candidate.name, a.replicas) for a in s.allocations} != {(h100_tp1.candidate.name, 2)}
+               for s in alts)
+    assert len(alternatives(evals, 20.0, chosen, None, 256, 1)) == 1
