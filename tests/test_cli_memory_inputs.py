@@ -19,3 +19,12 @@ def test_bad_memory_fraction_exits_2_naming_the_key(argv, key, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert err.splitlines()[0].startswith(f"error: {key}: ") and "(0, 1]" in err
+
+
+def test_marketed_memory_override_scales_the_physical_bytes(capsys):
+    """gpu.spec_overrides.<gpu>.hbm_gb (and whatif gpu_scale) must still change the memory math,
+    which runs on memory_bytes: 70B BF16 does not fit one H100, but fits a 160 GB one."""
+    base = ["simulate", "model=llama3_1_70b", "deployment.gpu=h100_sxm", "deployment.tp=1", "workload.num_requests=20"]
+    assert main(base) == 2
+    assert "no memory left for the KV cache" in capsys.readouterr().err
+    assert main(base + ["gpu.spec_overrides={h100_sxm: {hbm_gb: 160}}"]) == 0

@@ -55,6 +55,8 @@ def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not float(v) > 0:
                 raise ConfigError(f"must be > 0, got {v}", key=f"gpu.spec_overrides.{key}.{k}", fix="give a positive figure")
             changes[k] = int(v) if k in ("sm_count", "scaleup_domain_size") else float(v)
+            if k == "hbm_gb":  # memory math uses the physical bytes (sim/kv_budget.py): scale them alike
+                changes["memory_bytes"] = round(gpu.memory_bytes * float(v) / gpu.hbm_gb)
         else:
             raise ConfigError("unknown GPU figure", key=f"gpu.spec_overrides.{key}.{k}",
                               fix="use one of " + ", ".join(sorted(_NUMERIC)) + " or <dtype>_tflops")
