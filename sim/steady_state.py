@@ -81,47 +81,57 @@ def _shape(prefill: int = 0, dec: int = 0, kv: int = 0) -> StepShape:
     return StepShape(prefill, 1 if prefill else 0, float(prefill * (prefill + 1) / 2), 0, dec, kv)
 
 
-def _replica_estimate(r, rate_rps: float, mean_in: float, mean_out: float) -> ServiceEstimate:
-    e, cm = r.engine, r.cost_model
-    pp = int(getattr(cm, "pp", 1) or 1)
-    pin, pout = max(1.0, mean_in), max(1.0, mean_out)
-    kv_seqs = int(r.kv_capacity_tokens * (1 - e.watermark) // (pin + pout))
-    b_max = max(1, min(e.max_num_seqs, kv_seqs))
-    chunk = int(max(1, min(pin, e.max_num_batched_tokens - 1)))
+class _ReplicaModel:
+    """Step times of one replica at a mean request shape."""
 
-    def at(b: float) -> tuple[float, float, float]:
-        """(ttft, tpot, prefill ms per request) with ``b`` sequences running."""
+    def __init__(self, r, mean_in: float, mean_out: float):
+        e, self.cm = r.engine, r.cost_model
+        self.pp = int(getattr(self.cm, "pp", 1) or 1)
+        self.pin, self.pout = max(1.0, mean_in), max(1.0, mean_out)
+        kv_seqs = int(r.kv_capacity_tokens * (1 - e.watermark) // (self.pin + self.pout))
+        self.b_max = max(1, min(e.max_num_seqs, kv_seqs))
+        self.chunk = int(max(1, min(self.pin, e.max_num_batched_tokens - 1)))
+
+    def at(self, b: float) -> tuple[float, float, float]:
+        """(ttft, decode step, prefill ms per request) with ``b`` sequences running, ms."""
+        pp, pin = self.pp, self.pin
         mb = max(1, int(round(b / pp)))  # pipeline: pp micro-batches, a token crosses pp stages
-        kv = int(mb * (pin + pout / 2))
-        t_dec = pp * float(cm.stage_time_ms(_shape(dec=mb, kv=kv)))
-        t_mix = pp * float(cm.stage_time_ms(_shape(prefill=chunk, dec=mb, kv=kv)))
-        prefill_ms = max(t_mix - t_dec, 1e-6) * pin / chunk
-        return t_mix * math.ceil(pin / chunk), t_dec, prefill_ms
+        kv = int(mb * (pin + self.pout / 2))
+        t_dec = pp * float(self.cm.stage_time_ms(_shape(dec=mb, kv=kv)))
+        t_mix = pp * float(self.cm.stage_time_ms(_shape(prefill=self.chunk, dec=mb, kv=kv)))
+        return t_mix * math.ceil(pin / self.chunk), t_dec, max(t_mix - t_dec, 1e-6) * pin / self.chunk
 
-    lam = rate_rps / 1000.0  # per ms
-    ttft, t_dec, pre = at(b_max)
-    cap = b_max / ((pout - 1) * t_dec + b_max * pre) if pout > 1 else 1.0 / pre
-    util = lam / cap if cap > 0 else math.inf
-    b = 1.0
-    tpot = t_dec
-    for _ in range(60):
-        ttft, t_dec, pre = at(b)
-        busy = min(lam * pre, 0.95)          # share of time spent on prefill work
-        tpot = t_dec / (1.0 - busy)
-        b_new = min(lam * (ttft + (pout - 1) * tpot), float(b_max))
-        if abs(b_new - b) < 0.01 * max(b, 1.0):
-            b = b_new
-            break
-        b = 0.5 * (b + b_new)
-    return ServiceEstimate(ttft, tpot, b, util)
+    def capacity_per_ms(self) -> float:
+        """Requests per ms with full batches: decode shared by the batch plus each prefill."""
+        _, t_dec, pre = self.at(self.b_max)
+        return self.b_max / ((self.pout - 1) * t_dec + self.b_max * pre)
+
+    def steady(self, lam_per_ms: float, util: float) -> ServiceEstimate:
+        """Little's law ``b = lam x (TTFT + (O - 1) x TPOT(b))`` solved for the batch ``b``."""
+        b, ttft, tpot = 1.0, 0.0, 0.0
+        for _ in range(60):
+            ttft, t_dec, pre = self.at(b)
+            busy = min(lam_per_ms * pre, 0.95)          # share of time spent on prefill work
+            tpot = t_dec / (1.0 - busy)
+            b_new = min(lam_per_ms * (ttft + (self.pout - 1) * tpot), float(self.b_max))
+            done = abs(b_new - b) < 0.01 * max(b, 1.0)
+            b = b_new if done else 0.5 * (b + b_new)
+            if done:
+                break
+        return ServiceEstimate(ttft, tpot, b, util)
 
 
 def estimate_service(replicas: list, rate_rps: float, mean_input_tokens: float,
                      mean_output_tokens: float) -> ServiceEstimate:
-    """The slowest replica's steady state when ``rate_rps`` is spread evenly over ``replicas``."""
-    per = rate_rps / max(1, len(replicas))
-    ests = [_replica_estimate(r, per, mean_input_tokens, mean_output_tokens) for r in replicas]
-    return max(ests, key=lambda x: (x.utilisation, x.ttft_ms + x.tpot_ms))
+    """Steady state at ``rate_rps`` spread over ``replicas`` in proportion to their capacity
+    (a load-balancing router keeps every replica equally busy); the replica with the
+    longest request lifetime is returned."""
+    models = [_ReplicaModel(r, mean_input_tokens, mean_output_tokens) for r in replicas]
+    caps = [m.capacity_per_ms() for m in models]
+    total = sum(caps)
+    util = rate_rps / 1000.0 / total if total > 0 else math.inf
+    ests = [m.steady(rate_rps / 1000.0 * c / total, util) for m, c in zip(models, caps)]
+    return max(ests, key=lambda x: x.ttft_ms + (mean_output_tokens - 1) * x.tpot_ms)
 
 
 @dataclass(frozen=True)
