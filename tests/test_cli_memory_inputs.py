@@ -28,3 +28,12 @@ def test_marketed_memory_override_scales_the_physical_bytes(capsys):
     assert main(base) == 2
     assert "no memory left for the KV cache" in capsys.readouterr().err
     assert main(base + ["gpu.spec_overrides={h100_sxm: {hbm_gb: 160}}"]) == 0
+
+
+def test_topology_is_chosen_per_gpu_and_unknown_ones_exit_2(capsys):
+    base = ["simulate", "model=llama3_1_8b", "deployment.gpu=l40s", "deployment.tp=4", "workload.num_requests=20"]
+    assert main(base + ["gpu.topology={l40s: pcie5_switch_p2p}"]) == 2  # Gen5 is not an L40S option
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("error: gpu.topology.l40s: unknown topology 'pcie5_switch_p2p'")
+    assert "pcie4_switch_no_p2p" in err  # the fix lists the catalog's options and default
+    assert main(base + ["gpu.topology={l40s: pcie4_host_bridge_p2p}"]) == 0

@@ -47,6 +47,9 @@ class GPUConfig:
     usd_per_hour: Dict[str, float] = field(default_factory=dict)
     # what-if spec overrides per type, e.g. {h100_sxm: {hbm_bw_gbps: 6700}}
     spec_overrides: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # host topology of PCIe-only GPU types (catalog options and default: docs/MEMORY.md),
+    # e.g. {l40s: pcie4_switch_p2p}; absent = the catalog default
+    topology: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import fields, replace
 
 from omegaconf import DictConfig, OmegaConf
 
-from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.hardware_catalog.loader import get_gpu, with_topology
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.cli.config_schema import AppConfig
 from llmplan.errors import ConfigError
@@ -43,6 +43,9 @@ _NUMERIC = {"hbm_gb", "hbm_bw_gbps", "l2_mb", "sm_count", "scaleup_bw_gbps", "sc
 
 def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
     gpu = get_gpu(key)
+    topology = app.gpu.topology.get(key) or app.gpu.topology.get(gpu.key)
+    if topology:  # PCIe host layout of this GPU type; unknown -> exit 2 (docs/MEMORY.md)
+        gpu = with_topology(gpu, str(topology), key=f"gpu.topology.{key}")
     changes: dict = {}
     for k, v in (app.gpu.spec_overrides.get(key) or app.gpu.spec_overrides.get(gpu.key) or {}).items():
         if k.endswith("_tflops") and k[: -len("_tflops")] in gpu.dense_tflops:
@@ -81,6 +84,10 @@ def resolve_gpus(app: AppConfig) -> list[GPUSpec]:
     if all(v == 0 for v in avail.values()):
         raise ConfigError("every candidate GPU type has availability 0", key="gpu.max_gpus",
                           fix="raise a limit above 0 or remove it (absent = unlimited)")
+    for k in app.gpu.topology:
+        if get_gpu(k).key not in {g.key for g in gpus}:
+            raise ConfigError("topology for a GPU that is not a candidate", key=f"gpu.topology.{k}",
+                              fix="add it to gpu.candidates or drop the entry")
     for k in app.gpu.usd_per_hour:
         if k not in app.gpu.candidates and get_gpu(k).key not in {g.key for g in gpus}:
             raise ConfigError("price override for a GPU that is not a candidate", key=f"gpu.usd_per_hour.{k}",
