@@ -251,8 +251,25 @@ def indexer_bytes_per_token(spec: ModelSpec) -> float:
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str) -> float:
     """KV bytes per token over all layers: full-attention layers (sliding-window layers
     counted as full; linear-attention layers hold no per-token KV) plus DSA indexer keys."""
-    return (kv_bytes_per_token_per_layer(spec, kv_dtype) * spec.num_full_attention_layers
-            + indexer_bytes_per_token(spec))
+    return sum(layers * per_layer for layers, per_layer, _ in _kv_layer_groups(spec, kv_dtype)) \
+        + indexer_bytes_per_token(spec)
+
+
+def _global_kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> float:
+    g = spec.global_attention
+    return 2 * g.num_kv_heads * g.head_dim * bytes_per_element(kv_dtype)
+
+
+def _kv_layer_groups(spec: ModelSpec, kv_dtype: str) -> list[tuple[int, float, int]]:
+    """(layers, KV bytes per token and layer, window or 0) for each kind of attention layer:
+    full layers (Gemma-4 global geometry where given) and sliding-window layers."""
+    sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
+    local = kv_bytes_per_token_per_layer(spec, kv_dtype)
+    full_bytes = _global_kv_bytes_per_token_per_layer(spec, kv_dtype) if spec.global_attention else local
+    groups = [(spec.num_full_attention_layers - sliding, full_bytes, 0)]
+    if sliding:
+        groups.append((sliding, local, spec.sliding_window))
+    return groups
 
 
 def state_bytes_per_sequence(spec: ModelSpec, dtype: str = "bf16", tp: int = 1) -> float:
@@ -288,9 +305,9 @@ def _check_context(context_len: int) -> None:
 def kv_bytes_sequence(spec: ModelSpec, kv_dtype: str, context_len: int) -> float:
     """KV bytes one sequence of ``context_len`` tokens holds, sliding layers capped at the window."""
     _check_context(context_len)
-    sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
-    tokens = (spec.num_full_attention_layers - sliding) * context_len + sliding * min(context_len, spec.sliding_window)
-    return kv_bytes_per_token_per_layer(spec, kv_dtype) * tokens + indexer_bytes_per_token(spec) * context_len
+    return sum(layers * per_layer * (min(context_len, window) if window else context_len)
+               for layers, per_layer, window in _kv_layer_groups(spec, kv_dtype)) \
+        + indexer_bytes_per_token(spec) * context_len
 
 
 def kv_bytes_per_token_windowed(spec: ModelSpec, kv_dtype: str, context_len: int) -> float:
@@ -331,8 +348,11 @@ def attention_flops_per_token(spec: ModelSpec, context_len: int, phase: str) -> 
     if phase not in PHASES:
         raise ConfigError(f"unknown phase '{phase}'", key="phase", fix=suggest(str(phase), PHASES))
     n = spec.num_attention_heads
+    full_per_key = None
     if spec.mla is None:
         per_key = 2 * n * (spec.head_dim + spec.head_dim)
+        if spec.global_attention is not None:
+            full_per_key = 4 * n * spec.global_attention.head_dim
     elif phase == "prefill":
         m = spec.mla
         per_key = 2 * n * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
@@ -348,8 +368,9 @@ def attention_flops_per_token(spec: ModelSpec, context_len: int, phase: str) -> 
         extra = 2.0 * s.index_n_heads * s.index_head_dim * _mean_attended(context_len, 0, phase) * s.num_indexer_layers
     else:
         full_keys = _mean_attended(context_len, 0, phase)
-    keys = full * full_keys + sliding * _mean_attended(context_len, spec.sliding_window, phase)
-    return per_key * keys + extra + linear_attention_flops_per_token(spec)
+    window_keys = sliding * _mean_attended(context_len, spec.sliding_window, phase)
+    flops = (full_per_key or per_key) * full * full_keys + per_key * window_keys
+    return flops + extra + linear_attention_flops_per_token(spec)
 
 
 #: FLOPs per recurrent-state element and token of the Gated DeltaNet update

@@ -33,6 +33,7 @@ from llmplan.errors import CatalogError, suggest
 from llmplan.model_catalog.quant import parse_quant
 from llmplan.model_catalog.spec import (
     BYTES_PER_ELEMENT,
+    GlobalAttentionSpec,
     LinearAttentionSpec,
     MLASpec,
     ModelSpec,
@@ -282,9 +283,8 @@ def unsupported_reason(cfg: dict[str, Any]) -> str | None:
             return "linear-attention layers without Gated DeltaNet head shapes (linear_* fields)"
     if ("index_n_heads" in c or "index_topk" in c) and c.get("kv_lora_rank") is None:
         return "sparse-attention indexer without MLA"
-    if "global_head_dim" in c or c.get("attention_k_eq_v"):
-        return ("per-layer-type head dims and KV heads (global_head_dim, num_global_key_value_heads), keys "
-                "doubling as values (attention_k_eq_v) and an MoE block beside the dense MLP")
+    if c.get("num_kv_shared_layers") or c.get("hidden_size_per_layer_input"):
+        return "KV-cache sharing across layers / per-layer input embeddings (Gemma-3n style)"
     if "swa_num_key_value_heads" in c or "hybrid_layer_pattern" in c:
         return "per-layer-type attention heads (sliding-window layers with their own head counts and dims)"
     if "block_configs" in c:
@@ -339,8 +339,10 @@ def _parse_moe(c: dict[str, Any], f: _Fields, layers: int, llama4: bool) -> MoES
         width = f.get_int("intermediate_size")
     else:
         width = f.get_int("moe_intermediate_size", "intermediate_size")
-    shared, shared_width = 0, 0
-    if f.get_int("n_shared_experts", default=0, minimum=0):
+    shared, shared_width, dense_beside = 0, 0, False
+    if c.get("enable_moe_block"):  # Gemma-4: the dense MLP runs beside the routed experts
+        shared, shared_width, dense_beside = 1, f.get_int("intermediate_size"), True
+    elif f.get_int("n_shared_experts", default=0, minimum=0):
         shared, shared_width = f.get_int("n_shared_experts"), width
     elif llama4:
         shared, shared_width = 1, width
@@ -352,7 +354,7 @@ def _parse_moe(c: dict[str, Any], f: _Fields, layers: int, llama4: bool) -> MoES
         return None
     return MoESpec(num_experts=experts, top_k=top_k, expert_intermediate_size=width,
                    num_shared_experts=shared, shared_intermediate_size=shared_width,
-                   num_dense_layers=layers - moe_layers)
+                   num_dense_layers=layers - moe_layers, shared_is_dense_mlp=dense_beside)
 
 
 def _parse_mla(c: dict[str, Any], f: _Fields) -> MLASpec | None:
@@ -399,6 +401,21 @@ def _parse_sparse(c: dict[str, Any], f: _Fields, layers: int) -> SparseAttention
     indexers = sum(1 for k in kinds if k == "full") if isinstance(kinds, list) and len(kinds) == layers else layers
     return SparseAttentionSpec(index_n_heads=f.get_int("index_n_heads"), index_head_dim=f.get_int("index_head_dim"),
                                index_topk=f.get_int("index_topk"), num_indexer_layers=indexers)
+
+
+def _parse_global(c: dict[str, Any], f: _Fields, layers: int, kv_heads: int, heads: int) -> GlobalAttentionSpec | None:
+    """Gemma-4 full-attention layers with their own head dim and KV heads."""
+    if "global_head_dim" not in c:
+        return None
+    kinds = c.get("layer_types")
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        raise f.error("global_head_dim needs layer_types listing every layer")
+    idx = tuple(i for i, k in enumerate(kinds) if k == "full_attention")
+    g_kv = f.get_int("num_global_key_value_heads", default=kv_heads)
+    if heads % g_kv:
+        raise f.error(f"num_attention_heads {heads} is not a multiple of num_global_key_value_heads {g_kv}")
+    return GlobalAttentionSpec(head_dim=f.get_int("global_head_dim"), num_kv_heads=g_kv,
+                               k_eq_v=bool(c.get("attention_k_eq_v", False)), layer_indices=idx)
 
 
 def _sliding(c: dict[str, Any], f: _Fields, layers: int) -> tuple[int, int]:
@@ -495,6 +512,7 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
         linear=linear,
         attn_output_gate=bool(c.get("attn_output_gate", False)),
         vision_excluded=isinstance(cfg.get("vision_config"), dict),
+        global_attention=_parse_global(c, f, layers, kv_heads, heads),
     )
     qc = c.get("quantization_config") or c.get("compression_config")
     quant = parse_quant(spec, qc, hf_quant, f.source)

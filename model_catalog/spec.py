@@ -30,6 +30,8 @@ class MoESpec:
     shared_intermediate_size: int = 0  # FFN width of one shared expert
     num_dense_layers: int = 0     # layers with a dense MLP: leading (DeepSeek first_k_dense_replace)
     #                               or interleaved (Llama-4 Maverick); a count, not positions
+    shared_is_dense_mlp: bool = False  # the "shared expert" is the layer's dense MLP running beside
+    #                                    the routed experts (Gemma-4 enable_moe_block)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,20 @@ class LinearAttentionSpec:
     @property
     def conv_channels(self) -> int:
         return 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+
+
+@dataclass(frozen=True)
+class GlobalAttentionSpec:
+    """Full-attention layers whose geometry differs from the sliding-window layers
+    (Gemma-4: ``global_head_dim``, ``num_global_key_value_heads``; with
+    ``attention_k_eq_v`` the key projection doubles as the value, so the layer has no
+    v_proj). The KV cache still holds K and V per token (paged-attention caches store both
+    tensors); ModelSpec's ``head_dim`` / ``num_kv_heads`` describe the sliding layers."""
+
+    head_dim: int
+    num_kv_heads: int
+    k_eq_v: bool
+    layer_indices: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -171,6 +187,7 @@ class ModelSpec:
     attn_output_gate: bool = False  # full-attention q_proj also emits a sigmoid output gate (Qwen3.5)
     quant: QuantSpec | None = None  # shipped weight format; None for bf16/fp16 checkpoints
     vision_excluded: bool = False   # config has a vision encoder that text serving leaves out
+    global_attention: GlobalAttentionSpec | None = None  # full layers with their own geometry (Gemma-4)
 
     @property
     def is_moe(self) -> bool:

@@ -42,6 +42,11 @@ class LinearTensor:
         return [f"{pre}{self.layer}.{n}" for pre in LAYER_PREFIXES for n in self.names]
 
 
+#: module paths of one routed expert; Gemma-4 keeps experts beside (not under) its dense ``mlp``.
+_ROUTED_STEMS = ("mlp.experts.0", "block_sparse_moe.experts.0", "feed_forward.experts.0", "mlp.experts")
+_ROUTED_STEMS_GEMMA4 = ("experts.0", "moe.experts.0", "experts")
+
+
 def linear_attention_layers(spec: ModelSpec) -> frozenset[int]:
     if spec.linear is None:
         return frozenset()
@@ -92,6 +97,15 @@ def _attention(spec: ModelSpec, i: int) -> list[LinearTensor]:
                   LinearTensor("indexer", i, ("self_attn.indexer.wk",), h * s.index_head_dim),
                   LinearTensor("indexer", i, ("self_attn.indexer.weights_proj",), h * s.index_n_heads)]
         return t
+    ga = spec.global_attention
+    if ga is not None and i in ga.layer_indices:  # Gemma-4 global layer; k_eq_v: no v_proj
+        q_out, kv_out = n * ga.head_dim, ga.num_kv_heads * ga.head_dim
+        t = [LinearTensor("attention", i, ("self_attn.q_proj",), h * q_out),
+             LinearTensor("attention", i, ("self_attn.k_proj",), h * kv_out),
+             LinearTensor("attention", i, ("self_attn.o_proj",), q_out * h)]
+        if not ga.k_eq_v:
+            t.append(LinearTensor("attention", i, ("self_attn.v_proj",), h * kv_out))
+        return t
     q_out, kv_out = n * spec.head_dim, spec.num_kv_heads * spec.head_dim
     b = spec.attention_bias
     gate = 2 if spec.attn_output_gate else 1
@@ -113,12 +127,12 @@ def linear_tensors(spec: ModelSpec) -> list[LinearTensor]:
         if layer_is_moe(spec, i):
             e = spec.moe
             out += _mlp(spec, "routed_experts", i, e.expert_intermediate_size,
-                        ("mlp.experts.0", "block_sparse_moe.experts.0", "feed_forward.experts.0", "mlp.experts"),
+                        _ROUTED_STEMS_GEMMA4 if spec.architecture.startswith("Gemma4") else _ROUTED_STEMS,
                         count=e.num_experts)
             if e.num_shared_experts:
-                out += _mlp(spec, "shared_experts", i, e.shared_intermediate_size,
-                            ("mlp.shared_experts", "mlp.shared_expert", "feed_forward.shared_expert"),
-                            count=e.num_shared_experts)
+                stems = ("mlp",) if e.shared_is_dense_mlp else ("mlp.shared_experts", "mlp.shared_expert",
+                                                                 "feed_forward.shared_expert")
+                out += _mlp(spec, "shared_experts", i, e.shared_intermediate_size, stems, count=e.num_shared_experts)
         else:
             out += _mlp(spec, "dense_mlp", i, spec.intermediate_size, ("mlp", "feed_forward"))
     if not spec.tie_word_embeddings:

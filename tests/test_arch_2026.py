@@ -65,8 +65,7 @@ def test_every_shared_config_loads_or_names_its_reason():
 def test_refusals_name_the_feature():
     assert "Mamba2" in unsupported_reason({"model_type": "nemotron_h", "hybrid_override_pattern": "M*M-"})
     assert "Kimi delta" in unsupported_reason({"model_type": "kimi_linear", "linear_attn_config": {}})
-    assert unsupported_reason(json.loads((Path(__file__).parents[1] / "model_catalog" / "configs" /
-                                          "google--gemma-4-26B-A4B.json").read_text())).startswith("per-layer-type")
+    assert "Gemma-3n" in unsupported_reason({"model_type": "gemma4_text", "num_kv_shared_layers": 20})
     assert unsupported_reason({"model_type": "llama"}) is None
 
 
@@ -191,6 +190,43 @@ def test_fp8_block_scales_counted():
     q = sum(part.params for part in m.quant.parts)
     assert q == p.attention + p.dense_mlp + p.shared_experts + p.routed_experts  # lm_head stays bf16
     assert weight_bytes(m, "fp8") == pytest.approx(q * (1 + 4 / 128 ** 2) + (p.total - q) * 2)
+
+
+# ------------------------------------------------------------------ Gemma-4: sliding + global geometry
+
+
+def test_gemma4_global_layers_kv_and_params():
+    m = load_model("google/gemma-4-26B-A4B")
+    ga = m.global_attention
+    assert (ga.head_dim, ga.num_kv_heads, ga.k_eq_v, len(ga.layer_indices)) == (512, 2, True, 5)
+    assert (m.num_sliding_layers, m.sliding_window) == (25, 1024)
+    # 25 sliding layers (8 KV heads x 256) capped at the window, 5 global layers (2 x 512) growing
+    assert kv_bytes_sequence(m, "bf16", 4096) == 25 * 2 * 8 * 256 * 2 * 1024 + 5 * 2 * 2 * 512 * 2 * 4096
+    assert kv_bytes_per_token(m, "bf16") == 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2
+    p = param_breakdown(m)
+    h = m.hidden_size
+    sliding_attn = 2 * h * 16 * 256 + 2 * h * 8 * 256
+    global_attn = 2 * h * 16 * 512 + h * 2 * 512  # q, o and k only: keys double as values
+    assert p.attention == 25 * sliding_attn + 5 * global_attn
+    # the dense MLP runs beside 128 experts in every layer
+    assert p.shared_experts == 30 * 3 * h * 2112 and m.moe.shared_is_dense_mlp and p.dense_mlp == 0
+
+
+def test_gemma4_nvfp4_quantizes_experts_only():
+    m = load_model("nvidia/Gemma-4-26B-A4B-NVFP4")
+    p = param_breakdown(m)
+    assert {part.component for part in m.quant.parts} == {"routed_experts"}
+    assert m.quant.quantized_params("routed_experts") == p.routed_experts
+    dense = load_model("gemma4_31b_nvfp4")
+    assert dense.moe is None and {part.component for part in dense.quant.parts} == {"dense_mlp"}
+
+
+def test_gemma4_step_uses_global_geometry():
+    _, step = _step("gemma4_26b_a4b", tp=2)
+    ops = {o.name: o for o in step.breakdown(StepShape.build([], [8192] * 8)).ops}
+    assert {"qkv_proj_global", "o_proj_global", "attn_decode", "attn_decode_swa"} <= set(ops)
+    # global layers read 5 x (1 KV head x 512) per token per GPU at TP2; sliding read 1024 tokens
+    assert ops["attn_decode"].bytes >= 5 * 8 * 8192 * 2 * 1 * 512 * 2
 
 
 # ------------------------------------------------------------------ Llama-2

@@ -297,10 +297,16 @@ def test_missing_file_and_bad_field_type(tmp_path):
         load_model_file(path)
 
 
-@pytest.mark.parametrize("name", ["google--gemma-4-26B-A4B.json"])
-def test_unsupported_architectures_refused(name):
-    with pytest.raises(CatalogError, match="unsupported architecture"):
-        load_model_file(CONFIG_DIR / name)
+@pytest.mark.parametrize("extra,feature", [({"hybrid_override_pattern": "M-M*"}, "Mamba2"),
+                                           ({"linear_attn_config": {"kda_layers": [1]}}, "Kimi delta attention"),
+                                           ({"compress_ratios": [0, 4]}, "compressed sparse attention"),
+                                           ({"block_configs": [{}]}, "NAS blocks")])
+def test_unsupported_architectures_refused(tmp_path, extra, feature):
+    cfg = json.loads((CONFIG_DIR / "Qwen--Qwen3-8B.json").read_text()) | extra
+    path = tmp_path / "x--y.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(CatalogError, match=f"unsupported architecture: .*{feature}"):
+        load_model_file(path)
 
 
 def test_config_copies_match_file_names():
