@@ -34,7 +34,7 @@ def groups() -> list[str]:
 
 
 #: mapping-valued keys; Hydra only replaces/extends them with a `++` override
-_DICT_KEYS = re.compile(r"((?:gpu\.(?:max_gpus|usd_per_hour|spec_overrides))|(?:whatif\.(?:gpu_scale|price_scale)))(\.[^=]+)?=")
+_DICT_KEYS = re.compile(r"((?:gpu\.(?:max_gpus|usd_per_hour|spec_overrides|topology))|(?:whatif\.(?:gpu_scale|price_scale)))(\.[^=]+)?=")
 
 
 def _rewrite(overrides: list[str]) -> list[str]:
