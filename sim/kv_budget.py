@@ -187,7 +187,8 @@ def kv_budget(model: ModelSpec, gpu: GPUSpec, par: Parallelism, engine: EnginePr
     runtime = RUNTIME_BYTES + _nccl_bytes(par.gpus)
     extra = engine.activation_reserve_gb * 1e9
     notes = [f"device memory {total / GIB:.2f} GiB as the device reports it ({gpu.key}.memory_bytes), "
-             f"not the marketed {gpu.hbm_gb:g} GB",
+             f"not the marketed {gpu.hbm_gb:g} GB; the engines read the CUDA-visible total, about 0.5 GiB "
+             f"less on an H100 (torch 81,090 vs nvidia-smi 81,559 MiB)",
              f"runtime = CUDA context/metadata {RUNTIME_BYTES // MIB} MiB + NCCL buffers "
              f"{_nccl_bytes(par.gpus) // MIB} MiB for {par.gpus} GPU(s) (aiconfigurator nccl_mem)"]
     if engine.name not in FRACTION_FIELDS:
