@@ -113,6 +113,24 @@ MOE_ETA_COMPUTE = 0.50
 LAUNCH_FLOOR_US = 5.0
 GEMM_TILE_M = 128
 GDN_CHUNK = 64   # chunk length of the chunked gated-delta-rule scan (flash-linear-attention)
+#  * GDN constants: medians over the H100 SGLang rows of ../shared/measurements/h100_sxm/gdn.csv.gz
+#    (conv1d + gated-delta-rule kernels summed per shape; script in docs/MODEL_CATALOG.md):
+#    chunked prefill reaches 1.8% of bf16 dense peak (p10-p90 1.0-4.2%, 812 shapes with
+#    >= 4096 tokens), small prefills take ~66 us (6-7 Triton launches), decode moves its
+#    state at 43% of HBM bandwidth (108 shapes with batch >= 32) with a ~14 us floor.
+#    H200 and B200 tables are not used for these numbers (see the test for their check).
+GDN_CONTEXT_ETA_COMPUTE = 0.018
+GDN_CONTEXT_FLOOR_US = 66.0
+GDN_DECODE_ETA_MEM = 0.43
+GDN_DECODE_FLOOR_US = 14.0
+#  * DSA floors: the sparse-MLA kernel (FlashMLA flash_mla_sparse_fwd) takes 55-74 us up to
+#    ~128 sequences and the top-k kernel ~10 us once it runs, in the H100 glm5_dsa_attn_module
+#    and glm5_topk_module rows of ../shared/measurements/h100_sxm.
+DSA_ATTN_FLOOR_US = 60.0
+DSA_TOPK_FLOOR_US = 10.0
+#    The top-k select reads each score row ~3 times (multi-pass radix select; median
+#    measured/one-read ratio 3.3 over the H100 prefill rows of glm5_topk_module).
+DSA_TOPK_READS = 3.0
 GEMM_TILE_N = 128
 
 
@@ -207,25 +225,33 @@ class RooflineKernelModel:
     # ---- 2026 architectures (see OPTIONAL_OPS)
     def gdn(self, phase, batch, q_len, num_k_heads, num_v_heads, head_k_dim, head_v_dim, conv_kernel,
             state_dtype="fp32"):
-        """Gated DeltaNet layer. Decode (``generation``) reads and writes the whole recurrent
-        state once per sequence (state-size bound). Prefill (``context``) runs the chunked
-        scan (chunk 64): the state is read/written once per chunk and each token does the
-        recurrent update plus its intra-chunk attention; q/k/v/gate activations stream once.
-        FLOPs: 6 per state element and token (read-out, prediction, rank-1 update)."""
+        """Gated DeltaNet layer (causal conv1d + gated delta rule).
+
+        Decode (``generation``): one recurrent step per sequence, bound by reading and
+        writing the whole recurrent state (plus conv state and q/k/v) at GDN_DECODE_ETA_MEM.
+        Prefill (``context``): the chunked scan (chunk 64; flash-linear-attention Triton
+        kernels) runs far below tensor-core peak, so it is timed as compute at
+        GDN_CONTEXT_ETA_COMPUTE of bf16 peak, with a multi-kernel floor. FLOPs: 6 per state
+        element and token (read-out, prediction, rank-1 update), the intra-chunk attention
+        and the conv."""
         tokens = batch * q_len
         state = num_v_heads * head_k_dim * head_v_dim
         channels = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim
         sb = _bytes(state_dtype)
         if phase == "generation":
-            chunks = batch
-            intra = 0.0
+            flops = 6.0 * tokens * state + 2.0 * tokens * channels * conv_kernel
+            nbytes = (2.0 * batch * state * sb + tokens * (channels + 2 * num_v_heads * head_v_dim) * 2.0
+                      + batch * (conv_kernel - 1) * channels * 2.0 * 2)
+            t = self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, GDN_DECODE_ETA_MEM)
+            floor_us = GDN_DECODE_FLOOR_US
         else:
             chunks = batch * math.ceil(q_len / GDN_CHUNK)
             intra = 2.0 * tokens * min(q_len, GDN_CHUNK) * num_v_heads * (head_k_dim + head_v_dim)
-        flops = 6.0 * tokens * state + intra + 2.0 * tokens * channels * conv_kernel
-        nbytes = (2.0 * chunks * state * sb + tokens * (channels + 2 * num_v_heads * head_v_dim) * 2.0
-                  + batch * (conv_kernel - 1) * channels * 2.0 * 2)
-        return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, MEM_ETA)
+            flops = 6.0 * tokens * state + intra + 2.0 * tokens * channels * conv_kernel
+            nbytes = 2.0 * chunks * state * sb + tokens * (channels + 2 * num_v_heads * head_v_dim) * 2.0
+            t = self._roof(flops, nbytes, "bf16", GDN_CONTEXT_ETA_COMPUTE, MEM_ETA)
+            floor_us = GDN_CONTEXT_FLOOR_US
+        return self._floored(t, floor_us)
 
     def dsa_mqa_logits(self, batch, q_len, kv_len, index_n_heads, index_head_dim):
         """Indexer scores: every query token against every cached fp8 indexer key (causal)."""
@@ -236,25 +262,33 @@ class RooflineKernelModel:
         return self._roof(flops, nbytes, "fp8", ATTN_PREFILL_ETA, MEM_ETA)
 
     def dsa_topk(self, batch, q_len, kv_len, topk):
-        """Top-k over the fp32 scores of each query token (one read of the score row)."""
+        """Top-k over the fp32 scores of each query token (DSA_TOPK_READS reads of the score
+        row); skipped when the context holds no more than ``topk`` keys."""
         if kv_len <= topk:
             return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
         rows = batch * q_len
-        return self._roof(0.0, rows * (kv_len * 4.0 + topk * 4.0), "bf16", 1.0, MEM_ETA)
+        nbytes = rows * (kv_len * 4.0 * DSA_TOPK_READS + topk * 4.0)
+        return self._floored(self._roof(0.0, nbytes, "bf16", 1.0, MEM_ETA), DSA_TOPK_FLOOR_US)
 
     def dsa_attention(self, batch, q_len, kv_len, topk, num_heads, kv_lora_rank, qk_rope_dim, kv_dtype):
-        """Sparse MLA (absorbed form) over at most ``topk`` selected keys per query token."""
+        """Sparse MLA (absorbed form) over the selected keys. Decode processes ``topk``
+        index slots per token whatever the context (FlashMLA sparse pads short contexts);
+        prefill queries attend to min(causal keys, topk)."""
         if q_len <= 1:
-            keys = min(kv_len, topk)
+            keys = float(topk)
         else:
-            mean_causal = max(0.0, kv_len - q_len) + (q_len + 1) / 2
-            keys = min(mean_causal, topk)
+            keys = min(max(0.0, kv_len - q_len) + (q_len + 1) / 2, topk)
         tokens = batch * q_len
         flops = 2.0 * tokens * num_heads * keys * (2 * kv_lora_rank + qk_rope_dim)
         gathered = tokens * keys if q_len > 1 else batch * keys
-        nbytes = min(gathered, batch * kv_len) * (kv_lora_rank + qk_rope_dim) * _bytes(kv_dtype) \
+        nbytes = min(gathered, batch * max(kv_len, keys)) * (kv_lora_rank + qk_rope_dim) * _bytes(kv_dtype) \
             + tokens * num_heads * (kv_lora_rank + qk_rope_dim) * 2.0 * 2
-        return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)
+        t = self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)
+        return self._floored(t, DSA_ATTN_FLOOR_US)
+
+    def _floored(self, t: KernelTime, floor_us: float) -> KernelTime:
+        floor_ms = floor_us / 1e3
+        return t if t.latency_ms >= floor_ms else KernelTime(floor_ms, t.flops, t.bytes, "latency", self.tier)
 
     def collective(self, op, message_bytes, num_gpus, link):
         if num_gpus <= 1 and op != "p2p":

@@ -319,3 +319,46 @@ def test_catalog_models_shows_families_and_reasons(capsys):
     assert all((r.family is None) != (r.reason is None) for r in rows)
     assert any(r.reason and "Mamba2" in r.reason for r in rows)
     assert "Mamba2 hybrid layers" in out
+
+
+# ------------------------------------------------------------------ spec tier vs measured tables
+# The GDN/DSA roofline constants in sim/kernels.py come from the H100 tables; H200 is a check
+# they were not set on. Median ratio predicted/measured per table and phase.
+
+MEASUREMENTS = SHARED_MODELS.parent / "measurements"
+
+
+def _median_ratio(gpu_key: str, folder: str, table: str, phase: str) -> float:
+    import csv
+    import gzip
+    import statistics
+    from collections import defaultdict
+
+    k = RooflineKernelModel(get_gpu(gpu_key))
+    with gzip.open(MEASUREMENTS / folder / f"{table}.csv.gz", "rt") as fh:
+        rows = list(csv.DictReader(fh))
+    ratios = []
+    if table == "gdn":  # conv1d + delta-rule kernels of one shape, summed (SGLang)
+        acc: dict[tuple, float] = defaultdict(float)
+        for r in rows:
+            if r["backend"] == "sglang" and r["phase"] == phase:
+                acc[tuple(int(r[c]) for c in ("batch_size", "seq_len", "num_k_heads", "num_v_heads", "head_k_dim",
+                                              "head_v_dim", "d_conv"))] += float(r["latency_ms"])
+        for (b, s, nk, nv, dk, dv, dc), ms in acc.items():
+            q = s if phase == "context" else 1
+            ratios.append(k.gdn(phase, b, q, nk, nv, dk, dv, dc, "fp32").latency_ms / ms)
+    else:  # glm5_dsa_attn_module: isl new tokens after `step` cached ones
+        for r in rows:
+            b, q, ctx, ms = int(r["batch_size"]), int(r["isl"]), int(r["step"]), float(r["latency_ms"])
+            if "GLM-5" not in r["model"] or ms <= 0 or (q == 1) != (phase == "generation"):
+                continue
+            ratios.append(k.dsa_attention(b, q, ctx + q, 2048, int(r["num_heads"]), 512, 64, "fp8").latency_ms / ms)
+    assert len(ratios) > 50
+    return statistics.median(ratios)
+
+
+@pytest.mark.skipif(not (MEASUREMENTS / "h200_sxm" / "gdn.csv.gz").is_file(), reason="measurements not present")
+@pytest.mark.parametrize("table,phase", [("gdn", "context"), ("gdn", "generation"),
+                                         ("glm5_dsa_attn_module", "context"), ("glm5_dsa_attn_module", "generation")])
+def test_spec_tier_new_ops_within_a_factor_on_h200(table, phase):
+    assert 0.6 < _median_ratio("h200_sxm", "h200_sxm", table, phase) < 1.5
