@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import InfeasibleDeployment
 from llmplan.model_catalog.spec import ModelSpec
-from llmplan.sim.kernels import KernelModel, Link, RooflineKernelModel
+from llmplan.sim.kernels import KernelModel, RooflineKernelModel
+from llmplan.sim.links import guard_topology
 from llmplan.sim.memory import MemoryPlan, plan_memory
 from llmplan.sim.step_model import AnalyticalStepModel
 from llmplan.sim.types import EngineProfile, Parallelism, Precision
@@ -70,39 +71,10 @@ def parallelism_problem(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: 
     return None
 
 
-class TopologyGuardedKernels:
-    """A kernel model whose collectives over an unmeasured PCIe host topology (links named
-    ``pcie:<topology>``, see sim/links.py) are priced by the roofline over that link.
-
-    The calibrated model would otherwise fall back to alpha-beta parameters fitted on the one
-    box where the GPU's collectives were measured, carrying that box's efficiency (e.g. the
-    L40S box's collapse beyond a GPU pair) into a box of another topology. Everything else is
-    delegated unchanged."""
-
-    def __init__(self, inner: KernelModel, gpu: GPUSpec) -> None:
-        self._inner = inner
-        self._roof = RooflineKernelModel(gpu)
-
-    def collective(self, op: str, message_bytes: float, num_gpus: int, link: Link):  # noqa: ANN201
-        if link.name.startswith("pcie:"):
-            return self._roof.collective(op, message_bytes, num_gpus, link)
-        return self._inner.collective(op, message_bytes, num_gpus, link)
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        return getattr(self._inner, name)
-
-
-def unmeasured_topology(gpu: GPUSpec) -> bool:
-    """True when the GPU's selected host topology is a PCIe layout its collective tables were not measured on."""
-    topo = gpu.topologies.get(gpu.default_topology) if gpu.topologies else None
-    return topo is not None and topo.gpu_link != "scaleup" and topo.name != gpu.measured_topology
-
-
 def make_kernel_model(gpu: GPUSpec, backend: str, calibration: str | None) -> KernelModel:
     """Calibrated kernel model (default fit, or a given file), or spec-only roofline. On a
     PCIe host topology other than the measured box, collectives come from the link's roofline."""
-    km = _kernel_model(gpu, backend, calibration)
-    return TopologyGuardedKernels(km, gpu) if unmeasured_topology(gpu) and not isinstance(km, RooflineKernelModel) else km
+    return guard_topology(_kernel_model(gpu, backend, calibration), gpu)
 
 
 def _kernel_model(gpu: GPUSpec, backend: str, calibration: str | None) -> KernelModel:
@@ -125,10 +97,8 @@ def build(dep: Deployment, calibration: str | None = None, min_kv_tokens: int = 
     if problem:
         raise InfeasibleDeployment(problem, key="deployment", fix="choose tp/pp/ep/precision the model and GPU support")
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, min_kv_tokens)
-    km = kernels or make_kernel_model(dep.gpu, dep.engine.kernel_backend, calibration)
-    if kernels is not None and unmeasured_topology(dep.gpu) and not isinstance(kernels, (RooflineKernelModel,
-                                                                                       TopologyGuardedKernels)):
-        km = TopologyGuardedKernels(kernels, dep.gpu)
+    km = guard_topology(kernels, dep.gpu) if kernels else make_kernel_model(dep.gpu, dep.engine.kernel_backend,
+                                                                              calibration)
     return AnalyticalStepModel(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, km), mem
 
 

@@ -3,16 +3,17 @@
 Within the scale-up domain (NVLink / xGMI) collectives use the scale-up bandwidth. GPUs
 without a fabric (L40S, L4, A10G, H100 PCIe, RTX PRO 6000, Arc Pro B60) run them over PCIe,
 within one host of ``gpus_per_host`` GPUs, in the layout of the GPU's host topology
-(a catalog input, ``GPUSpec.topologies``; the config may pick another, see
-``hardware_catalog.loader.topology_for``). Beyond the host: the network.
+(a catalog input, ``GPUSpec.topologies`` with a default; the config key ``gpu.topology``
+picks another through ``hardware_catalog.loader.with_topology``). Beyond the host: the network.
 
 Measured collective curves (``../shared/measurements/<gpu>/nccl.csv.gz``) come from ONE box
 per GPU, recorded as ``GPUSpec.measured_topology`` (the L40S box: GPU pairs behind PCIe Gen4
 switches, no peer-to-peer between pairs). The link of that topology is named ``pcie``, which
 is the fabric the calibration's curves were fitted on, so they apply. Any other topology
-gets a link named ``pcie:<topology>``: the calibrated model then treats it as an unmeasured
-link and falls back to alpha-beta over the link bandwidth below (tier ``cross-gen``), and the
-roofline uses the bandwidth directly. The curves of one box are never applied to another.
+gets a link named ``pcie:<topology>``, and :func:`guard_topology` (applied by
+sim/deployment.py to every kernel model) prices its collectives with the roofline over the
+link below (tier ``spec``): neither the measured box's curves nor the alpha-beta efficiency
+fitted on them are applied to a box of another topology.
 
 PCIe model for an unmeasured topology (first order, not fitted):
   * bandwidth = the card's PCIe link rate (``pcie_bw_gbps``, per direction); halved when the
@@ -29,7 +30,7 @@ HGX H100), PCIe peer-to-peer ~15 us, InfiniBand/RoCE ~25 us.
 from __future__ import annotations
 
 from llmplan.hardware_catalog.spec import GPUSpec, HostTopology
-from llmplan.sim.kernels import Link
+from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelModel
 
 NVLINK_ALPHA_US = 8.0
 PCIE_ALPHA_US = 15.0
@@ -79,3 +80,38 @@ def group_link(gpu: GPUSpec, group_size: int, span_gpus: int | None = None, *, a
 def stage_link(gpu: GPUSpec, tp: int, pp: int) -> Link:
     """Link between consecutive pipeline stages (point-to-point activations)."""
     return group_link(gpu, 2, span_gpus=tp * pp, across_span=True)
+
+
+def unmeasured_topology(gpu: GPUSpec) -> bool:
+    """True when the GPU's selected host topology is a PCIe layout its collective tables were not measured on."""
+    topo = gpu.topologies.get(gpu.default_topology) if gpu.topologies else None
+    return topo is not None and topo.gpu_link != "scaleup" and topo.name != gpu.measured_topology
+
+
+class TopologyGuardedKernels:
+    """A kernel model whose collectives over an unmeasured PCIe host topology (links named
+    ``pcie:<topology>``) are priced by the roofline over that link.
+
+    The calibrated model would otherwise fall back to alpha-beta parameters fitted on the one
+    box where the GPU's collectives were measured, carrying that box's efficiency (e.g. the
+    L40S box's collapse beyond a GPU pair) into a box of another topology. Everything else is
+    delegated unchanged."""
+
+    def __init__(self, inner: KernelModel, gpu: GPUSpec) -> None:
+        self._inner = inner
+        self._roof = RooflineKernelModel(gpu)
+
+    def collective(self, op: str, message_bytes: float, num_gpus: int, link: Link) -> KernelTime:
+        if link.name.startswith("pcie:"):
+            return self._roof.collective(op, message_bytes, num_gpus, link)
+        return self._inner.collective(op, message_bytes, num_gpus, link)
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - plain delegation
+        return getattr(self._inner, name)
+
+
+def guard_topology(km: KernelModel, gpu: GPUSpec) -> KernelModel:
+    """``km``, guarded when the GPU runs in a PCIe topology other than its measured box."""
+    if unmeasured_topology(gpu) and not isinstance(km, (RooflineKernelModel, TopologyGuardedKernels)):
+        return TopologyGuardedKernels(km, gpu)  # type: ignore[return-value]
+    return km

@@ -7,9 +7,9 @@ import pytest
 
 from llmplan.errors import CatalogError, UserError
 from llmplan.hardware_catalog.loader import get_gpu, topology_for, with_topology
-from llmplan.sim.deployment import TopologyGuardedKernels, make_kernel_model, unmeasured_topology
+from llmplan.sim.deployment import make_kernel_model
 from llmplan.sim.kernels import RooflineKernelModel
-from llmplan.sim.links import PCIE_ALPHA_US, group_link, stage_link
+from llmplan.sim.links import PCIE_ALPHA_US, TopologyGuardedKernels, group_link, stage_link, unmeasured_topology
 
 
 def test_measured_box_keeps_the_calibrated_link_name():
