@@ -10,14 +10,18 @@ from llmplan.hardware_catalog.loader import (
     load_catalog,
     missing_sources,
     normalize_name,
+    parse_topology,
+    topology_for,
+    with_topology,
 )
-from llmplan.hardware_catalog.spec import DTYPES, GPUSpec
+from llmplan.hardware_catalog.spec import DTYPES, GPUSpec, HostTopology
 
 __all__ = [
     "DEFAULT_PATH",
     "DTYPES",
     "FIGURE_FIELDS",
     "GPUSpec",
+    "HostTopology",
     "get_gpu",
     "gpu_notes",
     "gpu_table_rows",
@@ -25,4 +29,7 @@ __all__ = [
     "load_catalog",
     "missing_sources",
     "normalize_name",
+    "parse_topology",
+    "topology_for",
+    "with_topology",
 ]
