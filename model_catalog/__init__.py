@@ -2,7 +2,8 @@
 
 ``load_model("llama3_1_70b")`` (or an HF id such as ``"meta-llama/Llama-3.1-70B"``, or a
 path to a config.json) returns a frozen :class:`ModelSpec`; :mod:`model_catalog.derived`
-computes parameter counts, weight bytes, KV bytes per token and FLOPs per token from it.
+computes parameter counts, weight bytes (exact for quantized checkpoints), KV bytes per
+token, linear-attention state per sequence and FLOPs per token from it.
 """
 
 from llmplan.model_catalog.derived import (
@@ -10,15 +11,19 @@ from llmplan.model_catalog.derived import (
     attention_flops_per_token,
     attention_params_per_layer,
     bytes_per_element,
+    checkpoint_precision_note,
     expert_params,
     flops_per_token,
+    indexer_bytes_per_token,
     kv_bytes_per_token,
     kv_bytes_per_token_per_layer,
+    kv_bytes_per_token_tp,
     kv_bytes_per_token_windowed,
     kv_bytes_sequence,
     param_breakdown,
     param_count_active,
     param_count_total,
+    state_bytes_per_sequence,
     weight_bytes,
 )
 from llmplan.model_catalog.loader import (
@@ -30,24 +35,45 @@ from llmplan.model_catalog.loader import (
     load_presets,
     parse_config,
     resolve_key,
+    unsupported_reason,
 )
-from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, MLASpec, ModelSpec, MoESpec
+from llmplan.model_catalog.spec import (
+    BYTES_PER_ELEMENT,
+    GlobalAttentionSpec,
+    LinearAttentionSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    QuantPart,
+    QuantSpec,
+    SparseAttentionSpec,
+    WeightFormat,
+)
 
 __all__ = [
     "BYTES_PER_ELEMENT",
+    "GlobalAttentionSpec",
+    "LinearAttentionSpec",
     "MLASpec",
     "ModelSpec",
     "MoESpec",
     "ParamBreakdown",
     "Preset",
+    "QuantPart",
+    "QuantSpec",
+    "SparseAttentionSpec",
+    "WeightFormat",
     "attention_flops_per_token",
     "attention_params_per_layer",
     "bytes_per_element",
+    "checkpoint_precision_note",
     "expert_params",
     "flops_per_token",
     "get_preset",
+    "indexer_bytes_per_token",
     "kv_bytes_per_token",
     "kv_bytes_per_token_per_layer",
+    "kv_bytes_per_token_tp",
     "kv_bytes_per_token_windowed",
     "kv_bytes_sequence",
     "list_models",
@@ -59,5 +85,7 @@ __all__ = [
     "param_count_total",
     "parse_config",
     "resolve_key",
+    "state_bytes_per_sequence",
+    "unsupported_reason",
     "weight_bytes",
 ]

@@ -272,6 +272,24 @@ def _kv_layer_groups(spec: ModelSpec, kv_dtype: str) -> list[tuple[int, float, i
     return groups
 
 
+def kv_bytes_per_token_tp(spec: ModelSpec, kv_dtype: str, tp: int) -> float:
+    """KV bytes per token held by one GPU of a ``tp``-way tensor-parallel group (all layers).
+
+    GQA K/V heads split over TP and are replicated when TP exceeds the KV heads
+    (``ceil(kv_heads / tp)`` per GPU), per layer kind (Gemma-4 global layers have their own
+    KV heads); the MLA latent and the DSA indexer keys are replicated on every rank."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tensor parallelism must be a positive integer, got {tp!r}", key="tp")
+    if spec.mla is not None:
+        return kv_bytes_per_token(spec, kv_dtype)
+    sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
+    b = bytes_per_element(kv_dtype)
+    local = 2 * math.ceil(spec.num_kv_heads / tp) * spec.head_dim * b
+    ga = spec.global_attention
+    full = 2 * math.ceil(ga.num_kv_heads / tp) * ga.head_dim * b if ga is not None else local
+    return (spec.num_full_attention_layers - sliding) * full + sliding * local + indexer_bytes_per_token(spec)
+
+
 def state_bytes_per_sequence(spec: ModelSpec, dtype: str = "bf16", tp: int = 1) -> float:
     """Fixed-size linear-attention state one sequence holds, per GPU under ``tp``-way
     tensor parallelism (0 for models without linear attention); it does not grow with

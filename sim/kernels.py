@@ -114,7 +114,7 @@ LAUNCH_FLOOR_US = 5.0
 GEMM_TILE_M = 128
 GDN_CHUNK = 64   # chunk length of the chunked gated-delta-rule scan (flash-linear-attention)
 #  * GDN constants: medians over the H100 SGLang rows of ../shared/measurements/h100_sxm/gdn.csv.gz
-#    (conv1d + gated-delta-rule kernels summed per shape; script in docs/MODEL_CATALOG.md):
+#    (conv1d + gated-delta-rule kernels summed per shape; derivation in docs/MODELS.md):
 #    chunked prefill reaches 1.8% of bf16 dense peak (p10-p90 1.0-4.2%, 812 shapes with
 #    >= 4096 tokens), small prefills take ~66 us (6-7 Triton launches), decode moves its
 #    state at 43% of HBM bandwidth (108 shapes with batch >= 32) with a ~14 us floor.

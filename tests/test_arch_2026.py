@@ -18,6 +18,7 @@ from llmplan.model_catalog.derived import (
     checkpoint_precision_note,
     indexer_bytes_per_token,
     kv_bytes_per_token,
+    kv_bytes_per_token_tp,
     kv_bytes_sequence,
     param_breakdown,
     param_count_total,
@@ -210,6 +211,17 @@ def test_gemma4_global_layers_kv_and_params():
     assert p.attention == 25 * sliding_attn + 5 * global_attn
     # the dense MLP runs beside 128 experts in every layer
     assert p.shared_experts == 30 * 3 * h * 2112 and m.moe.shared_is_dense_mlp and p.dense_mlp == 0
+
+
+def test_kv_per_gpu_splits_heads_per_layer_kind():
+    g = load_model("gemma4_26b_a4b")
+    # TP4: sliding layers 8 -> 2 KV heads per GPU, global layers 2 -> 1 (replicated, not halved)
+    assert kv_bytes_per_token_tp(g, "bf16", 4) == 25 * 2 * 2 * 256 * 2 + 5 * 2 * 1 * 512 * 2
+    assert kv_bytes_per_token_tp(g, "bf16", 1) == kv_bytes_per_token(g, "bf16")
+    glm = load_model("glm_5")
+    assert kv_bytes_per_token_tp(glm, "fp8", 8) == kv_bytes_per_token(glm, "fp8")  # latent + indexer replicated
+    q = load_model("qwen3_5_397b_a17b")
+    assert kv_bytes_per_token_tp(q, "bf16", 8) == 15 * 2 * 1 * 256 * 2
 
 
 def test_gemma4_nvfp4_quantizes_experts_only():

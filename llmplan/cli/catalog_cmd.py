@@ -45,6 +45,7 @@ def show_models(console: Console) -> None:
         t.add_column(col, justify="left" if col in ("key", "Hugging Face id", "type", "weights") else "right")
     for m in list_models():
         kind = m.family + (f" {m.moe.num_experts}e/top{m.moe.top_k}" if m.is_moe else "")
+        kind += " (text; vision encoder not served)" if m.vision_excluded else ""
         t.add_row(m.key, m.hf_id, kind, str(m.num_layers), str(m.hidden_size), f"{m.num_attention_heads}/{m.num_kv_heads}",
                   f"{param_count_total(m) / 1e9:.1f}", f"{param_count_active(m) / 1e9:.1f}",
                   f"{kv_bytes_per_token(m, 'bf16') / 1024:.0f}", m.quant.main.name if m.quant else m.native_dtype)
