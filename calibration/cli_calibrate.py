@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="date recorded in the provenance (default: newest input file's date)")
     p.add_argument("--no-residuals", action="store_true",
                    help="skip the held-out residual statistics (faster; no error bands)")
+    p.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="processes to fit with (default 2; the result does not depend on it)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -101,7 +103,9 @@ def main(argv: list[str]) -> int:
             raise UserError("nothing left to fit after the holdout", key="holdout-gpu")
     console.print(f"read {meas.rows():,} rows from {len(meas.sources)} tables of "
                   f"{', '.join(meas.gpus)} in {time.perf_counter() - t0:.1f}s")
-    opts = FitOptions(residuals=not args.no_residuals,
+    if args.workers < 1:
+        raise UserError(f"--workers {args.workers}: must be >= 1", key="workers")
+    opts = FitOptions(residuals=not args.no_residuals, workers=args.workers,
                       fit_date=_fit_date(args.fit_date, [meas.root / s.path for s in meas.sources]))
     cal = _fit_with_progress(meas, opts, console, args.quiet, fit_calibration)
     # the folder's name only: shipped files carry no absolute path of the fitting machine
@@ -157,7 +161,7 @@ def print_summary(cal: Calibration, console) -> None:  # type: ignore[no-untyped
             r.add_column(col, justify="right" if col in ("rows", "MAPE %", "p50 %", "p90 %") else "left")
         for tier, fams in sorted(cal.residuals.items()):
             for fam, st in sorted(fams.items()):
-                if ":" in fam:
+                if ":" in fam or "@" in fam:
                     continue
                 r.add_row(tier, fam, f"{st['rows']:,}", f"{100 * st['mape']:.1f}", f"{100 * st['p50_ape']:.1f}",
                           f"{100 * st['p90_ape']:.1f}", st.get("method", ""))

@@ -22,7 +22,8 @@ USAGE = ("usage: llmplan validate kernels --measurements DIR --gpu NAME [options
 
 FAMILY_ALIASES = {"attn_prefill": "attention_prefill", "prefill": "attention_prefill",
                   "attn_decode": "attention_decode", "decode": "attention_decode",
-                  "all_reduce": "custom_allreduce", "allreduce": "custom_allreduce", "mla": "mla_prefill,mla_decode",
+                  "all_reduce": "custom_allreduce", "allreduce": "custom_allreduce", "mla": "mla_prefill,mla_decode,mla_bmm",
+                  "gdn": "gdn_prefill,gdn_decode",
                   "collective": "custom_allreduce,nccl,moe_a2a", "collectives": "custom_allreduce,nccl,moe_a2a",
                   "comm": "custom_allreduce,nccl,moe_a2a"}
 
@@ -80,7 +81,7 @@ def kernels_main(argv: list[str]) -> int:
 
     from llmplan.sim.kernel_calibration.calib_file import load_calibration
     from llmplan.sim.kernel_calibration.gpu_features import resolve_gpu
-    from llmplan.calibration.reader import KERNEL_TABLES, TABLES, read_measurements
+    from llmplan.calibration.reader import KERNEL_TABLES, SPLIT_TABLES, TABLES, read_measurements
     from llmplan.calibration.splits import parse_split
     from llmplan.calibration.validate_kernels import validate_kernels
 
@@ -94,7 +95,8 @@ def kernels_main(argv: list[str]) -> int:
         raise UserError(f"--out {a.out}: expected a .csv file name", key="out")
     err = Console(stderr=True)
     t0 = time.perf_counter()
-    tables = KERNEL_TABLES if not families else tuple(t for t in KERNEL_TABLES if TABLES[t][0] in families)
+    tables = KERNEL_TABLES if not families else tuple(
+        t for t in KERNEL_TABLES if TABLES[t][0] in families or set(SPLIT_TABLES.get(t, ())) & set(families))
     with err.status("reading measurements..."):
         # only what was asked for: the GPU's own tables, or every GPU for a holdout refit;
         # folders naming no catalog GPU are skipped (and listed in the report's notes)

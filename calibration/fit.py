@@ -44,16 +44,20 @@ Progress = Callable[[str, int, int], None]   # (label, done, total)
 
 @dataclass(frozen=True)
 class FitOptions:
-    gbt: GBTParams = field(default_factory=GBTParams)
-    max_rows_base: int = 12000       # rows per group for the base least squares
-    max_rows_gbt: int = 16000        # rows per group for the residual ensemble
+    gbt: GBTParams = field(default_factory=lambda: GBTParams(n_trees=100))
+    # Caps chosen so that a fit of all seven GPUs' tables (~8M rows, ~300 groups) and its
+    # held-out refit take minutes on 2 cores; rows above a cap are a deterministic sample
+    max_rows_base: int = 4000        # rows per group for the base least squares
+    max_rows_gbt: int = 8000         # rows per group for the residual ensemble
     rows_per_tree: int = 80          # ensembles get ~rows/rows_per_tree trees (<= gbt.n_trees)
+    workers: int = 1                 # processes (results do not depend on it)
     min_trees: int = 30
     min_rows_gbt: int = 60           # below this a group keeps its base model only
     few_configs: float = 8.0         # groups with fewer shape configurations lean on the pooled prior
     residual_split: Split = Split("grouped", 0.2, 0)
     residuals: bool = True           # compute residual statistics (needs a second fit)
     spec_rows: int = 4000            # rows per (family, GPU) scored for the roofline's error band
+    crossgen_rows: int = 40000       # rows per (family, GPU) scored leave-one-GPU-out
     fit_date: str = "unspecified"
 
 
@@ -144,33 +148,84 @@ def fit_shared_gbt(family: str, parts: list[tuple[pd.DataFrame, GroupModel]], gp
                    replace(opts.gbt, n_trees=n_trees, seed=seed % (2 ** 31))).rounded()
 
 
+#: work items of the running fit, inherited by forked worker processes (never pickled)
+_WORK: list[Any] = []
+
+
+def _run_work(i: int) -> Any:
+    fn, args = _WORK[i]
+    return fn(*args)
+
+
+def _map(tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]], workers: int,
+         progress: Progress | None = None, label: Callable[[int], str] = str) -> list[Any]:
+    """Results of ``fn(*args)`` for every task, in task order. With ``workers`` > 1 the tasks
+    run in forked processes; each is a pure function of its inputs (seeds included), so the
+    result is identical to the serial run."""
+    if workers <= 1 or len(tasks) < 2:
+        out = []
+        for i, (fn, args) in enumerate(tasks):
+            if progress:
+                progress(label(i), i, len(tasks))
+            out.append(fn(*args))
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _WORK
+    _WORK = tasks
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+            out = []
+            for i, res in enumerate(pool.map(_run_work, range(len(tasks)), chunksize=1)):
+                if progress:
+                    progress(label(i), i, len(tasks))
+                out.append(res)
+            return out
+    finally:
+        _WORK = []
+
+
 def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
                  progress: Progress | None = None) -> dict[str, dict[str, dict[str, FamilyModel]]]:
     items = _work_items(meas)
+    # 1. the engine's pooled base fit over all dtype groups of a family (the groups' prior)
+    prior_keys: list[tuple[str, str, str]] = sorted({(g, b, f) for g, b, f, _, _ in items})
+    prior_tasks = []
+    for gpu, backend, family in prior_keys:
+        fam = meas.family(family)
+        rows = fam[(fam["gpu"] == gpu) & (fam["backend"] == backend)]
+        multi = GROUP_COLUMN.get(family) is not None and rows[GROUP_COLUMN[family]].nunique() > 1
+        prior_tasks.append((_pooled_or_none, (multi, family, rows.reset_index(drop=True), gpus[gpu], opts,
+                                              _seed(gpu, backend, family))))
+    priors = dict(zip(prior_keys, _map(prior_tasks, opts.workers, progress,
+                                       lambda i: "prior " + " ".join(prior_keys[i]))))
+    # 2. every (GPU, engine, family, dtype group)
+    group_tasks = [(fit_group, (family, df.reset_index(drop=True), gpus[gpu], opts,
+                                _seed(gpu, backend, family, group), priors[(gpu, backend, family)]))
+                   for gpu, backend, family, group, df in items]
+    fitted = _map(group_tasks, opts.workers, progress, lambda i: " ".join(items[i][:4]))
     out: dict[str, dict[str, dict[str, FamilyModel]]] = {}
-    priors: dict[tuple[str, str, str], BaseParams | None] = {}
     shared: dict[tuple[str, str, str], list[tuple[pd.DataFrame, GroupModel]]] = {}
-    for i, (gpu, backend, family, group, df) in enumerate(items):
-        if progress:
-            progress(f"{gpu} {backend} {family} {group}", i, len(items))
+    for (gpu, backend, family, group, df), gm in zip(items, fitted):
         key = (gpu, backend, family)
-        if key not in priors:
-            fam = meas.family(family)
-            rows = fam[(fam["gpu"] == gpu) & (fam["backend"] == backend)]
-            multi = GROUP_COLUMN.get(family) is not None and rows[GROUP_COLUMN[family]].nunique() > 1
-            priors[key] = fit_pooled_base(family, rows.reset_index(drop=True), gpus[gpu], opts,
-                                          _seed(gpu, backend, family)) if multi else None
-        df = df.reset_index(drop=True)
-        gm = fit_group(family, df, gpus[gpu], opts, _seed(gpu, backend, family, group), priors[key])
         if family in SHARED_GBT_FAMILIES and priors[key] is not None:
-            shared.setdefault(key, []).append((df, gm))
+            shared.setdefault(key, []).append((df.reset_index(drop=True), gm))
         out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {})).groups[group] = gm
-    for (gpu, backend, family), parts in sorted(shared.items(), key=lambda kv: kv[0]):
-        out[gpu][backend][family].shared_gbt = fit_shared_gbt(family, parts, gpus[gpu], opts,
-                                                             _seed(gpu, backend, family, "shared"))
+    # 3. the shared residual ensembles
+    shared_keys = sorted(shared)
+    shared_fits = _map([(fit_shared_gbt, (k[2], shared[k], gpus[k[0]], opts, _seed(*k, "shared")))
+                        for k in shared_keys], opts.workers, progress, lambda i: "shared " + " ".join(shared_keys[i]))
+    for (gpu, backend, family), gbt in zip(shared_keys, shared_fits):
+        out[gpu][backend][family].shared_gbt = gbt
     if progress:
         progress("done", len(items), len(items))
     return out
+
+
+def _pooled_or_none(multi: bool, family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions,
+                    seed: int) -> BaseParams | None:
+    return fit_pooled_base(family, df, gpu, opts, seed) if multi else None
 
 
 def fit_collectives(meas: Measurements, gpus: dict[str, GPUFeatures]) -> dict[str, GPUCollectives]:
@@ -214,8 +269,9 @@ def ape_stats(pred: np.ndarray, meas_ms: np.ndarray) -> dict[str, float]:
 
 def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
                    max_rows: int | None = None) -> dict[str, dict[str, Any]]:
-    """APE statistics per family (and per GEMM/MoE dtype, pooled "collective" and "all"
-    compute families) of ``cal`` on ``test`` rows; tier "spec" scores the roofline.
+    """APE statistics per family (and per GEMM/MoE dtype ``family:dtype``, per GPU
+    ``family@gpu``, pooled "collective" and "all" compute families) of ``cal`` on ``test``
+    rows; tier "spec" scores the roofline.
     ``max_rows`` caps the rows scored per (family, GPU) with a deterministic sample."""
     from llmplan.sim.kernel_calibration.predict import predict_frame, roofline_predict
 
@@ -236,12 +292,14 @@ def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
             keep = used == tier
             y = sub["latency_ms"].to_numpy()
             collected.setdefault(fam, []).append((pred[keep], y[keep]))
+            collected.setdefault(f"{fam}@{gpu}", []).append((pred[keep], y[keep]))
             if "dtype" in sub and fam in ("gemm", "moe"):
                 for dt in sorted(sub["dtype"].unique()):
                     m = (sub["dtype"] == dt).to_numpy() & keep
                     collected.setdefault(f"{fam}:{dt}", []).append((pred[m], y[m]))
             if fam in ("custom_allreduce", "nccl"):
                 collected.setdefault("collective", []).append((pred[keep], y[keep]))
+                collected.setdefault(f"collective@{gpu}", []).append((pred[keep], y[keep]))
             if fam in F.COMPUTE_FAMILIES:
                 collected.setdefault("all", []).append((pred[keep], y[keep]))
     out = {}
@@ -267,9 +325,11 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
         sub_progress = (lambda label, i, n: progress(f"residuals: {label}", i, n)) if progress else None
         held = Calibration(gpus=gpus, measured=fit_measured(train, gpus, opts, sub_progress),
                            collectives=fit_collectives(train, gpus))
-        cal.residuals["measured"] = residual_stats(held, test, "measured", f"split {opts.residual_split}")
+        cal.residuals["measured"] = residual_stats(held, test, "measured", f"split {opts.residual_split}",
+                                                   max_rows=opts.crossgen_rows)
         if len(gpus) > 1:
-            cal.residuals["cross-gen"] = residual_stats(cal, meas, "cross-gen", "leave-one-GPU-out")
+            cal.residuals["cross-gen"] = residual_stats(cal, meas, "cross-gen", "leave-one-GPU-out",
+                                                        max_rows=opts.crossgen_rows)
         cal.residuals["spec"] = residual_stats(cal, meas, "spec", "roofline (sim.kernels) on measured rows",
                                                max_rows=opts.spec_rows)
     cal.provenance = {
@@ -284,7 +344,8 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
                     "gbt": {"n_trees_max": opts.gbt.n_trees, "depth": opts.gbt.depth,
                             "learning_rate": opts.gbt.learning_rate, "l2": opts.gbt.l2, "n_bins": opts.gbt.n_bins,
                             "subsample": opts.gbt.subsample, "rows_per_tree": opts.rows_per_tree},
-                    "residual_split": str(opts.residual_split)},
+                    "residual_split": str(opts.residual_split), "crossgen_rows": opts.crossgen_rows,
+                    "spec_rows": opts.spec_rows},
     }
     if progress:
         progress(f"fitted in {time.perf_counter() - t0:.0f}s", 1, 1)

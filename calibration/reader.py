@@ -53,6 +53,15 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "nccl": ("nccl", ("op_name", "nccl_dtype", "num_gpus", "message_size_elements", "latency_ms")),
     "moe_a2a": ("moe_a2a", ("backend", "kernel_source", "comm_backend", "phase", "ep_size", "hidden_size",
                             "topk", "num_experts", "num_tokens", "latency_ms")),
+    # Intel's collectives library on the Arc Pro B60: the NCCL family, engine "oneccl"
+    "oneccl": ("nccl", ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency_ms")),
+    # MLA's absorb matmuls (q_nope x W_UK before attention: "pre"; x W_UV after: "post")
+    "mla_bmm": ("mla_bmm", ("backend", "kernel_source", "op_name", "bmm_dtype", "num_tokens", "num_heads",
+                            "latency_ms")),
+    # Gated DeltaNet: one row per sub-kernel (short conv, then the delta-rule recurrence); the
+    # reader sums them into one layer time per shape and splits prefill from decode
+    "gdn": ("gdn", ("backend", "kernel_source", "phase", "batch_size", "seq_len", "num_tokens", "num_k_heads",
+                    "head_k_dim", "num_v_heads", "head_v_dim", "latency_ms")),
 }
 
 #: family -> canonical shape/dtype columns added by the reader
@@ -69,16 +78,23 @@ CANONICAL: dict[str, tuple[str, ...]] = {
     "custom_allreduce": ("op", "num_gpus", "message_bytes", "mode"),
     "nccl": ("op", "num_gpus", "message_bytes", "dtype", "mode"),
     "moe_a2a": ("op", "num_tokens", "hidden", "topk", "num_experts", "ep", "phase", "comm_backend", "sms"),
+    "mla_bmm": ("op", "dtype", "num_tokens", "num_heads"),
+    "gdn_prefill": ("batch", "seq_len", "num_tokens", "k_heads", "head_k_dim", "v_heads", "head_v_dim", "conv_dim"),
+    "gdn_decode": ("batch", "seq_len", "num_tokens", "k_heads", "head_k_dim", "v_heads", "head_v_dim", "conv_dim"),
 }
+
+#: tables whose rows split into several families (by a column the canonical frame sets)
+SPLIT_TABLES = {"gdn": ("gdn_prefill", "gdn_decode")}
 
 #: tables the fit uses (the *_module tables are read for reference only)
 KERNEL_TABLES = ("gemm", "context_attention", "generation_attention", "moe", "mla_context",
-                 "mla_generation", "custom_allreduce", "nccl", "moe_a2a")
+                 "mla_generation", "mla_bmm", "gdn", "custom_allreduce", "nccl", "oneccl", "moe_a2a")
 
 DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
                "fp8": "fp8", "float8": "fp8", "fp8_e4m3": "fp8", "fp8_block": "fp8_block", "int8": "int8",
                "int4_wo": "int4_wo", "w4a16_mxfp4": "w4a16_mxfp4", "bf16": "bf16", "fp16": "fp16",
-               "nvfp4": "fp4", "fp4": "fp4", "default": "bf16"}
+               "nvfp4": "fp4", "fp4": "fp4", "default": "bf16", "w4a8_mxfp4_mxfp8": "w4a8_mxfp4",
+               "fp8_e4m3fn": "fp8"}
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 
 
@@ -189,7 +205,7 @@ def _canonicalise(table: str, df: pd.DataFrame) -> pd.DataFrame:
                      ("moe_ep", "moe_ep_size")):
             out[a] = i64(b)
         out["skew"] = _skew(out["distribution"])
-    elif family.startswith("mla_"):
+    elif family.startswith("mla_") and family != "mla_bmm":
         out["batch"] = i64("batch_size")
         out["num_heads"] = i64("num_heads")
         out["kv_dtype"] = _norm_dtype(out["kv_cache_dtype"])
@@ -212,8 +228,18 @@ def _canonicalise(table: str, df: pd.DataFrame) -> pd.DataFrame:
         out["op"] = out["op_name"].astype(str)
         out["num_gpus"] = i64("num_gpus")
         out["dtype"] = _norm_dtype(out["nccl_dtype"])
-        out["message_bytes"] = out["message_size_elements"].astype(float) * out["dtype"].map(_BYTES).fillna(2)
+        elems = out["message_size_elements"] if "message_size_elements" in out else out["message_size"]
+        out["message_bytes"] = elems.astype(float) * out["dtype"].map(_BYTES).fillna(2)
         out["mode"] = "graph"
+        if table == "oneccl":
+            out["backend"] = "oneccl"
+    elif family == "mla_bmm":
+        out["op"] = np.where(out["op_name"].astype(str).str.contains("post"), "post", "pre")
+        out["dtype"] = _norm_dtype(out["bmm_dtype"])
+        out["num_tokens"] = i64("num_tokens")
+        out["num_heads"] = i64("num_heads")
+    elif family == "gdn":
+        out = _gdn_layers(out)
     elif family == "moe_a2a":
         # the source's `latency` of this table is in microseconds: it equals transmit_us +
         # notify_us on every row (a 1-token DeepEP dispatch does not take 50 ms)
@@ -228,6 +254,29 @@ def _canonicalise(table: str, df: pd.DataFrame) -> pd.DataFrame:
             out[a] = i64(b)
         out["sms"] = out["sms"].astype(np.int64) if "sms" in out else 0
     return out
+
+
+_GDN_KEYS = ("backend", "backend_version", "phase", "batch_size", "seq_len", "num_tokens", "num_k_heads",
+             "head_k_dim", "num_v_heads", "head_v_dim", "d_model", "model_name")
+
+
+def _gdn_layers(df: pd.DataFrame) -> pd.DataFrame:
+    """One Gated DeltaNet layer time per shape: the sum of its sub-kernels (conv + delta
+    rule); shapes missing one of the two are dropped (not a whole layer)."""
+    keys = [c for c in _GDN_KEYS if c in df]
+    df = df.assign(**{c: df[c].fillna("") for c in keys if df[c].dtype == object})
+    g = df.groupby(keys, sort=True, dropna=False)
+    agg = g.agg(latency_ms=("latency_ms", "sum"), parts=("kernel_source", "nunique"),
+                kernel_source=("kernel_source", lambda v: "+".join(sorted(set(map(str, v))))))
+    agg = agg[agg["parts"] >= 2].drop(columns="parts").reset_index()
+    agg["table"] = "gdn"
+    agg["family"] = np.where(agg["phase"].astype(str) == "generation", "gdn_decode", "gdn_prefill")
+    for a, b in (("batch", "batch_size"), ("seq_len", "seq_len"), ("num_tokens", "num_tokens"),
+                 ("k_heads", "num_k_heads"), ("head_k_dim", "head_k_dim"), ("v_heads", "num_v_heads"),
+                 ("head_v_dim", "head_v_dim")):
+        agg[a] = agg[b].astype(np.int64)
+    agg["conv_dim"] = (2 * agg["k_heads"] * agg["head_k_dim"] + agg["v_heads"] * agg["head_v_dim"]).astype(np.int64)
+    return agg
 
 
 @lru_cache(maxsize=128)
@@ -320,7 +369,13 @@ def read_measurements(root: str | Path, gpus: list[str] | None = None, tables: t
             if table not in tables:
                 continue
             df, digest = read_table(path, table, spec.key)
-            frames.setdefault(TABLES[table][0], []).append(df)
+            if table in SPLIT_TABLES:
+                for fam in SPLIT_TABLES[table]:
+                    part = df[df["family"] == fam]
+                    if len(part):
+                        frames.setdefault(fam, []).append(part.reset_index(drop=True))
+            else:
+                frames.setdefault(TABLES[table][0], []).append(df)
             sources.append(SourceFile(path.relative_to(root).as_posix(), spec.key, table, len(df), digest))
     if want is not None and (miss := sorted(want - set(specs))):
         raise UserError(f"no measurements for GPU{'s' if len(miss) > 1 else ''} {', '.join(miss)} under '{root}'",

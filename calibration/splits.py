@@ -6,7 +6,8 @@ FRAC share of the *shape groups* (every row of a held-out group goes to the test
 * GEMM: the weight shape (n, k), across m, dtypes and engines;
 * attention (prefill and decode): the head configuration (num_heads, num_kv_heads, head_dim);
 * MoE: the expert configuration (hidden, inter, topk, num_experts), across tokens and sharding;
-* MLA: heads per GPU; collectives: message size; MoE all-to-all: (hidden, topk, num_experts).
+* MLA and its absorb matmuls: heads per GPU; Gated DeltaNet: the head configuration;
+* collectives: message size; MoE all-to-all: (hidden, topk, num_experts).
 
 Group membership is decided by a keyed hash of the group's value, so it is the same for
 every GPU, engine and run (no dependence on row order or Python's salted ``hash``).
@@ -32,6 +33,9 @@ GROUP_COLUMNS: dict[str, tuple[str, ...]] = {
     "custom_allreduce": ("message_bytes",),
     "nccl": ("message_bytes",),
     "moe_a2a": ("hidden", "topk", "num_experts"),
+    "mla_bmm": ("num_heads",),
+    "gdn_prefill": ("k_heads", "head_k_dim", "v_heads", "head_v_dim"),
+    "gdn_decode": ("k_heads", "head_k_dim", "v_heads", "head_v_dim"),
 }
 
 

@@ -30,11 +30,11 @@ from llmplan.sim.kernel_calibration.tiers import choose_tier
 from llmplan.calibration.reader import Measurements
 from llmplan.calibration.splits import Split
 
-FAMILY_ORDER = ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
-                "custom_allreduce", "nccl", "moe_a2a")
+FAMILY_ORDER = ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode", "mla_bmm",
+                "gdn_prefill", "gdn_decode", "custom_allreduce", "nccl", "moe_a2a")
 #: the "collective" row pools custom_allreduce and nccl (the step model's collectives)
 #: families and the sub-family column that is reported separately
-SUBFAMILY = {"gemm": "dtype", "moe": "dtype"}
+SUBFAMILY = {"gemm": "dtype", "moe": "dtype", "mla_bmm": "dtype"}
 
 
 @dataclass
@@ -78,6 +78,11 @@ def describe(family: str, r: dict[str, Any]) -> str:
                 f"e={r['num_experts']} tp={r['moe_tp']} ep={r['moe_ep']} skew={r['skew']}")
     if family in ("mla_prefill", "mla_decode"):
         return f"{b} b={r['batch']} s={r.get('q_len', 1)} kv={r['kv_len']} h={r['num_heads']} {r['kv_dtype']}"
+    if family == "mla_bmm":
+        return f"{b} {r['dtype']} {r['op']} t={r['num_tokens']} h={r['num_heads']}"
+    if family in ("gdn_prefill", "gdn_decode"):
+        return (f"{b} b={r['batch']} s={r['seq_len']} hk={r['k_heads']}x{r['head_k_dim']} "
+                f"hv={r['v_heads']}x{r['head_v_dim']}")
     if family in ("custom_allreduce", "nccl"):
         return f"{b} {r['op']} n={r['num_gpus']} bytes={int(r['message_bytes'])} {r.get('mode', '')}"
     if family == "moe_a2a":

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import UserError
@@ -52,7 +52,7 @@ from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibrat
 from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS, ring_steps
 from llmplan.sim.kernel_calibration.family_model import scalar_phys
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
-from llmplan.sim.kernel_calibration.tiers import Candidate, choose_tier, roofline_dtype
+from llmplan.sim.kernel_calibration.tiers import choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
 
 DEFAULT_MOE_SKEW = 1.01   # routing imbalance assumed for MoE (power-law exponent; 0 = balanced)
 _CACHE_SIZE = 1 << 16
@@ -88,16 +88,18 @@ class CalibratedKernelModel:
         self.backend_used: dict[str, str] = {}
         self._coll = self.choice.collectives
         for name in ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
-                     "collective"):
+                     "mla_bmm", "gated_delta_net", "collective"):
             setattr(self, "_c_" + name, functools.lru_cache(maxsize=_CACHE_SIZE)(getattr(self, "_" + name)))
 
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
-    def _candidates(self, family: str) -> Iterator[Candidate]:
-        return self.choice.candidates(family, self.backend)
-
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset()) -> KernelTime | None:
-        for cand in self._candidates(family):
+        own = self.choice.own(family, self.backend)
+        for i in range(len(own) + 1):
+            # the stand-in GPU's engines in order, then (only if needed) the cross-gen pool
+            cand = own[i] if i < len(own) else self.choice.pool(family, self.backend)
+            if cand is None:
+                break
             fm, tier, feat = cand.model, cand.tier, cand.features
             group, exact = fm.resolve_group(dtype)
             if group is None:
@@ -214,6 +216,49 @@ class CalibratedKernelModel:
         return kt if kt is not None else self._roof.mla_decode(batch, kv, num_heads, kv_lora_rank, qk_rope_dim,
                                                                kv_dtype)
 
+    def mla_bmm(self, num_tokens: int, num_heads: int, dtype: str, op: str = "pre", kv_lora_rank: int = 512,
+                qk_nope_dim: int = 128) -> KernelTime:
+        """MLA's absorb batched matmul (per GPU heads): ``op="pre"`` multiplies the queries'
+        no-PE part by W_UK before attention, ``"post"`` the attention output by W_UV."""
+        return self._c_mla_bmm(int(num_tokens), int(num_heads), str(dtype), str(op), int(kv_lora_rank),
+                               int(qk_nope_dim))
+
+    def _mla_bmm(self, num_tokens: int, num_heads: int, dtype: str, op: str, kv_lora_rank: int,
+                 qk_nope_dim: int) -> KernelTime:
+        if num_tokens <= 0 or num_heads <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        if op not in ("pre", "post"):
+            raise ValueError(f"mla_bmm op must be 'pre' or 'post', not '{op}'")
+        q = {"num_tokens": num_tokens, "num_heads": num_heads, "op": op, "kv_lora_rank": kv_lora_rank,
+             "qk_nope_dim": qk_nope_dim}
+        kt = self._predict("mla_bmm", dtype, q, {"num_tokens": num_tokens, "num_heads": num_heads},
+                           exact_dims=(kv_lora_rank, qk_nope_dim) == (512, 128))
+        return kt if kt is not None else spec_mla_bmm(self._roof, num_tokens, num_heads, dtype, kv_lora_rank,
+                                                      qk_nope_dim)
+
+    def gated_delta_net(self, phase: str, batch: int, seq_len: int, num_k_heads: int, head_k_dim: int,
+                        num_v_heads: int, head_v_dim: int) -> KernelTime:
+        """One Gated DeltaNet layer's token mixing (short conv + gated delta rule; heads per
+        GPU). ``phase="prefill"``: ``batch`` sequences of ``seq_len`` new tokens each (chunked
+        kernel); ``"decode"``: one token for each of ``batch`` sequences (recurrent kernel).
+        The projections around it are GEMMs."""
+        if phase not in ("prefill", "decode"):
+            raise ValueError(f"gated_delta_net phase must be 'prefill' or 'decode', not '{phase}'")
+        return self._c_gated_delta_net(phase, int(batch), int(seq_len) if phase == "prefill" else 1,
+                                       int(num_k_heads), int(head_k_dim), int(num_v_heads), int(head_v_dim))
+
+    def _gated_delta_net(self, phase: str, batch: int, seq_len: int, num_k_heads: int, head_k_dim: int,
+                         num_v_heads: int, head_v_dim: int) -> KernelTime:
+        if batch <= 0 or seq_len <= 0 or num_v_heads <= 0:
+            return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
+        family = "gdn_" + phase
+        q = {"batch": batch, "seq_len": seq_len, "num_tokens": batch * seq_len, "k_heads": max(num_k_heads, 1),
+             "head_k_dim": head_k_dim, "v_heads": num_v_heads, "head_v_dim": head_v_dim}
+        rs = {"batch": batch, "seq_len": seq_len, "v_heads": num_v_heads}
+        kt = self._predict(family, None, q, rs)
+        return kt if kt is not None else spec_gdn(self._roof, phase, batch, seq_len, num_k_heads, head_k_dim,
+                                                  num_v_heads, head_v_dim)
+
     def memory_op(self, nbytes: float) -> KernelTime:
         return self._roof.memory_op(nbytes)
 
@@ -286,7 +331,8 @@ def _sibling_band(measured: dict[str, float]) -> dict[str, float]:
 _ALIASES = {"attn_prefill": "attention_prefill", "prefill_attention": "attention_prefill",
             "attn_decode": "attention_decode", "decode_attention": "attention_decode",
             "comm": "collective", "collectives": "collective", "all_reduce": "custom_allreduce",
-            "mla": "mla_decode", "memory": "memory_op"}
+            "mla": "mla_decode", "memory": "memory_op", "gdn": "gdn_decode", "gated_delta_net": "gdn_decode",
+            "linear_attention": "gdn_decode", "gdn_prefill": "gdn_prefill", "mla_absorb": "mla_bmm"}
 
 
 def error_band(family: str, tier: str, calibration: str | Path | None = None) -> dict[str, float]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from llmplan.sim.types import StepShape
 
 _FAMILY = {"gemm": "gemm", "attn_prefill": "attention_prefill", "attn_decode": "attention_decode",
-           "moe": "moe", "mla": "mla_decode", "comm": "collective", "memory": "memory_op"}
+           "moe": "moe", "mla": "mla_decode", "comm": "collective", "memory": "memory_op",
+           "mla_bmm": "mla_bmm", "gdn": "gdn_decode", "gdn_prefill": "gdn_prefill", "gdn_decode": "gdn_decode"}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ def test_calibrate_writes_json_and_validate_reads_it(data, tmp_path, capsys):
                  "--fit-date", "2025-02-03"]) == 0
     d = json.loads(out.read_text())
     assert d["format"] == "llmplan-kernel-calibration" and d["provenance"]["fit_date"] == "2025-02-03"
-    assert set(d["measured"]) == {"a100_sxm", "h100_sxm"}
+    assert set(d["sections"]) == {"a100_sxm", "h100_sxm"}
+    assert (tmp_path / d["sections"]["h100_sxm"]["file"]).is_file()
     csv = tmp_path / "rows.csv"
     assert main(["validate", "kernels", "--measurements", str(data), "--gpu", "h100", "--calibration", str(out),
                  "--out", str(csv), "--family", "gemm,decode", "--quiet"]) == 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llmplan.sim.kernel_calibration import features as F
-from llmplan.sim.kernel_calibration.calib_file import Calibration
+from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.calibration.fit import FitOptions, fit_calibration
 from llmplan.sim.kernel_calibration.gbt import GBTParams, GBTModel, fit_gbt
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
@@ -81,7 +81,7 @@ def test_json_round_trip_gives_identical_predictions(tmp_path):
     cal = fit_calibration(meas, FAST)
     path = cal.save(tmp_path / "cal.json")
     assert path.read_bytes()[:1] == b"{"          # plain JSON text, not a pickle
-    back = Calibration.loads(path.read_text())
+    back = load_calibration(path)
     for fam in ("gemm", "attention_decode", "nccl"):
         df = meas.family(fam)
         a, _ = predict_frame(cal, fam, df, cal.gpus["h100_sxm"])

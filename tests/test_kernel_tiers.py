@@ -48,6 +48,16 @@ def _rows(family: str, backend: str) -> pd.DataFrame:
     elif family == "mla_decode":
         for b, kv, h in ((1, 1000, 16), (64, 8000, 128)):
             rows.append({"batch": b, "kv_len": kv, "num_heads": h, "kv_dtype": "bf16"})
+    elif family == "mla_bmm":
+        for dt in ("bf16", "fp8"):
+            for op in ("pre", "post"):
+                for t, h in ((1, 16), (64, 128), (4096, 32)):
+                    rows.append({"dtype": dt, "op": op, "num_tokens": t, "num_heads": h})
+    elif family in ("gdn_prefill", "gdn_decode"):
+        for b, s, hk, dk, hv, dv in ((1, 1024, 16, 128, 32, 128), (8, 256, 4, 128, 8, 128), (64, 1, 2, 128, 4, 128)):
+            s = s if family == "gdn_prefill" else 1
+            rows.append({"batch": b, "seq_len": s, "num_tokens": b * s, "k_heads": hk, "head_k_dim": dk,
+                         "v_heads": hv, "head_v_dim": dv, "conv_dim": 2 * hk * dk + hv * dv})
     elif family == "nccl":
         for op in ("all_gather", "reduce_scatter", "all_reduce", "alltoall"):
             for n in (2, 8):
@@ -75,6 +85,10 @@ def _one(m: CalibratedKernelModel, family: str, r, link: Link):
         return m.mla_prefill(r.batch, r.q_len, r.kv_len, r.num_heads, 512, 128, 64, 128, r.kv_dtype)
     if family == "mla_decode":
         return m.mla_decode(r.batch, r.kv_len, r.num_heads, 512, 64, r.kv_dtype)
+    if family == "mla_bmm":
+        return m.mla_bmm(r.num_tokens, r.num_heads, r.dtype, r.op)
+    if family in ("gdn_prefill", "gdn_decode"):
+        return m.gated_delta_net(family[4:], r.batch, r.seq_len, r.k_heads, r.head_k_dim, r.v_heads, r.head_v_dim)
     return m.collective(r.op, r.message_bytes, r.num_gpus, link)
 
 
@@ -88,8 +102,8 @@ def _gpus():
             ("cross-gen", base.with_overrides(sm_count=2 * base.sm_count))]
 
 
-FAMILIES = ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode", "nccl",
-            "custom_allreduce")
+FAMILIES = ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode", "mla_bmm",
+            "gdn_prefill", "gdn_decode", "nccl", "custom_allreduce")
 
 
 @pytest.mark.parametrize("label,spec", _gpus(), ids=lambda v: v if isinstance(v, str) else "")

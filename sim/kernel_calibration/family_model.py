@@ -26,14 +26,20 @@ from llmplan.sim.kernel_calibration.physics import BaseParams, predict_us, predi
 
 #: canonical dtype group of each family's rows/queries (None: one group "all")
 GROUP_COLUMN: dict[str, str | None] = {"gemm": "dtype", "moe": "dtype", "attention_prefill": None,
-                                       "attention_decode": None, "mla_prefill": None, "mla_decode": None}
+                                       "attention_decode": None, "mla_prefill": None, "mla_decode": None,
+                                       "mla_bmm": "dtype", "gdn_prefill": None, "gdn_decode": None}
 
 #: query dtype -> groups to try in order (engines' formats for that precision)
 GROUP_FALLBACK: dict[str, dict[str, tuple[str, ...]]] = {
     "gemm": {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "int8": ("fp8",),
-             "fp8_block": ("fp8_block", "fp8"), "fp4": ("fp8", "bf16"), "int4": ("bf16",)},
+             "fp8_block": ("fp8_block", "fp8"), "fp4": ("fp4", "fp8", "bf16"), "nvfp4": ("fp4", "fp8", "bf16"),
+             "int4": ("bf16",)},
+    "mla_bmm": {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "bf16"), "fp8_block": ("fp8", "bf16"),
+                "fp4": ("fp8", "bf16")},
     "moe": {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8", "fp8_block"), "int8": ("fp8", "fp8_block"),
-            "fp8_block": ("fp8_block", "fp8"), "fp4": ("w4a16_mxfp4", "int4_wo"),
+            "fp8_block": ("fp8_block", "fp8"), "fp4": ("fp4", "w4a8_mxfp4", "w4a16_mxfp4", "int4_wo"),
+            "nvfp4": ("fp4", "w4a8_mxfp4", "w4a16_mxfp4", "int4_wo"),
+            "w4a8_mxfp4": ("w4a8_mxfp4", "fp4", "w4a16_mxfp4"),
             "w4a16_mxfp4": ("w4a16_mxfp4", "int4_wo"), "int4": ("int4_wo", "w4a16_mxfp4"),
             "int4_wo": ("int4_wo", "w4a16_mxfp4")},
 }
@@ -46,6 +52,9 @@ RANGE_COLUMNS: dict[str, tuple[str, ...]] = {
     "moe": ("num_tokens", "hidden", "inter", "topk", "num_experts", "moe_tp", "moe_ep"),
     "mla_prefill": ("batch", "q_len", "ctx", "num_heads"),
     "mla_decode": ("batch", "kv_len", "num_heads"),
+    "mla_bmm": ("num_tokens", "num_heads"),
+    "gdn_prefill": ("batch", "seq_len", "v_heads"),
+    "gdn_decode": ("batch", "v_heads"),
 }
 
 
@@ -211,4 +220,11 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any]) ->
     if family == "mla_decode":
         return F.mla_decode(q["batch"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]), gpu.peak("bf16"),
                             gpu, ops, q.get("kv_lora_rank", F.MLA_KV_LORA), q.get("qk_rope_dim", F.MLA_ROPE))
+    if family == "mla_bmm":
+        return F.mla_bmm(q["num_tokens"], q["num_heads"], 1.0 if q["op"] == "post" else 0.0, _wbytes(group),
+                         gpu.peak(F.COMPUTE_DTYPE.get(group, "bf16")), gpu, ops,
+                         q.get("kv_lora_rank", F.MLA_KV_LORA), q.get("qk_nope_dim", F.MLA_NOPE))
+    if family in ("gdn_prefill", "gdn_decode"):
+        return F.gdn(q["batch"], q.get("seq_len", 1), q["num_tokens"], q["k_heads"], q["head_k_dim"], q["v_heads"],
+                     q["head_v_dim"], family == "gdn_decode", gpu.peak("bf16"), gpu, ops)
     raise KeyError(family)

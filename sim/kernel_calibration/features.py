@@ -59,11 +59,11 @@ PY = _PythonOps()
 #: bytes per element of weight / KV dtypes (fp4-like formats count their block scales)
 DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp8_block": 1.0,
                                  "int8": 1.0, "int4_wo": 0.53, "w4a16_mxfp4": 0.53, "fp4": 0.53,
-                                 "int4": 0.53}
+                                 "int4": 0.53, "w4a8_mxfp4": 0.53}
 #: dtype -> tensor-core dtype whose peak bounds its compute (weight-only formats run in bf16)
 COMPUTE_DTYPE: dict[str, str] = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16", "fp8": "fp8",
                                  "fp8_block": "fp8", "int8": "fp8", "int4_wo": "bf16",
-                                 "w4a16_mxfp4": "bf16", "fp4": "fp4", "int4": "bf16"}
+                                 "w4a16_mxfp4": "bf16", "fp4": "fp4", "int4": "bf16", "w4a8_mxfp4": "fp8"}
 
 #: bandwidth one SM can draw, in multiples of its fair share of the DRAM bandwidth
 DECODE_SM_BW_SHARE = 3.0
@@ -88,6 +88,12 @@ FEATURES: dict[str, tuple[str, ...]] = {
                     "log_kv_over_q", "log_tc_over_tm", "log_t_roof_us"),
     "mla_decode": ("log_batch", "log_kv", "log_heads", "kv_fp8", "log_par_per_sm", "log_ws_over_l2",
                    "log_t_roof_us", "log_tc_over_tm"),
+    "mla_bmm": ("log_tokens", "log_heads", "post", "eff_t64", "log_units_per_sm", "log_ws_over_l2",
+                "log_tc_over_tm", "log_t_roof_us"),
+    "gdn_prefill": ("log_batch", "log_seq", "log_tokens", "log_v_heads", "log_gqa", "log_dk", "log_dv",
+                    "log_units_per_sm", "eff_chunk", "log_tc_over_tm", "log_t_roof_us"),
+    "gdn_decode": ("log_batch", "log_v_heads", "log_gqa", "log_dk", "log_dv", "log_units_per_sm",
+                   "log_ws_over_l2", "log_tc_over_tm", "log_t_roof_us"),
 }
 
 #: canonical shape columns each family's features read (see calibration.reader.CANONICAL)
@@ -99,6 +105,9 @@ SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
     "moe": ("num_tokens", "hidden", "inter", "topk", "num_experts", "moe_tp", "moe_ep", "dtype", "skew"),
     "mla_prefill": ("batch", "q_len", "kv_len", "num_heads", "kv_dtype"),
     "mla_decode": ("batch", "kv_len", "num_heads", "kv_dtype"),
+    "mla_bmm": ("op", "dtype", "num_tokens", "num_heads"),
+    "gdn_prefill": ("batch", "seq_len", "num_tokens", "k_heads", "head_k_dim", "v_heads", "head_v_dim", "conv_dim"),
+    "gdn_decode": ("batch", "num_tokens", "k_heads", "head_k_dim", "v_heads", "head_v_dim", "conv_dim"),
 }
 
 COMPUTE_FAMILIES = tuple(FEATURES)
@@ -316,6 +325,63 @@ def mla_decode(batch: Any, kv_len: Any, heads: Any, kv_bytes: Any, peak: Any, gp
     return Phys(t_c, t_m, q, ws, _l2_unit(nbytes, gpu), waves, flops, nbytes, x)
 
 
+def mla_bmm(tokens: Any, heads: Any, post: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP,
+            kv_lora: int = MLA_KV_LORA, nope: int = MLA_NOPE) -> Phys:
+    """MLA's absorb batched matmuls, one per head: (tokens x nope) by (nope x kv_lora)
+    before attention ("pre") and (tokens x kv_lora) by (kv_lora x v) after it ("post");
+    both move ``heads x nope x kv_lora`` weights."""
+    flops = 2.0 * tokens * heads * nope * kv_lora
+    nbytes = heads * nope * kv_lora * w_bytes + tokens * heads * (nope + kv_lora) * 2.0
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    tt = ops.ceil(tokens / 64)
+    eff = tokens / (tt * 64)
+    units = heads * tt * ops.ceil(kv_lora / 128)
+    ws = nbytes / (gpu.l2_mb * 1e6)
+    q = ops.maximum(1.0 / eff, 1.0)
+    x = [ops.log2(tokens), ops.log2(heads), post, eff, ops.log2(units / gpu.sm_count), ops.log2(ws),
+         ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
+    return Phys(t_c, t_m, q, ws, _l2_unit(nbytes, gpu), ops.ceil(units / gpu.sm_count), flops, nbytes, x)
+
+
+#: Gated DeltaNet chunk length of the chunked (prefill) kernels (FLA's chunk_gated_delta_rule)
+GDN_CHUNK = 64
+
+
+def gdn(batch: Any, seq_len: Any, tokens: Any, k_heads: Any, dk: Any, v_heads: Any, dv: Any, decode: bool,
+        peak: Any, gpu: GPUFeatures, ops: Any = NP) -> Phys:
+    """A Gated DeltaNet layer (short causal conv + gated delta-rule recurrence), heads per GPU.
+
+    The recurrence keeps a (dk x dv) fp32 state per value head and sequence. Decode reads
+    and writes it once per token; the chunked prefill does ~4 state-sized matmuls per chunk
+    plus the intra-chunk (chunk x chunk) attention-like products."""
+    state = batch * v_heads * dk * dv * 4.0
+    act = tokens * (2.0 * k_heads * dk + 2.0 * v_heads * dv) * 2.0 + tokens * v_heads * 2.0 * 4.0
+    if decode:
+        flops = 6.0 * tokens * v_heads * dk * dv
+        nbytes = 2.0 * state + act
+    else:
+        chunks = ops.ceil(seq_len / GDN_CHUNK)
+        flops = batch * v_heads * (8.0 * chunks * GDN_CHUNK * dk * dv
+                                   + 4.0 * chunks * GDN_CHUNK * GDN_CHUNK * (dk + dv))
+        nbytes = act + 2.0 * state + batch * chunks * v_heads * dk * dv * 2.0
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    units = batch * v_heads
+    ws = nbytes / (gpu.l2_mb * 1e6)
+    if decode:
+        x = [ops.log2(batch), ops.log2(v_heads), ops.log2(v_heads / k_heads), ops.log2(dk), ops.log2(dv),
+             ops.log2(units / gpu.sm_count), ops.log2(ws), ops.log2(t_c / t_m), ops.log2(t_c + t_m)]
+        q = 1.0 + 0.0 * t_c
+    else:
+        eff = seq_len / (ops.ceil(seq_len / GDN_CHUNK) * GDN_CHUNK)
+        x = [ops.log2(batch), ops.log2(seq_len), ops.log2(tokens), ops.log2(v_heads), ops.log2(v_heads / k_heads),
+             ops.log2(dk), ops.log2(dv), ops.log2(units / gpu.sm_count), eff, ops.log2(t_c / t_m),
+             ops.log2(t_c + t_m)]
+        q = ops.maximum(1.0 / eff, 1.0)
+    return Phys(t_c, t_m, q, ws, _l2_unit(nbytes, gpu), ops.ceil(units / gpu.sm_count), flops, nbytes, x)
+
+
 # ---------------------------------------------------------------------------------------------
 # Frames -> Phys (vectorised), used by the fit and by validation
 # ---------------------------------------------------------------------------------------------
@@ -357,6 +423,12 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures) -> Phys:
     if family == "mla_decode":
         return mla_decode(c("batch"), c("kv_len"), c("num_heads"), _map(df, "kv_dtype", DTYPE_BYTES, 2.0),
                           gpu.peak("bf16"), gpu)
+    if family == "mla_bmm":
+        return mla_bmm(c("num_tokens"), c("num_heads"), (df["op"] == "post").to_numpy(np.float64),
+                       _map(df, "dtype", DTYPE_BYTES, 2.0), _peak(df, "dtype", gpu), gpu)
+    if family in ("gdn_prefill", "gdn_decode"):
+        return gdn(c("batch"), c("seq_len"), c("num_tokens"), c("k_heads"), c("head_k_dim"), c("v_heads"),
+                   c("head_v_dim"), family == "gdn_decode", gpu.peak("bf16"), gpu)
     raise KeyError(family)
 
 

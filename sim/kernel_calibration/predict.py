@@ -19,7 +19,7 @@ from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.family_model import predict_family_frame
 from llmplan.sim.kernel_calibration.features import COMPUTE_FAMILIES
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
-from llmplan.sim.kernel_calibration.tiers import TierChoice, choose_tier, roofline_dtype
+from llmplan.sim.kernel_calibration.tiers import TierChoice, choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
 
 COLLECTIVE_FAMILIES = ("custom_allreduce", "nccl", "moe_a2a")
 #: values of ``tier``: None (automatic, as users get it) or a forced tier
@@ -123,6 +123,11 @@ def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
                           128, r["kv_dtype"])
         elif family == "mla_decode":
             out[i] = call(rm.mla_decode, r["batch"], r["kv_len"], r["num_heads"], 512, 64, r["kv_dtype"])
+        elif family == "mla_bmm":
+            out[i] = spec_mla_bmm(rm, r["num_tokens"], r["num_heads"], r["dtype"]).latency_ms
+        elif family in ("gdn_prefill", "gdn_decode"):
+            out[i] = spec_gdn(rm, family[4:], r["batch"], r["seq_len"], r["k_heads"], r["head_k_dim"], r["v_heads"],
+                              r["head_v_dim"]).latency_ms
         elif family in ("custom_allreduce", "nccl"):
             out[i] = rm.collective(r["op"], r["message_bytes"], r["num_gpus"], link).latency_ms
     return out

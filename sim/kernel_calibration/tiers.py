@@ -80,16 +80,22 @@ class TierChoice:
         then for its other measured engines (a dtype group one engine lacks), then the
         cross-gen pool. Lazy: the pool (which reads every measured GPU) is built only when
         a query reaches it."""
-        yield from self._own(family, backend)
+        yield from self.own(family, backend)
+        pool = self.pool(family, backend)
+        if pool is not None:
+            yield pool
+
+    def pool(self, family: str, backend: str) -> Candidate | None:
+        """The cross-gen candidate (built once per family and engine)."""
         key = (family, backend)
         if key not in self._pool:
             exclude = None if self.tier == "measured" else self.gpu.key
             xg = crossgen_family(self.cal, family, backend, exclude=exclude)
             self._pool[key] = None if xg is None else Candidate(xg, "cross-gen", self.gpu, "pooled")
-        if self._pool[key] is not None:
-            yield self._pool[key]
+        return self._pool[key]
 
-    def _own(self, family: str, backend: str) -> list[Candidate]:
+    def own(self, family: str, backend: str) -> list[Candidate]:
+        """The stand-in GPU's candidates (cached), asked engine first."""
         key = (family, backend)
         hit = self._families.get(key)
         if hit is None:
@@ -196,6 +202,30 @@ def roofline_dtype(spec: Any, dtype: str) -> str:
     d = {"fp8_block": "fp8", "int4_wo": "int4", "w4a16_mxfp4": "fp4", "w4a8_mxfp4_mxfp8": "fp4",
          "nvfp4": "fp4"}.get(dtype, dtype)
     return d if spec.supports(d) else "bf16"
+
+
+def spec_mla_bmm(roof: Any, num_tokens: int, num_heads: int, dtype: str, kv_lora_rank: int = 512,
+                 qk_nope_dim: int = 128) -> Any:
+    """Specification roofline (``roof``: a RooflineKernelModel) of an MLA absorb matmul."""
+    from llmplan.sim.kernel_calibration.features import DTYPE_BYTES
+    from llmplan.sim.kernels import GEMM_ETA_COMPUTE, MEM_ETA
+
+    flops = 2.0 * num_tokens * num_heads * qk_nope_dim * kv_lora_rank
+    nbytes = num_heads * qk_nope_dim * kv_lora_rank * DTYPE_BYTES.get(dtype, 2.0) \
+        + num_tokens * num_heads * (qk_nope_dim + kv_lora_rank) * 2.0
+    return roof._roof(flops, nbytes, roofline_dtype(roof.gpu, dtype), GEMM_ETA_COMPUTE, MEM_ETA)
+
+
+def spec_gdn(roof: Any, phase: str, batch: int, seq_len: int, k_heads: int, head_k_dim: int, v_heads: int,
+             head_v_dim: int) -> Any:
+    """Specification roofline of a Gated DeltaNet layer's token mixing."""
+    from llmplan.sim.kernel_calibration.features import PY, gdn
+    from llmplan.sim.kernels import ATTN_PREFILL_ETA, MEM_ETA
+
+    gf = GPUFeatures.from_spec(roof.gpu)
+    phys = gdn(batch, seq_len, batch * seq_len, max(k_heads, 1), head_k_dim, v_heads, head_v_dim,
+               phase == "decode", gf.peak("bf16"), gf, PY)
+    return roof._roof(phys.flops, phys.nbytes, "bf16", ATTN_PREFILL_ETA, MEM_ETA)
 
 
 def _a2a_nearest(own: GPUCollectives, row: dict[str, Any], n: int) -> tuple[float, bool] | None:
