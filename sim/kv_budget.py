@@ -79,6 +79,7 @@ class KVBudget:
     cuda_graph_bytes: float        # captured CUDA graphs
     runtime_bytes: float           # CUDA context, metadata, NCCL buffers
     extra_bytes: float             # engine.activation_reserve_gb (user-set extra reserve)
+    state_bytes: float             # linear-attention state of max_num_seqs sequences (hybrid models)
     kv_bytes: float                # left for the KV cache per GPU (negative: does not fit)
     kv_bytes_per_token: float      # per GPU
     block_size: int
@@ -111,6 +112,8 @@ class KVBudget:
             minus = []
         if self.extra_bytes:
             minus.append(("extra reserve", self.extra_bytes))
+        if self.state_bytes:
+            minus.append(("linear-attention state", self.state_bytes))
         out = [f"KV cache per replica: {self.kv_tokens:,} tokens ({self.kv_bytes_per_token:,.0f} B/token/GPU, "
                f"{self.block_size}-token blocks)",
                f"  {self.engine} {self.fraction_key}={self.fraction:g}"
@@ -179,8 +182,12 @@ def _nccl_bytes(gpus: int) -> int:
 
 
 def kv_budget(model: ModelSpec, gpu: GPUSpec, par: Parallelism, engine: EngineProfile,
-              weights_bytes: float, kv_bytes_per_token: float) -> KVBudget:
-    """The KV budget of one GPU of a replica under the engine's own rule."""
+              weights_bytes: float, kv_bytes_per_token: float, state_bytes_per_seq: float = 0.0) -> KVBudget:
+    """The KV budget of one GPU of a replica under the engine's own rule.
+
+    ``state_bytes_per_seq``: fixed linear-attention state one sequence holds on this GPU
+    (hybrid models); the engines keep one slot per running sequence in the same memory pool,
+    so ``max_num_seqs`` slots are taken from the KV budget."""
     check_fractions(engine)
     name = engine.name if engine.name in FRACTION_FIELDS else "vllm"
     total = int(gpu.memory_bytes)
@@ -227,7 +234,12 @@ def kv_budget(model: ModelSpec, gpu: GPUSpec, par: Parallelism, engine: EnginePr
             notes.append("free memory = device - weights - activations - CUDA graphs - runtime, measured by "
                          "TensorRT-LLM after its profiling forward")
             src = TRTLLM_DOC
+    state = engine.max_num_seqs * state_bytes_per_seq
+    if state:
+        kv -= state
+        notes.append(f"linear-attention state: {engine.max_num_seqs} sequences x {state_bytes_per_seq / MIB:.1f} MiB "
+                     f"per GPU reserved from the KV pool")
     per_tok = kv_bytes_per_token
     blocks = int(max(0.0, kv) // (per_tok * engine.block_size)) if per_tok > 0 else 0
     return KVBudget(name, f"engine.{field}", frac, is_default, src, total, budget, weights_bytes, act, graphs,
-                    runtime, extra, kv, per_tok, engine.block_size, blocks * engine.block_size, tuple(notes))
+                    runtime, extra, state, kv, per_tok, engine.block_size, blocks * engine.block_size, tuple(notes))

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from llmplan.hardware_catalog.spec import GPUSpec
-from llmplan.model_catalog.derived import kv_bytes_per_token, weight_bytes
+from llmplan.model_catalog.derived import kv_bytes_per_token, state_bytes_per_sequence, weight_bytes
 from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
 from llmplan.sim.kv_budget import KVBudget, kv_budget
 from llmplan.sim.types import EngineProfile, Parallelism, Precision
@@ -29,7 +29,7 @@ class MemoryPlan:
     memory_gb: float             # physical device memory per GPU (GPUSpec.memory_bytes / 1e9)
     usable_gb: float             # what the engine's memory knob hands its static pool (see budget)
     weights_gb: float            # per GPU, busiest stage
-    reserve_gb: float            # activations + CUDA graphs + runtime + extra reserve
+    reserve_gb: float            # activations + CUDA graphs + runtime + extra reserve + linear-attention state
     kv_gb: float                 # left for the KV cache per GPU
     kv_bytes_per_token_gpu: float
     kv_capacity_tokens: int      # tokens of KV cache the replica can hold (whole blocks)
@@ -43,6 +43,13 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, par: Parallelism, kv_dtype: str
         return total * stage_share  # latent replicated across TP ranks
     heads_per_gpu = max(1, math.ceil(model.num_kv_heads / par.tp))
     return total * stage_share * heads_per_gpu / model.num_kv_heads
+
+
+def state_bytes_per_seq_per_gpu(model: ModelSpec, par: Parallelism) -> float:
+    """Linear-attention state of one sequence on one GPU of the busiest stage (0 without
+    linear attention); heads split over TP (model_catalog.derived.state_bytes_per_sequence)."""
+    state = state_bytes_per_sequence(model, "bf16", max(1, par.tp))
+    return state * math.ceil(model.num_layers / par.pp) / model.num_layers if state else 0.0
 
 
 def weights_per_gpu_bytes(model: ModelSpec, par: Parallelism, precision: str) -> float:
@@ -63,8 +70,8 @@ def plan_memory(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: Precisio
     that the deployment is rejected. A memory fraction outside (0, 1] raises ConfigError."""
     w = weights_per_gpu_bytes(model, par, prec.weights)
     per_tok = kv_bytes_per_token_per_gpu(model, par, prec.kv_cache)
-    b = kv_budget(model, gpu, par, engine, w, per_tok)
-    reserve = (b.activation_bytes + b.cuda_graph_bytes + b.runtime_bytes + b.extra_bytes) / GB
+    b = kv_budget(model, gpu, par, engine, w, per_tok, state_bytes_per_seq_per_gpu(model, par))
+    reserve = (b.activation_bytes + b.cuda_graph_bytes + b.runtime_bytes + b.extra_bytes + b.state_bytes) / GB
     args = (gpu.memory_bytes / GB, b.budget_bytes / GB, w / GB, reserve, b.kv_bytes / GB, per_tok, b.kv_tokens)
     if b.kv_bytes <= 0:
         reason = (f"no memory left for the KV cache: weights {w / GB:.1f} GB per GPU do not fit {b.engine}'s "

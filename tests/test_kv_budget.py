@@ -164,3 +164,21 @@ def test_the_70b_fp8_single_h100_case_needs_the_documented_0_95():
     at_09 = _plan("llama3_1_70b_fp8", "h100_sxm", 1, "fp8", "bf16", "vllm", {}, 1)
     at_095 = _plan("llama3_1_70b_fp8", "h100_sxm", 1, "fp8", "bf16", "vllm", {"gpu_memory_utilization": 0.95}, 1)
     assert at_09.fits and at_09.kv_capacity_tokens < 9000 <= at_095.kv_capacity_tokens
+
+
+def test_linear_attention_state_of_every_running_sequence_comes_out_of_the_kv_pool():
+    from llmplan.model_catalog.derived import state_bytes_per_sequence
+    from llmplan.sim.memory import state_bytes_per_seq_per_gpu
+
+    m, g, par = load_model("qwen3_5_397b_a17b"), get_gpu("h200_sxm"), Parallelism(8)
+    per_seq = state_bytes_per_seq_per_gpu(m, par)
+    assert per_seq == state_bytes_per_sequence(m, "bf16", 8) > 0  # fp32 recurrent + conv state, heads over TP
+    few, many = (plan_memory(m, g, par, Precision("fp8", "bf16"), EngineProfile(max_num_seqs=n), 1) for n in (64, 256))
+    assert few.budget.state_bytes == 64 * per_seq and many.budget.state_bytes == 256 * per_seq
+    # same activations/graphs terms aside, every extra running sequence costs its state in KV bytes
+    diff = (few.budget.kv_bytes + few.budget.activation_bytes + few.budget.cuda_graph_bytes) - \
+           (many.budget.kv_bytes + many.budget.activation_bytes + many.budget.cuda_graph_bytes)
+    assert diff == pytest.approx(192 * per_seq)
+    assert "linear-attention state" in "\n".join(many.budget.lines())
+    dense = plan_memory(load_model("llama3_1_8b"), g, Parallelism(1), Precision(), EngineProfile(), 1)
+    assert dense.budget.state_bytes == 0
