@@ -188,3 +188,27 @@ def test_simulated_capacity_near_the_screens():
     r = find_max_rate(spec, [rep], SLOThresholds(ttft_ms=150.0, tpot_ms=20.0, percentile=90), 0.5 * cap, 1.5 * cap,
                       seed=3, num_requests=1200, rel_tol=0.03)
     assert r.feasible and r.rate_rps == pytest.approx(cap, rel=0.2)
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.7])
+def test_screen_agrees_with_the_simulator_on_chat_lengths(fraction):
+    """Lognormal chat prompts/outputs (the default preset): TPOT p50/p90 within 10%, TTFT p90
+    within 20%, at 30% and 70% of the SLO capacity."""
+    from dataclasses import replace
+
+    from llmplan.sim.workload import generate_workload
+
+    step = LinearStep()
+    spec = WorkloadSpec(preset="chat", rate_rps=1.0, num_requests=2000, seed=3)
+    reqs = generate_workload(spec, np.random.default_rng([3, 3])).requests
+    ins = np.array([r.input_tokens for r in reqs])
+    outs = np.array([r.output_tokens for r in reqs])
+    wl = WorkloadStats(1.0, ins.mean(), outs.mean(), int((ins + outs).max()), 1.0, *np.percentile(ins, [50, 90, 99]))
+    an = ReplicaAnalyzer(step, wl, 256, 8192, 10**7, True)
+    cap = an.capacity([SLOTarget("ttft", 90, 1000.0), SLOTarget("tpot", 90, 25.0)])[0]
+    op = an.operating_point(fraction * cap, [50.0, 90.0])
+    rep = ReplicaSpec(step, EngineProfile(max_num_seqs=256, max_num_batched_tokens=8192), 10**7, 32768)
+    s = simulate_serving(replace(spec, rate_rps=fraction * cap), [rep], seed=3).summary
+    assert op.tpot_ms[50] == pytest.approx(s["tpot_ms_p50"], rel=0.10)
+    assert op.tpot_ms[90] == pytest.approx(s["tpot_ms_p90"], rel=0.10)
+    assert op.ttft_ms[90] == pytest.approx(s["ttft_ms_p90"], rel=0.20)
