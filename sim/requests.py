@@ -38,6 +38,7 @@ class Workload:
     closed_loop_concurrency: Optional[int] = None
     think_time_ms: float = 0.0
     name: str = ""
+    offline: bool = False      # all requests queued at time 0: no arrival rate, no overload, no deadline
 
     @property
     def horizon_ms(self) -> float:

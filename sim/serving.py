@@ -169,6 +169,8 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
                timeseries_interval_ms=timeseries_interval_ms)
     offered = picked_rate if picked_rate is not None else (
         workload.rate_rps if isinstance(workload, WorkloadSpec) and workload.rate_rps else _offered_rate(wl))
+    if wl.offline:  # everything queued at 0: every request counts, throughput over the whole run
+        return _offline_summary(_simulate(wl, replicas, (0, len(wl.requests)), None, None, **run))
     if steady_state and not closed and wl.requests and offered:
         return _simulate_steady(workload, wl, replicas, seed, picked_rate, offered, run)
     if window is None:
@@ -221,7 +223,7 @@ def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, in
     interval = timeseries_interval_ms or (max(horizon / 500.0, 10.0) if not closed else 1000.0)
     seqs = [Seq(i, q, lo <= i < hi) for i, q in enumerate(wl.requests)]
     state = {"done": 0, "issued": 0, "overloaded": False, "next_progress": 1}
-    limit_outstanding = max_queue + sum(r.engine.max_num_seqs for r in replicas)
+    limit_outstanding = math.inf if wl.offline else max_queue + sum(r.engine.max_num_seqs for r in replicas)
 
     def on_finish(seq: Seq) -> None:
         state["done"] += 1
@@ -263,7 +265,7 @@ def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, in
     else:
         state["issued"] = 1
         loop.schedule(seqs[0].req.arrival_ms, PRIORITY_ARRIVAL, arrive, seqs[0])
-    if max_sim_time_ms is None and not closed:
+    if max_sim_time_ms is None and not closed and not wl.offline:
         max_sim_time_ms = horizon + max(horizon, DEFAULT_MIN_DRAIN_MS)
     if max_sim_time_ms is not None:
         loop.schedule(max_sim_time_ms, PRIORITY_LAST, deadline)
@@ -305,6 +307,23 @@ def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, in
     samples.sort(key=lambda s: (s[0], s[1]))
     ts = pd.DataFrame(samples, columns=list(TIMESERIES_COLUMNS))
     return SimResult(df, json_clean(summary), ts, overloaded, unfinished, stats, itl.frame(), bool(state["overloaded"]))
+
+
+def _offline_summary(res: SimResult) -> SimResult:
+    """Offline: throughput over the makespan (time 0 to the last finish); no load, no overload."""
+    s, df = res.summary, res.requests
+    fin = df["finish_ms"].to_numpy()
+    makespan_s = float(np.nanmax(fin)) / 1000.0 if np.isfinite(fin).any() else math.nan
+    done = df["finished"].to_numpy()
+    s.update({
+        "offline": True, "makespan_s": makespan_s, "duration_s": makespan_s,
+        "request_throughput_rps": float(done.sum()) / makespan_s,
+        "input_throughput_tps": float(df["input_tokens"].to_numpy()[done].sum()) / makespan_s,
+        "output_throughput_tps": float(df["output_tokens"].to_numpy()[done].sum()) / makespan_s,
+    })
+    s["total_throughput_tps"] = s["input_throughput_tps"] + s["output_throughput_tps"]
+    res.summary = json_clean(s)
+    return res
 
 
 def _window_throughput(summary: dict, df: pd.DataFrame, t0: float, t1: float) -> None:

@@ -26,7 +26,7 @@ from llmplan.sim.requests import DATA_DIR, SYNTHETIC_PREFIX_BLOCK_TOKENS, Reques
 from llmplan.sim.traces import check_text_file, read_trace
 
 
-ARRIVALS = ("poisson", "gamma", "closed_loop", "trace")
+ARRIVALS = ("poisson", "gamma", "closed_loop", "trace", "offline")
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 TRACE_FORMATS = ("auto", "azure", "mooncake", "csv", "jsonl")
 
@@ -60,7 +60,8 @@ class WorkloadSpec:
 
     # named length preset: chat | summarization | code | None (then lengths must be complete)
     preset: Optional[str] = "chat"
-    # arrival process: poisson | gamma | closed_loop | trace
+    # arrival process: poisson | gamma | closed_loop | trace | offline (all requests queued at
+    # time 0, throughput over the whole run; see sim/offline.py)
     arrival: str = "poisson"
     # open-loop mean arrival rate, requests/s (None: the simulator picks ~80% of capacity;
     # for traces: rescale the trace's timestamps to this mean rate, None keeps them)
@@ -89,6 +90,13 @@ class WorkloadSpec:
     num_shared_prefixes: int = 1
     # random seed of the workload (arrivals, lengths, prefix choice)
     seed: int = 0
+    # simulate (open loop): measure a steady-state window (warm-up and drain excluded) and
+    # lengthen the run as the output length and the load need (sim/steady_state.py);
+    # false: exactly num_requests, the first and last 5% excluded
+    steady_state: bool = True
+    # offline: use the engine's own offline batch limits (trtllm-bench / vLLM LLM class /
+    # SGLang defaults, sim/offline.py) instead of engine.max_num_seqs and max_num_batched_tokens
+    offline_engine_limits: bool = True
 
 
 # --------------------------------------------------------------------------- presets
@@ -152,8 +160,13 @@ def validate_spec(spec: WorkloadSpec) -> None:
     _check(spec.cv > 0 and math.isfinite(spec.cv), f"gamma cv must be positive, got {spec.cv}", "workload.cv")
     _check(spec.num_requests >= 0, f"num_requests must be >= 0, got {spec.num_requests}",
            "workload.num_requests")
+    _check(spec.num_requests > 0 or spec.arrival != "offline", "an offline run needs at least one request, got 0",
+           "workload.num_requests", "set workload.num_requests to the number of requests queued at time 0")
     _check(spec.num_requests > 0 or spec.arrival == "trace", "num_requests must be positive",
            "workload.num_requests")
+    _check(spec.arrival != "offline" or spec.rate_rps is None,
+           f"an offline run queues every request at time 0; rate_rps={spec.rate_rps} would be ignored",
+           "workload.rate_rps", "set workload.rate_rps=null, or use workload.arrival=poisson for a request rate")
     if spec.arrival == "closed_loop":
         _check(spec.concurrency >= 1, f"closed-loop concurrency must be >= 1, got {spec.concurrency}",
                "workload.concurrency")
@@ -300,7 +313,7 @@ def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> Workload:
     block = spec.prefix_block_tokens or SYNTHETIC_PREFIX_BLOCK_TOKENS
     hashes = _synthetic_hash_ids(n, prompt, spec, block, r_prefix)
     closed = spec.arrival == "closed_loop"
-    if closed:
+    if closed or spec.arrival == "offline":
         arrivals = np.zeros(n)
     else:
         if spec.rate_rps is None:
@@ -311,7 +324,7 @@ def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> Workload:
     return Workload(reqs, prefix_block_tokens=block,
                     closed_loop_concurrency=spec.concurrency if closed else None,
                     think_time_ms=spec.think_time_ms if closed else 0.0,
-                    name=spec.preset or spec.arrival)
+                    name=spec.preset or spec.arrival, offline=spec.arrival == "offline")
 
 
 def mean_lengths(spec: WorkloadSpec) -> tuple[float, float]:

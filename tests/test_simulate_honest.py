@@ -79,3 +79,12 @@ def test_empty_or_binary_trace_is_exit_2_without_traceback(tmp_path, capsys, con
     text = out + err
     assert code == 2 and "workload.trace_path" in text and "Traceback" not in text
     assert len([ln for ln in text.splitlines() if ln.strip()]) <= 2
+
+
+def test_simulate_can_keep_the_exact_request_count(tmp_path, capsys):
+    code, _, err = _run(["simulate", *SMALL, "workload.rate_rps=2", "workload.num_requests=300",
+                         "workload.steady_state=false"], capsys, tmp_path)
+    assert code == 0, err
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert len(pd.read_csv(tmp_path / "requests.csv")) == 300 and s["window"] is None
+    assert s["measured_requests"] == 300 - 15 - 15  # the first and last 5%

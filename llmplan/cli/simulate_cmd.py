@@ -20,6 +20,7 @@ from llmplan.optimizer.enumerate import kv_dtype_for
 from llmplan.optimizer.evaluate import ReplicaAnalyzer
 from llmplan.sim.deployment import Deployment, build, parallelism_problem
 from llmplan.sim.types import Parallelism, Precision, StepShape
+from llmplan.sim.workload import validate_spec
 
 SUMMARY = ("Simulate one deployment (the `deployment` group: gpu, tp, pp, ep, precision, replicas,\n"
            "router) under a workload: TTFT/TPOT/E2E percentiles, throughput, goodput, SLO attainment,\n"
@@ -86,9 +87,10 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
 
     # analytical view (capacity, latency at the load) from the workload's own length sample
     wl_spec = app.workload
+    validate_spec(wl_spec)  # the workload as given, before the probe below changes its arrivals
     probe = app if wl_spec.rate_rps or wl_spec.arrival in ("trace", "closed_loop") else \
         replace(app, workload=replace(wl_spec, rate_rps=1.0))
-    if wl_spec.arrival == "closed_loop":
+    if wl_spec.arrival in ("closed_loop", "offline"):
         probe = replace(app, workload=replace(wl_spec, arrival="poisson", rate_rps=1.0))
     if wl_spec.arrival != "trace":  # length moments: 2,000 draws are plenty
         probe = replace(probe, workload=replace(probe.workload, num_requests=min(wl_spec.num_requests, 2000)))
@@ -107,7 +109,7 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     pcts = sorted({s.percentile for s in slos} | {50.0, 90.0, 99.0})
     an_op = an.operating_point(an_rate / dep.replicas, pcts) if an_rate else None
     sim_summary, extra_files = run_des(app, dep, step, mem, rate, slos, out_dir or _output_dir(), console,
-                                       stats.max_request_tokens)
+                                       stats.max_request_tokens, (mean_in, mean_out))
     decode_shape = StepShape.build([], [int(mean_in + mean_out / 2)] * max(1, min(app.engine.max_num_seqs, 32)))
     prefill_shape = StepShape.build([(int(min(mean_in, app.engine.max_num_batched_tokens)), 0)], [])
     summary = dict(sim_summary)

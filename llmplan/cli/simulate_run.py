@@ -24,15 +24,46 @@ def _thresholds(slos: list[SLOTarget]) -> SLOThresholds:
     return thresholds(slos)
 
 
+def offline_engine(app, dep, mem, mean_tokens: tuple[float, float], longest_tokens: int):
+    """(engine, limits dict) for an offline run: the engine's own offline batch limits when the
+    workload asks for them (sim/offline.py), else the configured ones."""
+    from dataclasses import replace
+
+    from llmplan.sim.offline import offline_batch_limits
+
+    e = app.engine
+    if not app.workload.offline_engine_limits:
+        return e, {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
+                   "source": "engine.max_num_seqs / engine.max_num_batched_tokens (workload.offline_engine_limits=false)"}
+    gpu = dep.gpu
+    mem_gib = gpu.memory_bytes / 2**30 if getattr(gpu, "memory_bytes", 0) else gpu.hbm_gb * 1e9 / 2**30
+    lim = offline_batch_limits(e.name, mem.kv_capacity_tokens, mean_tokens[0], mean_tokens[1], mem_gib, gpu.key,
+                               dep.model.max_position_embeddings, dep.par.pp)
+    seqs, budget = lim.max_num_seqs, lim.max_num_batched_tokens
+    if e.name == "sglang":  # chunked_prefill_size bounds a step's prefill tokens; decodes ride on top
+        budget += seqs
+    info = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "source": lim.source}
+    if (not e.chunked_prefill or getattr(e, "whole_prompts", False)) and budget < longest_tokens:
+        budget = longest_tokens  # a whole prompt must fit one step
+        info["max_num_batched_tokens"] = budget
+        info["note"] = (f"token budget raised to {budget} tokens to cover the longest request: this engine "
+                        "does not split prompts")
+    return replace(e, max_num_seqs=seqs, max_num_batched_tokens=budget), info
+
+
 def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out: Path,
-            console: Console, longest_request_tokens: int) -> tuple[dict, list[str]]:
+            console: Console, longest_request_tokens: int,
+            mean_tokens: tuple[float, float] = (1.0, 1.0)) -> tuple[dict, list[str]]:
     """Simulate; returns (summary fields for summary.json, extra files written)."""
     from dataclasses import replace
 
     from llmplan.sim.deployment import replica_limits
 
     spec = app.workload if rate is None else replace(app.workload, rate_rps=rate)
-    engine, max_len = replica_limits(app.engine, dep.model, longest_request_tokens)
+    engine, offline = app.engine, None
+    if spec.arrival == "offline":
+        engine, offline = offline_engine(app, dep, mem, mean_tokens, longest_request_tokens)
+    engine, max_len = replica_limits(engine, dep.model, longest_request_tokens)
     reps = [ReplicaSpec(step, engine, mem.kv_capacity_tokens, max_len) for _ in range(dep.replicas)]
     show = app.output.progress and console.is_terminal
     if show:
@@ -40,10 +71,10 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
                       console=console, transient=True) as bar:
             task = bar.add_task("sim", total=1.0)
             res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
-                                   progress=lambda f: bar.update(task, completed=f), steady_state=True)
+                                   progress=lambda f: bar.update(task, completed=f), steady_state=spec.steady_state)
     else:
         res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
-                               steady_state=True)
+                               steady_state=spec.steady_state)
     out.mkdir(parents=True, exist_ok=True)
     ext = "parquet" if app.output.requests_format == "parquet" else "csv"
     files = [str(res.write_requests(out / f"requests.{ext}"))]
@@ -75,6 +106,9 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
         "batch_size_mean": float(res.timeseries["batch_size"].mean()) if len(res.timeseries) else None,
         "workload": {"arrival": spec.arrival, "preset": spec.preset, "num_requests": spec.num_requests,
                      "concurrency": spec.concurrency if spec.arrival == "closed_loop" else None},
+        "offline": None if offline is None else {
+            **offline, "makespan_s": s.get("makespan_s"), "requests_per_s": s.get("request_throughput_rps"),
+            "output_tokens_per_s": s.get("output_throughput_tps"), "total_tokens_per_s": s.get("total_throughput_tps")},
         "notes": window_notes(s.get("window"), res, s.get("request_throughput_rps")),
     }
     return summary, files
@@ -136,6 +170,15 @@ def render_summary(console: Console, summary: dict, slos: list[SLOTarget]) -> No
                   f"{f(summary.get('slo_attainment'), '{:.1%}')}; preemptions {summary.get('preemptions')}; "
                   f"prefix hit rate {f(summary.get('prefix_hit_rate'), '{:.1%}')}; mean batch {f(summary.get('batch_size_mean'), '{:.1f}')}, "
                   f"mean KV use {f(summary.get('kv_util_mean'), '{:.0%}')}")
+    off = summary.get("offline")
+    if off is not None:
+        console.print(f"offline: {summary.get('requests')} requests queued at time 0, finished in "
+                      f"{f(off.get('makespan_s'), '{:.1f}')} s: {f(off.get('requests_per_s'))} req/s, "
+                      f"{f(off.get('output_tokens_per_s'), '{:.0f}')} output tok/s, "
+                      f"{f(off.get('total_tokens_per_s'), '{:.0f}')} total tok/s; batch limits max_num_seqs="
+                      f"{off['max_num_seqs']}, max_num_batched_tokens={off['max_num_batched_tokens']} ({off['source']})")
+        if off.get("note"):
+            console.print(f"  {off['note']}")
     w = summary.get("window")
     if w is not None:
         state = "[red]OVERLOADED[/red]" if summary.get("overloaded") else "stable"
