@@ -40,6 +40,9 @@ from dataclasses import dataclass
 #: TensorRT-LLM trtllm-bench caps (tuning.py): decoder buffers and activation buffers
 TRTLLM_MAX_BATCH = 4096
 TRTLLM_MAX_TOKENS = 32768
+#: its "slightly optimistic" rounding: (below this value, round up to a multiple of this step)
+TRTLLM_BATCH_TIERS = ((256, 32), (1024, 128), (math.inf, 256))
+TRTLLM_TOKEN_TIERS = ((4096, 256), (8192, 512), (math.inf, 1024))
 #: vLLM V1 offline (LLM class) defaults by device class (arg_utils.py get_batch_defaults)
 VLLM_BIG_GPU_GIB = 70.0
 VLLM_OFFLINE_BIG = (1024, 16384)
@@ -57,8 +60,10 @@ class OfflineLimits:
     source: str              # where the rule comes from, in words
 
 
-def _round_up(x: float, step: int) -> int:
-    return step * math.ceil(x / step)
+def _round_tiered(x: float, tiers: tuple[tuple[float, int], ...], floor: int) -> int:
+    """``x`` rounded up to the step of the first tier whose bound it is below; at least ``floor``."""
+    step = next(st for bound, st in tiers if x < bound)
+    return max(floor, step * math.ceil(x / step))
 
 
 def trtllm_bench_limits(kv_tokens: int, mean_input_tokens: float, mean_output_tokens: float,
@@ -68,18 +73,8 @@ def trtllm_bench_limits(kv_tokens: int, mean_input_tokens: float, mean_output_to
     fit = kv_tokens / (isl + osl)
     bs = min(fit, TRTLLM_MAX_BATCH) / max(1, pp)
     tok = min(bs * (1.0 + isl / osl), TRTLLM_MAX_TOKENS)
-    if bs < 256:
-        max_bs = max(64, _round_up(bs, 32))
-    elif bs < 1024:
-        max_bs = _round_up(bs, 128)
-    else:
-        max_bs = _round_up(bs, 256)
-    if tok < 4096:
-        max_tok = max(2048, _round_up(tok, 256))
-    elif tok < 8192:
-        max_tok = _round_up(tok, 512)
-    else:
-        max_tok = _round_up(tok, 1024)
+    max_bs = _round_tiered(bs, TRTLLM_BATCH_TIERS, 64)
+    max_tok = _round_tiered(tok, TRTLLM_TOKEN_TIERS, 2048)
     return int(max_bs), int(max_tok)
 
 

@@ -6,19 +6,14 @@ import json
 import pandas as pd
 import pytest
 
-from llmplan.cli import main
+from simulate_cli_helpers import run_cli
 
 SMALL = ["model=llama3_1_8b", "gpu=h100_sxm"]
 FIXED = ["workload.input_tokens.kind=fixed", "workload.output_tokens.kind=fixed"]
 
 
 def _run(argv, capsys, tmp_path):
-    try:
-        code = main(argv + [f"hydra.run.dir={tmp_path}"])
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(argv, capsys, tmp_path)
 
 
 def test_plan_uses_the_lengths_asked_for(tmp_path, capsys):

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from llmplan.cli import main
 from llmplan.errors import UserError
 from llmplan.sim.offline import offline_batch_limits, trtllm_bench_limits
 from llmplan.sim.serving import DEFAULT_MAX_QUEUE, estimate_capacity_rps, simulate_serving
 from llmplan.sim.testing_costs import make_replica
 from llmplan.sim.workload import LengthSpec, WorkloadSpec, generate_workload
+from simulate_cli_helpers import run_cli
 
 REPS = [make_replica()] * 2
 
@@ -72,12 +72,8 @@ def test_offline_run_reports_throughput_over_the_makespan():
 
 
 def _run(argv, capsys, tmp_path):
-    try:
-        code = main(argv + [f"hydra.run.dir={tmp_path}"])
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out + out.err
+    code, out, err = run_cli(argv, capsys, tmp_path)
+    return code, out + err
 
 
 @pytest.mark.parametrize("engine, source", [("vllm", "vLLM offline"), ("trtllm", "trtllm-bench"),
