@@ -104,3 +104,12 @@ def test_several_percentiles_of_one_metric_end_to_end(tmp_path):
     dep = d["deployments"][0]
     assert dep["latency_source"]["ttft"] == "simulated"
     assert dep["ttft_ms"] == targets[dep["ttft_target"]]["simulated_ms"]
+
+
+def test_too_few_replicas_names_the_limit_not_a_latency(tmp_path):
+    code = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "workload.rate_rps=1000", "search.max_replicas=2",
+                                     "search.finalists=0", "search.tp=[1]", "search.pp=[1]"]), tmp_path)
+    assert code == EXIT_INFEASIBLE
+    d = json.loads((tmp_path / "plan.json").read_text())
+    assert d["infeasible"]["cause"] == "replicas" and d["infeasible"]["closest"]["replicas_needed"] > 2
+    assert "search.max_replicas=2" in d["binding_constraint"]

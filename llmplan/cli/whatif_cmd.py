@@ -120,9 +120,17 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
         return fmt.format(d["deployments"][0][k]) if d["deployments"] and d["deployments"][0][k] is not None else "-"
 
     for label, k, fmt in (("capacity req/s per replica", "capacity_rps_per_replica", "{:.2f}"),
-                          ("TTFT ms (SLO percentile)", "ttft_ms", "{:.0f}"), ("TPOT ms (SLO percentile)", "tpot_ms", "{:.1f}")):
+                          ("TTFT ms (binding target)", "ttft_ms", "{:.0f}"), ("TPOT ms (binding target)", "tpot_ms", "{:.1f}")):
         a, b = first(d0, k, fmt), first(d1, k, fmt)
-        t.add_row(label, a, b, pct(float(a), float(b)) if "-" not in (a, b) else "-")
+        change = pct(float(a), float(b)) if "-" not in (a, b) else "-"
+        target = k.replace("_ms", "_target")
+        if k.endswith("_ms") and d0["deployments"]:
+            ta, tb = d0["deployments"][0][target], (d1["deployments"] or [{}])[0].get(target)
+            if tb is not None and ta != tb:
+                change = "-"  # different percentiles bind: not comparable
+            a = f"{ta.split('_')[1]}: {a}" if ta else a
+            b = f"{tb.split('_')[1]}: {b}" if tb else b
+        t.add_row(label, a, b, change)
     def band(d):
         b = d.get("error_band") or {}
         if not d["feasible"] or not b:
