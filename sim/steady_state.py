@@ -27,8 +27,10 @@ request lifetime, and the run is made long enough that the window holds enough r
 **Overload** (:func:`assess_window`): over the window, the number of requests in the
 system (arrived, not finished) goes from ``Q0`` to ``Q1``. The run is overloaded when the
 growth ``Q1 - Q0`` exceeds ``OVERLOAD_TOLERANCE`` (5%) of the requests that arrived in the
-window plus the noise ``3 sqrt(2 max(Q0, Q1))``: the difference of two populations that
-are each about Poisson (M/G/inf) and a lifetime or more apart has variance ``2Q``, so a
+window plus the noise ``3 c sqrt(2 max(Q0, Q1))``: the difference of two populations that
+are each about Poisson (M/G/inf) and a lifetime or more apart has variance ``2Q``, and
+arrivals burstier than Poisson (coefficient of variation ``c`` of the gaps in the window,
+at least 1) scale the count's variance by about ``c^2`` (renewal-process counts), so a
 stable run is not flagged by chance. Equivalently: the served (completed) rate fell more
 than 5% below the offered rate, beyond noise. The window is **stationary** when
 ``|Q1 - Q0|`` is within that noise; a synthetic run that is not stationary, and not
@@ -208,7 +210,10 @@ def assess_window(arrival_ms: np.ndarray, finish_ms: np.ndarray, lo: int, hi: in
     q0, q1 = in_system(arr, fin, t0), in_system(arr, fin, t1)
     arrived = int(np.sum((arr > t0) & (arr <= t1)))
     served = int(np.sum((fin > t0) & (fin <= t1)))
-    noise = NOISE_SIGMAS * math.sqrt(2.0 * max(q0, q1, 1))
+    inside = arr[(arr >= t0) & (arr <= t1)]
+    gaps = np.diff(np.sort(inside))
+    cv = float(gaps.std() / gaps.mean()) if len(gaps) > 1 and gaps.mean() > 0 else 1.0
+    noise = NOISE_SIGMAS * max(1.0, cv) * math.sqrt(2.0 * max(q0, q1, 1))
     allowance = OVERLOAD_TOLERANCE * arrived + noise
     per_s = 1000.0 / dur_ms if dur_ms > 0 else math.nan
     return {
@@ -216,6 +221,6 @@ def assess_window(arrival_ms: np.ndarray, finish_ms: np.ndarray, lo: int, hi: in
         "offered_rate_rps": offered_rate_rps, "arrivals_in_window": arrived,
         "arrival_rate_in_window_rps": arrived * per_s, "served_rate_rps": served * per_s,
         "queue_start": q0, "queue_end": q1, "queue_growth_rps": (q1 - q0) * per_s,
-        "growth_allowance": allowance, "overloaded_by_growth": bool(dur_ms > 0 and (q1 - q0) > allowance),
+        "arrival_cv": max(1.0, cv), "growth_allowance": allowance, "overloaded_by_growth": bool(dur_ms > 0 and (q1 - q0) > allowance),
         "stationary": bool(kind == "steady" and abs(q1 - q0) <= noise),
     }

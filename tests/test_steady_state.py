@@ -110,3 +110,12 @@ def test_steady_window_throughput_is_the_served_rate():
     s = res.summary
     assert s["request_throughput_rps"] == pytest.approx(s["window"]["served_rate_rps"])
     assert s["request_throughput_rps"] == pytest.approx(0.6 * cap, rel=0.08)
+
+
+@pytest.mark.parametrize("load, overloaded", [(0.6, False), (2.0, True)])
+def test_bursty_arrivals_are_judged_against_their_own_noise(load, overloaded):
+    cap = estimate_capacity_rps(REPS, 256, 256)
+    res = simulate_serving(_spec(256, n=2000, rate_rps=load * cap, arrival="gamma", cv=3.0), REPS, steady_state=True)
+    w = res.summary["window"]
+    assert res.overloaded is overloaded and w["stationary"] is not overloaded
+    assert w["arrival_cv"] > 2.0  # measured from the gaps in the window
