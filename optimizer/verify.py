@@ -50,9 +50,10 @@ def replica_spec(ev: Evaluation, engine: EngineProfile, model: ModelSpec) -> Rep
 
 def pick_finalists(evals: list[Evaluation], n: int) -> list[Evaluation]:
     """The n candidates to simulate, diverse first: the most cost-efficient of each GPU type,
-    then of each parallel shape (GPU, tp, pp, ep, precision) not yet picked, then the rest, each
-    round in order of $/h per req/s. Without the shape round the finalists are often one shape
-    at several batch caps, and a better shape never reaches the simulator."""
+    then (MoE) with and without expert parallelism on each GPU type, then of each parallel shape
+    (GPU, tp, pp, ep, precision) not yet picked, then the rest, each round in order of $/h per
+    req/s. Without these rounds the finalists are often one shape at several batch caps, and a
+    better shape never reaches the simulator."""
     ok = sorted((e for e in evals if e.verdict == "ok" and e.capacity_rps > 0),
                 key=lambda e: (e.usd_per_request_rps, e.candidate.name))
     picked: list[Evaluation] = []
@@ -63,6 +64,7 @@ def pick_finalists(evals: list[Evaluation], n: int) -> list[Evaluation]:
                 picked.append(e)
 
     take_best_per(lambda c: ("gpu", c.gpu.key))
+    take_best_per(lambda c: ("ep", c.gpu.key, c.par.ep > 1))
     take_best_per(lambda c: ("shape", c.gpu.key, c.par, c.prec.weights))
     take_best_per(lambda c: ("candidate", c.name))
     return picked

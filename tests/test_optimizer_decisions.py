@@ -22,15 +22,18 @@ def _ev(gpu="h200_sxm", tp=8, pp=1, ep=1, mb=256, price=4.5, cap=1.0, verdict="o
 
 
 def test_finalists_cover_shapes_before_batch_caps():
-    """DeepSeek-V3 on H200: the cheapest shape at two batch caps must not crowd out tp8/ep8."""
+    """DeepSeek-V3 on H200: the cheapest shape at two batch caps must not crowd out other
+    shapes, and an expert-parallel shape is simulated even when the screen ranks it last."""
     a64 = _ev(ep=1, mb=64, cap=1.00)
     a256 = _ev(ep=1, mb=256, cap=0.99)
-    ep8 = _ev(ep=8, mb=256, cap=0.95)
-    pp2 = _ev(tp=4, pp=2, mb=256, cap=0.90)
+    pp2 = _ev(tp=4, pp=2, mb=256, cap=0.95)
+    ep8 = _ev(ep=8, mb=256, cap=0.90)
     picked = pick_finalists([a256, ep8, pp2, a64], 3)
     assert [e.candidate.name for e in picked] == [a64.candidate.name, ep8.candidate.name, pp2.candidate.name]
     # with room left, the remaining batch cap fills in
     assert pick_finalists([a256, ep8, pp2, a64], 4)[-1] is a256
+    # dense models (ep = 1 everywhere): shapes in cost order
+    assert [e.candidate.name for e in pick_finalists([a256, pp2, a64], 2)] == [a64.candidate.name, pp2.candidate.name]
 
 
 def test_finalists_take_each_gpu_type_first():
