@@ -53,6 +53,9 @@ def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | N
         (e.candidate.usd_per_replica_hour + _TIE_BREAK * e.candidate.gpus_per_replica) * n[nm]
         for nm, e in zip(names, pool))
     prob += pulp.lpSum(max_load * e.effective_capacity_rps * n[nm] for nm, e in zip(names, pool)) >= rate_rps, "serve_rate"
+    # any traffic needs a replica: a tiny rate (1e-9 req/s) is within the solver's feasibility
+    # tolerance of 0 and would otherwise be "served" by no GPU at all
+    prob += pulp.lpSum(n.values()) >= 1, "at_least_one_replica"
     for key, limit in sorted(max_gpus.items()):
         members = [(nm, e) for nm, e in zip(names, pool) if e.candidate.gpu.key == key]
         if members:

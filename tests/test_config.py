@@ -74,3 +74,25 @@ def test_yaml_that_does_not_parse(tmp_path):
     with pytest.raises(ConfigError) as e:
         compose("plan", [f"hydra.searchpath=[file://{tmp_path}]", "workload=bad"])
     assert "bad.yaml" in e.value.render() and "line" in str(e.value)
+
+
+def test_search_defaults_have_one_source():
+    """conf/search/default.yaml sets nothing: the composed defaults are the optimizer's SearchSpace."""
+    from dataclasses import asdict
+
+    from llmplan.optimizer.planner import SearchSpace
+
+    assert asdict(to_app(compose("plan", [])).search) == asdict(SearchSpace())
+    assert asdict(to_app(compose("plan", ["search.finalists=5"])).search)["finalists"] == 5
+
+
+def test_cfg_job_prints_the_composed_node(capsys):
+    from llmplan.cli import main
+
+    assert main(["plan", "--cfg", "job", "-p", "search", "search.finalists=7"]) == 0
+    out = capsys.readouterr().out
+    assert "finalists: 7" in out and "model:" not in out
+
+
+def test_plus_on_a_schema_key_sets_it():
+    assert to_app(compose("plan", ["+slo.ttft_p90_ms=321"])).slo.ttft_p90_ms == 321

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
+from llmplan.optimizer.planner import SearchSpace
 from llmplan.sim.types import EngineProfile
 from llmplan.sim.workload import WorkloadSpec
 
@@ -66,31 +67,12 @@ class SLOConfig:
     tpot_p99_ms: Optional[float] = None
 
 
-@dataclass
-class SearchConfig:
-    # tensor-parallel degrees to try (must divide the attention heads)
-    tp: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    # pipeline-parallel degrees to try
-    pp: List[int] = field(default_factory=lambda: [1, 2])
-    # expert-parallel degrees (MoE models only; must divide tp and the expert count)
-    ep: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    # weight/GEMM precisions to try: bf16 | fp8 | fp4 (where the GPU supports it)
-    precision: List[str] = field(default_factory=lambda: ["bf16", "fp8"])
-    # KV-cache dtype: "auto" = fp8 with fp8 weights, else bf16; or bf16 | fp8
-    kv_cache_dtype: str = "auto"
-    # engine max_num_seqs values to try
-    max_batch: List[int] = field(default_factory=lambda: [64, 256])
-    # replicas allowed per candidate in the ILP
-    max_replicas: int = 256
-    # load each replica to at most this fraction of its SLO capacity (headroom for the
-    # capacity search's tolerance and for traffic noise)
-    max_load: float = 0.95
-    # finalists verified in the discrete-event simulator (0 = analytical only)
-    finalists: int = 3
-    # requests per simulation in verification bisections
-    verify_requests: int = 600
-    # runner-up alternatives shown
-    alternatives: int = 4
+#: the search group's schema: optimizer.planner.SearchSpace (its defaults are the only ones),
+#: mutable for composition. Keys: tp, pp, ep (parallel degrees to try), precision (bf16 | fp8 |
+#: fp4), kv_cache_dtype (auto | bf16 | fp8), max_batch (engine max_num_seqs values), max_replicas,
+#: max_load (fraction of SLO capacity), finalists (simulated; 0 = analytical only),
+#: verify_requests, alternatives.
+SearchConfig = _mutable_mirror(SearchSpace, "SearchConfig")
 
 
 @dataclass
@@ -144,7 +126,7 @@ class AppConfig:
     gpu: GPUConfig = field(default_factory=GPUConfig)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     slo: SLOConfig = field(default_factory=SLOConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)  # type: ignore[valid-type]
     engine: EngineConfig = field(default_factory=EngineConfig)  # type: ignore[valid-type]
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     output: OutputConfig = field(default_factory=OutputConfig)

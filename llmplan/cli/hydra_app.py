@@ -1,120 +1,46 @@
-"""Running a Hydra-configured subcommand from the argparse-style dispatcher.
+"""The Hydra entry point of `plan`, `simulate` and `whatif`.
 
-The composed config is validated first with Hydra's compose API so that a bad override
-(unknown key, wrong type, unknown option, YAML that does not parse) becomes one clear
-line and exit code 2 instead of a traceback; then ``hydra.main`` runs the job, which
-gives output directories, ``-m`` multirun and launcher plugins for free.
+Each command is a plain function ``task(cfg) -> exit code`` (``run_plan`` ...), which the
+tests call on a config from :func:`compose`. :func:`run` drives it through Hydra's own APIs,
+with no ``sys.argv`` patching and no module state:
+
+* the overrides are parsed with Hydra's grammar, checked against the schema and expanded
+  into jobs (:mod:`llmplan.cli.overrides`), so a sweep's jobs are checked like a single run;
+* every job's config is composed with ``hydra.compose`` before anything runs; composition
+  errors become one ConfigError (:mod:`llmplan.cli.compose_errors`);
+* a single run goes through ``hydra.core.utils.run_job`` (output directory, ``.hydra/``
+  files, logging), a sweep through the configured launcher plugin (joblib), the API that
+  Hydra's own sweepers use; every job's outcome lands in ``summary.csv``.
 """
 
 from __future__ import annotations
 
-import itertools
-import re
+import os
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from llmplan.errors import EXIT_USER_ERROR, ConfigError, UserError, suggest
+from llmplan.cli.compose_errors import explain
+from llmplan.cli.overrides import Job, expand, group_options, groups
+from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_USER_ERROR, ConfigError, UserError, suggest
 from llmplan.paths import conf_dir
 
-#: exit code of the last job run in this process (hydra.main does not return it)
-_LAST_CODE: list[int] = [0]
-MAX_SWEEP_CHECK = 256
+__all__ = ["compose", "run", "groups", "group_options", "CliArgs", "parse_args"]
+
+EXIT_BUG = 1
 
 
-def group_options(group: str) -> list[str]:
-    d = conf_dir() / group
-    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+# --------------------------------------------------------------------------- composing
 
 
-def groups() -> list[str]:
-    return sorted(p.name for p in conf_dir().iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
-
-
-#: mapping-valued keys; Hydra only replaces/extends them with a `++` override
-_DICT_KEYS = re.compile(r"((?:gpu\.(?:max_gpus|usd_per_hour|spec_overrides|topology))|(?:whatif\.(?:gpu_scale|price_scale)))(\.[^=]+)?=")
-
-
-def _rewrite(overrides: list[str]) -> list[str]:
-    """Shortcuts: `model=<catalog name or HF id>` and `gpu=<catalog key>` without a YAML file;
-    `gpu.usd_per_hour={...}` (and the other mapping keys) without Hydra's `++` prefix."""
-    out = []
-    for ov in overrides:
-        if _DICT_KEYS.match(ov):
-            out.append("++" + ov)
-            continue
-        m = re.fullmatch(r"(model|gpu)=(.+)", ov)
-        if m and "," not in m.group(2):
-            group, value = m.groups()
-            if value not in group_options(group):
-                if group == "model":
-                    out += [f"model.name={value}", "model.config_path=null"]
-                else:
-                    out.append(f"gpu.candidates=[{value}]")
-                continue
-        out.append(ov)
-    return out
-
-
-def _expand_sweeps(overrides: list[str]) -> list[list[str]]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    axes: list[list[str]] = []
-    for o in parsed:
-        key = o.get_key_element()
-        if o.is_sweep_override():
-            axes.append([f"{key}={v}" for v in o.sweep_string_iterator()])
-        else:
-            axes.append([o.input_line])
-    combos = [list(c) for c in itertools.islice(itertools.product(*axes), MAX_SWEEP_CHECK)]
-    return [_rewrite(c) for c in combos]
-
-
-def _explain(exc: Exception, overrides: list[str]) -> ConfigError:
-    text = str(exc).replace("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", "")
-    if exc.__cause__ is not None:
-        text += "\n" + str(exc.__cause__)
-    full = re.search(r"full_key: (\S+)", text)
-    if full and re.match(r"(gpu\.(usd_per_hour|max_gpus|spec_overrides)|whatif\.(gpu_scale|price_scale))\.", full.group(1)):
-        what = "an integer GPU count" if ".max_gpus." in full.group(1) else "a number"
-        return ConfigError(f"must be {what}", key=full.group(1),
-                           fix=f"e.g. {full.group(1).split('.')[1]}='{{h100_sxm: 2}}'")
-    m = re.search(r"Could not find '([^/']+)/([^']+)'", text)
-    if m:
-        group, opt = m.groups()
-        return ConfigError(f"unknown option '{opt}'; {suggest(opt, group_options(group))}", key=group,
-                           fix=f"pick one of conf/{group}/*.yaml or pass {group}.<key>=<value>")
-    m = re.search(r"Key '([^']+)' not in '(\w+)'", text)
-    if m:
-        full = re.search(r"full_key: (\S+)", text)
-        key = full.group(1) if full else m.group(1)
-        return ConfigError("unknown config key", key=key, fix="check the spelling; `llmplan <command> --cfg job` prints every key")
-    m = re.search(r"Value '([^']*)' (?:of type '[^']*' )?could not be converted to (\w+)", text)
-    if m:
-        full = re.search(r"full_key: (\S+)", text)
-        key = full.group(1) if full else "config"
-        return ConfigError(f"value '{m.group(1)}' is not a valid {m.group(2)}", key=key,
-                           fix=f"give {key} a value of type {m.group(2).lower()}")
-    m = re.search(r'in "([^"]+\.ya?ml)", line (\d+), column (\d+)', text)
-    if m:
-        return ConfigError(f"YAML does not parse at line {m.group(2)}, column {m.group(3)}: {text.splitlines()[0]}",
-                           key=m.group(1), fix="fix the YAML syntax in that file")
-    first = next((ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    full = re.search(r"full_key: (\S+)", text)
-    detail = next((ln.strip() for ln in str(exc.__cause__ or "").splitlines() if ln.strip()), "")
-    if full:
-        return ConfigError(detail or first, key=full.group(1), fix="check the value's type and spelling")
-    m = re.search(r"override (\S+?)=", text)
-    return ConfigError(detail or first, key=m.group(1) if m else "config",
-                       fix="check the overrides: " + " ".join(overrides))
-
-
-def compose(config_name: str, overrides: list[str], config_dir: str | None = None) -> DictConfig:
-    """Compose (and schema-check) a config; raises ConfigError with a clear message."""
-    from hydra import compose as hcompose
+@contextmanager
+def _hydra(job_name: str) -> Iterator[object]:
+    """Hydra initialised on conf/ (the schema registered) for the duration of the block."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -123,16 +49,80 @@ def compose(config_name: str, overrides: list[str], config_dir: str | None = Non
     register_configs()
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=config_dir or str(conf_dir()), version_base="1.3"):
-            return hcompose(config_name=config_name, overrides=_rewrite(overrides))
-    except Exception as exc:  # Hydra/OmegaConf raise many types; all are user input errors here
-        raise _explain(exc, overrides) from None
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name=job_name):
+            yield GlobalHydra.instance()
     finally:
         GlobalHydra.instance().clear()
 
 
+def _compose(config_name: str, overrides: list[str], hydra_config: bool = False) -> DictConfig:
+    from hydra import compose as hydra_compose
+
+    try:
+        return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=hydra_config)
+    except Exception as exc:  # Hydra, OmegaConf and YAML raise many types; all are input errors here
+        raise explain(exc, overrides) from None
+
+
+def compose(config_name: str, overrides: list[str]) -> DictConfig:
+    """The checked config of one job (no sweeps); raises ConfigError with a clear message."""
+    (job,) = expand(list(overrides), multirun=False)
+    with _hydra(config_name):
+        return _compose(config_name, list(job.hydra))
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+@dataclass
+class CliArgs:
+    overrides: list[str] = field(default_factory=list)
+    multirun: bool = False
+    help: bool = False
+    cfg: str | None = None          # --cfg job|hydra|all: print the config instead of running
+    package: str | None = None      # --package: print only this node
+    resolve: bool = False
+
+
+_FLAGS = ("-m", "--multirun", "-h", "--help", "--cfg", "-c", "--package", "-p", "--resolve", "--config-dir", "-cd")
+
+
+def parse_args(argv: list[str]) -> CliArgs:
+    a = CliArgs()
+    it = iter(argv)
+    for arg in it:
+        if arg in ("-m", "--multirun"):
+            a.multirun = True
+        elif arg in ("-h", "--help"):
+            a.help = True
+        elif arg == "--resolve":
+            a.resolve = True
+        elif arg in ("--cfg", "-c", "--package", "-p", "--config-dir", "-cd"):
+            value = next(it, None)
+            if value is None or value.startswith("-"):
+                raise ConfigError("needs a value", key=arg, fix={"--cfg": "--cfg job", "-c": "-c job"}.get(arg, f"{arg} <value>"))
+            if arg in ("--cfg", "-c"):
+                if value not in ("job", "hydra", "all"):
+                    raise ConfigError(f"unknown config part '{value}'", key=arg, fix="--cfg job, --cfg hydra or --cfg all")
+                a.cfg = value
+            elif arg in ("--package", "-p"):
+                a.package = value
+            else:
+                path = Path(value).resolve()
+                if not path.is_dir():
+                    raise ConfigError(f"not a directory: {value}", key=arg, fix="give a folder of config groups")
+                a.overrides.append(f"hydra.searchpath=[file://{path}]")
+        elif arg in ("--config-name", "-cn"):
+            raise ConfigError("the command chooses the primary config", key=arg, fix="llmplan plan|simulate|whatif ...")
+        elif arg.startswith("-"):
+            raise ConfigError(f"unknown option; {suggest(arg, _FLAGS)}", key=arg, fix="`llmplan <command> --help`")
+        else:
+            a.overrides.append(arg)
+    return a
+
+
 def print_help(command: str, summary: str) -> None:
-    print(f"usage: llmplan {command} [group=option ...] [key=value ...] [-m]\n\n{summary}\n")
+    print(f"usage: llmplan {command} [group=option ...] [key=value ...] [-m] [--cfg job|hydra|all [-p key]]\n\n{summary}\n")
     print("config groups (conf/<group>/<option>.yaml):")
     for g in groups():
         print(f"  {g:<11} " + ", ".join(group_options(g)))
@@ -140,125 +130,154 @@ def print_help(command: str, summary: str) -> None:
     print(f"  llmplan {command} model=qwen3_32b gpu=h100_sxm slo.ttft_p90_ms=800 workload.rate_rps=20")
     print(f"  llmplan {command} -m model=llama3_1_8b,qwen3_32b gpu=h100_sxm,h200_sxm   # sweep, parallel jobs")
     print(f"  llmplan {command} --cfg job    # print the composed config")
-    print("\n`model=` also takes a Hugging Face id; `model.config_path=/path/config.json` loads a local model;"
-          " `gpu=<key>` any catalog GPU (`llmplan catalog gpus`).")
+    print("\n`model=` also takes a Hugging Face id or a config.json path; `gpu=<key>` any catalog GPU"
+          " (`llmplan catalog gpus`).\nOutputs: llmplan-out/<command>/<time>/ (hydra.run.dir=...);"
+          " sweeps: llmplan-out/<command>-multirun/<time>/ with summary.csv (hydra.sweep.dir=...).")
 
 
-_VALUE_FLAGS = {"--cfg", "-c", "--config-dir", "-cd", "--package", "-p", "--config-name", "-cn"}
+def _print_cfg(cfg: DictConfig, args: CliArgs) -> None:
+    node: object = cfg
+    if args.cfg == "job":
+        node = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    elif args.cfg == "hydra":
+        node = OmegaConf.masked_copy(cfg, ["hydra"])
+    if args.package:
+        node = OmegaConf.select(node, args.package)
+        if node is None:
+            raise ConfigError("no such config node", key=args.package, fix="e.g. -p search")
+    print(OmegaConf.to_yaml(node, resolve=args.resolve) if OmegaConf.is_config(node) else node)
 
 
-def _split_args(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """(Hydra flags with their values, overrides, extra overrides for validation)."""
-    flags: list[str] = []
-    overrides: list[str] = []
-    extra: list[str] = []
-    it = iter(argv)
-    for a in it:
-        if a in _VALUE_FLAGS:
-            value = next(it, None)
-            if value is None:
-                raise ConfigError(f"{a} needs a value", key=a)
-            if a in ("--config-dir", "-cd"):
-                path = Path(value).resolve()
-                if not path.is_dir():
-                    raise ConfigError(f"not a directory: {value}", key=a, fix="give a folder of config groups")
-                value = str(path)
-                extra.append(f"hydra.searchpath=[file://{path}]")
-            if a in ("--config-name", "-cn"):
-                raise ConfigError("choose the primary config with the command (plan/simulate)", key=a)
-            flags += [a, value]
-        elif a.startswith("-"):
-            flags.append(a)
-        else:
-            overrides.append(a)
-    return flags, overrides, extra
+# --------------------------------------------------------------------------- running
 
 
-def _is_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
+def writable_dir(path: Path, key: str) -> Path:
+    """Create the output folder, or a ConfigError naming the key that set it."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"'{path}' is an existing file, not a folder", key=key, fix=f"give a folder: {key}=<dir>")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create output folder '{path}': {exc.strerror or exc}", key=key,
+                          fix=f"give a writable folder: {key}=<dir>") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"output folder '{path}' is not writable", key=key, fix=f"give a writable folder: {key}=<dir>")
+    return path
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    code: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Task:
+    """The Hydra task function around a command: a UserError becomes exit code 2 and a
+    reason; in a sweep an internal error is recorded (with its traceback on stderr) so the
+    other jobs still run and the summary lists it. Picklable for the joblib launcher."""
+
+    run: Callable[[DictConfig], int]
+    multirun: bool = False
+
+    def __call__(self, cfg: DictConfig) -> JobOutcome:
+        try:
+            code = int(self.run(cfg) or 0)
+        except UserError as exc:
+            print(exc.render(), file=sys.stderr)
+            return JobOutcome(EXIT_USER_ERROR, exc.render().removeprefix("error: ").replace("\n  fix: ", "; fix: "))
+        except Exception as exc:
+            if not self.multirun:
+                raise
+            traceback.print_exc()
+            return JobOutcome(EXIT_BUG, f"internal error: {type(exc).__name__}: {exc}")
+        return JobOutcome(code)
+
+
+def _context(cfg: DictConfig):
+    from hydra._internal.callbacks import Callbacks  # what Hydra.run/multirun hand to run_job and launchers
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import HydraContext
+
+    return HydraContext(config_loader=GlobalHydra.instance().config_loader(), callbacks=Callbacks(cfg))
+
+
+def _run_single(cfg: DictConfig, task: Task) -> int:
+    from hydra.core.utils import run_job
     from hydra.types import RunMode
 
-    try:
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except ValueError:
-        return False
+    writable_dir(Path(str(cfg.hydra.run.dir)), "hydra.run.dir")
+    with open_dict(cfg.hydra):
+        cfg.hydra.mode = RunMode.RUN
+    ret = run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
+                  hydra_context=_context(cfg))
+    return ret.return_value.code  # re-raises an internal error (a bug keeps its traceback)
 
 
-#: output directory of the job running in this process when it runs without hydra.main
-CURRENT_OUTPUT_DIR: list[Path | None] = [None]
+def _subdir(num: int, job: Job) -> str:
+    safe = "".join(c if c.isalnum() or c in "._=,-" else "_" for c in ",".join(job.swept))
+    return f"hydra.sweep.subdir='{num}_{safe}'" if safe else f"hydra.sweep.subdir={num}"
 
 
-def _run_single(command: str, cfg: DictConfig, overrides: list[str], task: Callable[[DictConfig], int]) -> int:
-    """A single run, in-process, on the config already composed and checked: the same output
-    layout as Hydra (``hydra.run.dir``, ``.hydra/config.yaml`` and ``overrides.yaml``) without
-    composing the config a second time."""
-    import datetime
+def sweep_exit_code(codes: list[int]) -> int:
+    """Bad input (2) before an internal error (1) before infeasible (3); 0 when all succeeded."""
+    for code in (EXIT_USER_ERROR, EXIT_BUG, EXIT_INFEASIBLE):
+        if code in codes:
+            return code
+    return max(codes, default=EXIT_OK)
 
-    from omegaconf import OmegaConf
 
-    run_dir = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")), None)
-    if run_dir is None:
-        run_dir = f"llmplan-out/{command}/{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
-    out = Path(run_dir)
-    (out / ".hydra").mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
-    OmegaConf.save(OmegaConf.create([o for o in overrides if not o.startswith("hydra.")]), out / ".hydra" / "overrides.yaml")
-    CURRENT_OUTPUT_DIR[0] = out
-    try:
-        return task(cfg)
-    except UserError as exc:
-        print(exc.render(), file=sys.stderr)
-        return EXIT_USER_ERROR
-    finally:
-        CURRENT_OUTPUT_DIR[0] = None
+def _run_sweep(config_name: str, jobs: list[Job], task: Task) -> int:
+    from hydra.core.plugins import Plugins
+    from hydra.types import RunMode
+
+    from llmplan.cli.sweep_summary import SweptJob, report
+
+    hydra_lines = [o for o in jobs[0].hydra if o.lstrip("+").startswith("hydra")]
+    master = _compose(config_name, hydra_lines, hydra_config=True)
+    with open_dict(master.hydra):
+        master.hydra.mode = RunMode.MULTIRUN
+    sweep_dir = writable_dir(Path(str(master.hydra.sweep.dir)), "hydra.sweep.dir")
+    own_subdir = any(o.lstrip("+").startswith("hydra.sweep.subdir=") for o in hydra_lines)
+    job_overrides = [[o for o in j.hydra if o not in hydra_lines] + ([] if own_subdir else [_subdir(i, j)])
+                     for i, j in enumerate(jobs)]
+    launcher = Plugins.instance().instantiate_launcher(hydra_context=_context(master), task_function=task, config=master)
+    rets = launcher.launch(job_overrides, initial_job_idx=0)
+    swept = []
+    for i, (job, ret) in enumerate(zip(jobs, rets)):
+        outcome = ret._return_value if isinstance(ret._return_value, JobOutcome) else \
+            JobOutcome(EXIT_BUG, f"internal error: {ret._return_value!r}")
+        typed = " ".join(o for o in job.typed if not o.lstrip("+").startswith("hydra"))
+        swept.append(SweptJob(i, typed, " ".join(job.swept), Path(ret.hydra_cfg.hydra.runtime.output_dir), outcome.code,
+                              outcome.reason))
+    report(sweep_dir, swept)
+    return sweep_exit_code([s.code for s in swept])
 
 
 def run(command: str, config_name: str, argv: list[str], task: Callable[[DictConfig], int], summary: str) -> int:
-    if any(a in ("-h", "--help") for a in argv):
+    """`llmplan <command> argv...`: compose, check and run (or sweep) ``task``; an exit code."""
+    args = parse_args(argv)
+    if args.help:
         print_help(command, summary)
-        return 0
-    multirun = any(a in ("-m", "--multirun") for a in argv)
-    flags, overrides, extra = _split_args(argv)
-    combos = _expand_sweeps(overrides) if multirun else [overrides]
-    if not multirun:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        try:
-            if any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(overrides)):
-                raise ConfigError("a sweep (a,b or range) needs -m", key="overrides", fix=f"llmplan {command} -m ...")
-        except ConfigError:
-            raise
-        except Exception as exc:
-            raise _explain(exc, overrides) from None
-    composed = [compose(config_name, combo + extra) for combo in combos]
-    if not multirun and not flags:
-        return _run_single(command, composed[0], overrides, task)
-
-    import hydra
-
-    from llmplan.cli.config_schema import register_configs
-
-    register_configs()
-    _LAST_CODE[0] = 0
-
-    def job(cfg: DictConfig) -> int:
-        try:
-            code = task(cfg)
-        except UserError as exc:
-            print(exc.render(), file=sys.stderr)
-            code = EXIT_USER_ERROR
-        _LAST_CODE[0] = code
-        if code and not _is_multirun():
-            sys.exit(code)  # SystemExit passes through Hydra; a multirun job records its code instead
-        return code
-
-    job.__module__ = "llmplan"
-    job.__name__ = command
-    main = hydra.main(config_path=str(Path(conf_dir())), config_name=config_name, version_base="1.3")(job)
-    old = sys.argv
-    sys.argv = [f"llmplan {command}"] + flags + _rewrite(overrides)
-    try:
-        main()
-    finally:
-        sys.argv = old
-    return _LAST_CODE[0]
+        return EXIT_OK
+    jobs = expand(args.overrides, args.multirun)
+    with _hydra(command):
+        if not args.multirun:
+            cfg = _compose(config_name, list(jobs[0].hydra), hydra_config=True)
+            if args.cfg:
+                _print_cfg(cfg, args)
+                return EXIT_OK
+            return _run_single(cfg, Task(task))
+        for i, job in enumerate(jobs):  # every job composes before any runs
+            try:
+                cfg = _compose(config_name, list(job.hydra), hydra_config=args.cfg is not None)
+            except ConfigError as exc:
+                if len(jobs) > 1:
+                    exc.fix = (exc.fix + "; " if exc.fix else "") + f"in sweep job {i}: {' '.join(job.swept)}"
+                raise
+            if args.cfg:
+                print(f"# job {i}: {' '.join(job.swept)}")
+                _print_cfg(cfg, args)
+        if args.cfg:
+            return EXIT_OK
+        return _run_sweep(config_name, jobs, Task(task, multirun=True))

@@ -26,9 +26,6 @@ SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analy
 def output_dir() -> Path:
     from hydra.core.hydra_config import HydraConfig
 
-    if hydra_app.CURRENT_OUTPUT_DIR[0] is not None:
-        return hydra_app.CURRENT_OUTPUT_DIR[0]
-
     try:
         return Path(HydraConfig.get().runtime.output_dir)
     except ValueError:  # called outside a Hydra job (tests)

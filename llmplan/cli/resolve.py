@@ -5,15 +5,16 @@ Every check here names the offending key and says what would fix it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import fields, replace
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from llmplan.hardware_catalog.loader import get_gpu, with_topology
 from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.cli.config_checks import check_values
 from llmplan.cli.config_schema import AppConfig
-from llmplan.errors import ConfigError
+from llmplan.errors import ConfigError, UserError
 from llmplan.model_catalog.loader import load_model
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.optimizer.types import SLOTarget, WorkloadStats
@@ -27,13 +28,21 @@ def to_app(cfg: DictConfig) -> AppConfig:
     app = OmegaConf.to_object(cfg)
     assert isinstance(app, AppConfig)
     app.engine = EngineProfile(**asdict(app.engine))
+    check_values(app)
     return app
 
 
 def resolve_model(app: AppConfig) -> ModelSpec:
-    if app.model.config_path:
-        return load_model(app.model.config_path)
-    return load_model(app.model.name)
+    path = app.model.config_path
+    if not path:
+        return load_model(app.model.name)
+    if not Path(path).exists():
+        raise ConfigError(f"file not found: {path}", key="model.config_path",
+                          fix="give the path of a Hugging Face config.json (or of its folder), or null")
+    try:
+        return load_model(path)
+    except UserError as exc:  # the catalog names its key `model`; the user typed model.config_path
+        raise ConfigError(str(exc), key="model.config_path", fix=exc.fix) from None
 
 
 _SPEC_FIELDS = {f.name for f in fields(GPUSpec)}
@@ -64,10 +73,7 @@ def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
             raise ConfigError("unknown GPU figure", key=f"gpu.spec_overrides.{key}.{k}",
                               fix="use one of " + ", ".join(sorted(_NUMERIC)) + " or <dtype>_tflops")
     price = app.gpu.usd_per_hour.get(key, app.gpu.usd_per_hour.get(gpu.key))
-    if price is not None:
-        if not (isinstance(price, (int, float)) and math.isfinite(price) and price > 0):
-            raise ConfigError(f"price must be a positive number, got {price!r}", key=f"gpu.usd_per_hour.{key}",
-                              fix="give $/GPU-hour as a number, e.g. 2.49")
+    if price is not None:  # positive and finite: config_checks
         changes["usd_per_hour"] = float(price)
     return replace(gpu, **changes) if changes else gpu
 
@@ -76,10 +82,6 @@ def resolve_gpus(app: AppConfig) -> list[GPUSpec]:
     if not app.gpu.candidates:
         raise ConfigError("no candidate GPUs", key="gpu.candidates", fix="list at least one catalog GPU key")
     gpus = [resolve_gpu(k, app) for k in app.gpu.candidates]
-    for k, v in app.gpu.max_gpus.items():
-        if v < 0:
-            raise ConfigError(f"availability must be >= 0, got {v}", key=f"gpu.max_gpus.{k}", fix="give a GPU count")
-        get_gpu(k)
     avail = {g.key: app.gpu.max_gpus.get(g.key, app.gpu.max_gpus.get(k)) for k, g in zip(app.gpu.candidates, gpus)}
     if all(v == 0 for v in avail.values()):
         raise ConfigError("every candidate GPU type has availability 0", key="gpu.max_gpus",
@@ -118,13 +120,9 @@ def resolve_slos(app: AppConfig) -> list[SLOTarget]:
 
 
 def check_engine(engine: EngineProfile) -> None:
-    if engine.max_num_seqs < 1:
-        raise ConfigError("must be >= 1", key="engine.max_num_seqs", fix="e.g. 256")
     if engine.max_num_batched_tokens < engine.block_size:
         raise ConfigError(f"token budget {engine.max_num_batched_tokens} is smaller than one KV block ({engine.block_size})",
                           key="engine.max_num_batched_tokens", fix="raise it (vLLM default 8192)")
-    if not 0 < engine.gpu_memory_utilization <= 1:
-        raise ConfigError("must be in (0, 1]", key="engine.gpu_memory_utilization", fix="e.g. 0.9")
 
 
 def workload_stats(requests, rate_rps: float, arrival_cv: float) -> WorkloadStats:

@@ -1,0 +1,148 @@
+"""Value checks on the typed config, for every command, before any work starts.
+
+The schema fixes keys and types; this module fixes what values mean: every number must be
+finite, counts and latencies must be in range, and every named option must be one that
+exists. One table, so a new key gets its rule next to the others; each failure is a
+ConfigError naming the key as the user types it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from llmplan.errors import ConfigError, suggest
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    ok: Callable[[Any], bool]
+    needs: str            # "> 0", "an integer >= 1", ...
+
+
+POSITIVE = Rule(lambda v: v > 0, "> 0")
+NON_NEGATIVE = Rule(lambda v: v >= 0, ">= 0")
+AT_LEAST_1 = Rule(lambda v: v >= 1, ">= 1")
+FRACTION = Rule(lambda v: 0 < v <= 1, "in (0, 1]")
+HALF_OPEN_FRACTION = Rule(lambda v: 0 <= v < 1, "in [0, 1)")
+
+#: key pattern ("*" = any mapping key, "[]" = every list element) -> rule; None values pass
+RANGES: dict[str, Rule] = {
+    "seed": NON_NEGATIVE,
+    "workload.rate_rps": POSITIVE,
+    "workload.cv": POSITIVE,
+    "workload.concurrency": AT_LEAST_1,
+    "workload.think_time_ms": NON_NEGATIVE,
+    "workload.num_requests": NON_NEGATIVE,
+    "workload.prefix_block_tokens": AT_LEAST_1,
+    "workload.shared_prefix_tokens": NON_NEGATIVE,
+    "workload.num_shared_prefixes": AT_LEAST_1,
+    "workload.seed": NON_NEGATIVE,
+    **{f"workload.{n}_tokens.{k}": r for n in ("input", "output")
+       for k, r in (("mean_tokens", POSITIVE), ("min_tokens", AT_LEAST_1), ("max_tokens", AT_LEAST_1),
+                    ("cv", NON_NEGATIVE), ("sigma", NON_NEGATIVE))},
+    **{f"slo.{m}_p{p}_ms": POSITIVE for m in ("ttft", "tpot") for p in (50, 90, 95, 99)},
+    "search.tp[]": AT_LEAST_1, "search.pp[]": AT_LEAST_1, "search.ep[]": AT_LEAST_1,
+    "search.max_batch[]": AT_LEAST_1, "search.max_replicas": AT_LEAST_1,
+    "search.max_load": FRACTION, "search.finalists": NON_NEGATIVE, "search.alternatives": NON_NEGATIVE,
+    "search.verify_requests": AT_LEAST_1,
+    "engine.max_num_seqs": AT_LEAST_1, "engine.max_num_batched_tokens": AT_LEAST_1, "engine.block_size": AT_LEAST_1,
+    "engine.gpu_memory_utilization": FRACTION, "engine.watermark": HALF_OPEN_FRACTION,
+    "engine.host_overhead_ms": NON_NEGATIVE, "engine.host_overhead_per_seq_ms": NON_NEGATIVE,
+    "engine.activation_reserve_gb": NON_NEGATIVE,
+    "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1,
+    "deployment.replicas": AT_LEAST_1,
+    "gpu.max_gpus.*": NON_NEGATIVE, "gpu.usd_per_hour.*": POSITIVE,
+    "gpu.spec_overrides.*.*": POSITIVE,
+    "whatif.slo_scale": POSITIVE, "whatif.rate_scale": POSITIVE, "whatif.price_scale.*": POSITIVE,
+    "whatif.gpu_scale.*.*": POSITIVE,
+}
+
+#: keys whose values, or whose mapping keys (".*"), name catalog GPUs
+GPU_NAMES = ("gpu.candidates", "deployment.gpu", "whatif.add_gpus")
+GPU_KEYED = ("gpu.max_gpus", "gpu.usd_per_hour", "gpu.spec_overrides", "gpu.topology", "whatif.gpu_scale",
+             "whatif.price_scale")
+
+#: lists that must not be empty
+NON_EMPTY = ("search.tp", "search.pp", "search.ep", "search.precision", "search.max_batch", "gpu.candidates")
+
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
+
+
+def _choices() -> dict[str, tuple[str, ...]]:
+    """Named options -> what exists (imported lazily: the simulator's own tables)."""
+    from llmplan.sim.router import ROUTERS
+    from llmplan.sim.workload import ARRIVALS, LENGTH_KINDS, TRACE_FORMATS
+
+    return {
+        "workload.arrival": ARRIVALS, "workload.trace_format": TRACE_FORMATS,
+        "workload.input_tokens.kind": LENGTH_KINDS, "workload.output_tokens.kind": LENGTH_KINDS,
+        "search.kv_cache_dtype": KV_CACHE_DTYPES, "deployment.kv_cache_dtype": KV_CACHE_DTYPES,
+        "deployment.router": tuple(ROUTERS), "output.requests_format": ("csv", "parquet"),
+    }
+
+
+def walk(node: Any, key: str = "", pattern: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(key as typed, rule pattern, value) for every leaf of a config tree."""
+    if dataclasses.is_dataclass(node):
+        for f in dataclasses.fields(node):
+            sub = f"{key}.{f.name}" if key else f.name
+            yield from walk(getattr(node, f.name), sub, f"{pattern}.{f.name}" if pattern else f.name)
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from walk(v, f"{key}.{k}", f"{pattern}.*")
+    elif isinstance(node, (list, tuple)):
+        for v in node:
+            yield from walk(v, key, f"{pattern}[]")
+    else:
+        yield key, pattern, node
+
+
+def _node(app: Any, key: str) -> Any:
+    for part in key.split("."):
+        app = getattr(app, part)
+    return app
+
+
+def _check_gpu(name: str, key: str) -> None:
+    from llmplan.errors import UserError
+    from llmplan.hardware_catalog.loader import get_gpu
+
+    try:
+        get_gpu(name)
+    except UserError as exc:  # the catalog names its own key (`gpu`); name the one the user typed
+        raise ConfigError(str(exc), key=key, fix=exc.fix) from None
+
+
+def check_gpu_names(app: Any) -> None:
+    for key in GPU_NAMES:
+        value = _node(app, key)
+        for name in [value] if isinstance(value, str) else value or []:
+            _check_gpu(str(name), key)
+    for key in GPU_KEYED:
+        for name in _node(app, key):
+            _check_gpu(str(name), f"{key}.{name}")
+
+
+def check_values(app: Any) -> None:
+    """ConfigError for the first value out of range, not finite, or naming nothing that exists."""
+    check_gpu_names(app)
+    for key in NON_EMPTY:
+        head, _, leaf = key.partition(".")
+        if not getattr(getattr(app, head), leaf):
+            raise ConfigError("must not be empty", key=key, fix=f"list at least one value, e.g. {key}=[...]")
+    choices = _choices()
+    for key, pattern, value in walk(app):
+        if value is None or isinstance(value, (bool, str)):
+            if isinstance(value, str) and pattern in choices and value not in choices[pattern]:
+                raise ConfigError(f"unknown value '{value}'; {suggest(value, choices[pattern])}", key=key,
+                                  fix="one of: " + ", ".join(choices[pattern]))
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"must be a finite number, got {value}", key=key,
+                              fix="give a number" + (" or null (no target)" if key.startswith("slo.") else ""))
+        rule = RANGES.get(pattern)
+        if rule is not None and isinstance(value, (int, float)) and not rule.ok(value):
+            raise ConfigError(f"must be {rule.needs}, got {value:g}", key=key, fix=f"give {key} a value {rule.needs}")
