@@ -94,9 +94,9 @@ def bytes_per_element(precision: str) -> float:
                           fix=suggest(str(precision), BYTES_PER_ELEMENT)) from None
 
 
-def _mlp_params(spec: ModelSpec, intermediate: int) -> int:
+def _mlp_params(spec: ModelSpec, intermediate: int, hidden: int = 0) -> int:
     """One (gated or plain) MLP of width ``intermediate``, with biases when the spec says."""
-    h = spec.hidden_size
+    h = hidden or spec.hidden_size
     mats = 3 if spec.gated_mlp else 2
     params = mats * h * intermediate
     if spec.mlp_bias:
@@ -106,7 +106,7 @@ def _mlp_params(spec: ModelSpec, intermediate: int) -> int:
 
 def expert_params(spec: ModelSpec) -> int:
     """Parameters of one routed expert (0 for a dense model)."""
-    return 0 if spec.moe is None else _mlp_params(spec, spec.moe.expert_intermediate_size)
+    return 0 if spec.moe is None else _mlp_params(spec, spec.moe.expert_intermediate_size, spec.moe.latent_size)
 
 
 def _first_full_attention_layer(spec: ModelSpec) -> int:
@@ -133,12 +133,17 @@ def _small_params(spec: ModelSpec) -> int:
     final norm; MLA latent norms; GDN conv1d, A_log, dt_bias and gated-norm weights; DSA
     indexer key LayerNorm (weight and bias)."""
     h, layers = spec.hidden_size, spec.num_layers
-    norms = 2 * h * layers + h
+    norms = (1 if spec.block_pattern else 2) * h * layers + h  # Nemotron-H: one norm per block
     if spec.mla is not None:
         norms += (spec.mla.q_lora_rank + spec.mla.kv_lora_rank) * spec.num_full_attention_layers
     if spec.linear is not None:
         g = spec.linear
-        norms += g.num_layers * (g.conv_channels * g.conv_kernel + 2 * g.num_value_heads + g.value_head_dim)
+        if g.kind == "mamba2":  # conv1d (+bias), dt_bias, A_log, D, gated RMSNorm over d_inner
+            vd = g.num_value_heads * g.value_head_dim
+            norms += g.num_layers * (g.conv_channels * (g.conv_kernel + (1 if g.conv_bias else 0))
+                                     + 3 * g.num_value_heads + vd)
+        else:
+            norms += g.num_layers * (g.conv_channels * g.conv_kernel + 2 * g.num_value_heads + g.value_head_dim)
     if spec.sparse is not None:
         norms += spec.sparse.num_indexer_layers * 2 * spec.sparse.index_head_dim
     return norms

@@ -48,7 +48,9 @@ PRESETS_FILE = PACKAGE_DIR / "data" / "presets.yaml"
 #: fields every config must give (under text_config for multimodal wrappers).
 REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 #: model types whose MLP is a plain 2-matrix MLP rather than a gated (SwiGLU-style) one.
-_NON_GATED_TYPES = {"gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2", "mpt"}
+_NON_GATED_TYPES = {"gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2", "mpt",
+                    "nemotron_h"}
+_BLOCK_CODES = {"mamba": "M", "moe": "E", "attention": "*", "mlp": "-"}
 _SLIDING_KINDS = {"sliding_attention", "chunked_attention"}
 _FULL_KINDS = {"full_attention", "deepseek_sparse_attention"}
 _LIST_FIX = "`llmplan catalog models` lists the presets; a path to a config.json also works"
@@ -271,8 +273,9 @@ def unsupported_reason(cfg: dict[str, Any]) -> str | None:
     model_type = str(c.get("model_type", "")).lower()
     kinds = set(c.get("layer_types") or ())
     if model_type.startswith("nemotron_h") or "hybrid_override_pattern" in c or "layers_block_type" in c:
-        return ("Mamba2 hybrid layers (Nemotron-H: per-layer block types M/E/*/-, each layer a single "
-                "Mamba2, MoE, attention or MLP block)")
+        pattern = _nemotron_pattern(c)
+        if not pattern or set(pattern) - set("ME*-"):
+            return "Mamba2 hybrid with block types other than M/E/*/- (hybrid_override_pattern)"
     if model_type.startswith("kimi_linear") or "linear_attn_config" in c:
         return "Kimi delta attention (KDA) hybrid layers with gated MLA"
     if "compress_ratios" in c or model_type in ("deepseek_v4", "deepseek_ref"):
@@ -365,6 +368,46 @@ def _parse_mla(c: dict[str, Any], f: _Fields) -> MLASpec | None:
                    qk_rope_head_dim=f.get_int("qk_rope_head_dim"), v_head_dim=f.get_int("v_head_dim"))
 
 
+def _nemotron_pattern(c: dict[str, Any]) -> str:
+    """Nemotron-H block types, one character per block (M Mamba2, E MoE, * attention, - MLP)."""
+    pattern = c.get("hybrid_override_pattern")
+    if isinstance(pattern, str):
+        return pattern
+    kinds = c.get("layers_block_type")
+    if isinstance(kinds, list):
+        return "".join(_BLOCK_CODES.get(str(k), "?") for k in kinds)
+    return ""
+
+
+_SSM_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _parse_mamba2(c: dict[str, Any], f: _Fields, pattern: str) -> LinearAttentionSpec | None:
+    """Mamba2 blocks of a Nemotron-H model, in the LinearAttentionSpec shape."""
+    idx = tuple(i for i, k in enumerate(pattern) if k == "M")
+    if not idx:
+        return None
+    ssm = str(c.get("mamba_ssm_cache_dtype") or c.get("torch_dtype") or c.get("dtype") or "bfloat16")
+    state = _SSM_DTYPES.get(ssm)
+    if state is None:
+        raise f.error(f"mamba_ssm_cache_dtype '{ssm}' is not float32, bfloat16 or float16")
+    return LinearAttentionSpec(kind="mamba2", num_layers=len(idx), num_key_heads=f.get_int("n_groups"),
+                               num_value_heads=f.get_int("mamba_num_heads"), key_head_dim=f.get_int("ssm_state_size"),
+                               value_head_dim=f.get_int("mamba_head_dim"), conv_kernel=f.get_int("conv_kernel", default=4),
+                               state_dtype=state, layer_indices=idx, conv_bias=bool(c.get("use_conv_bias", False)))
+
+
+def _parse_nemotron_moe(c: dict[str, Any], f: _Fields, pattern: str) -> MoESpec | None:
+    if "E" not in pattern:
+        return None
+    shared = f.get_int("n_shared_experts", default=0, minimum=0)
+    return MoESpec(num_experts=f.get_int("n_routed_experts"), top_k=f.get_int("num_experts_per_tok"),
+                   expert_intermediate_size=f.get_int("moe_intermediate_size"), num_shared_experts=shared,
+                   shared_intermediate_size=f.get_int("moe_shared_expert_intermediate_size") if shared else 0,
+                   num_dense_layers=len(pattern) - pattern.count("E"),
+                   latent_size=f.get_int("moe_latent_size", default=0, minimum=0))
+
+
 def _parse_linear(c: dict[str, Any], f: _Fields, layers: int) -> LinearAttentionSpec | None:
     """Gated DeltaNet layers of a Qwen3.5 / Qwen3-Next style hybrid."""
     if "linear_num_key_heads" not in c:
@@ -449,6 +492,9 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
     """Build a ModelSpec from a Hugging Face config dict; ``source`` names it in errors.
     ``hf_quant`` is a ModelOpt ``hf_quant_config.json`` shipped beside the config."""
     c = _text_config(cfg)
+    pattern = _nemotron_pattern(c)
+    if pattern:  # one block per layer; Nemotron-3 Ultra omits num_hidden_layers
+        c = {**c, "num_hidden_layers": c.get("num_hidden_layers") or len(pattern)}
     f = _Fields(c, source or hf_id or key)
     reason = unsupported_reason(cfg)
     if reason:
@@ -460,11 +506,13 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
     model_type = str(c.get("model_type", "")).lower()
     llama4 = model_type.startswith("llama4") or "intermediate_size_mlp" in c
     mla = _parse_mla(c, f)
-    moe = _parse_moe(c, f, layers, llama4)
+    if pattern and len(pattern) != layers:
+        raise f.error(f"hybrid_override_pattern has {len(pattern)} blocks, num_hidden_layers is {layers}")
+    moe = _parse_nemotron_moe(c, f, pattern) if pattern else _parse_moe(c, f, layers, llama4)
     if mla is not None:
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
     else:
-        head_dim = f.get_int("head_dim", default=0, minimum=1) or 0
+        head_dim = f.get_int("head_dim", "attention_head_dim", default=0, minimum=1) or 0
         if not head_dim:
             if hidden % heads:
                 raise f.error(f"no 'head_dim' and hidden_size {hidden} is not divisible by {heads} heads")
@@ -482,7 +530,7 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
     archs = cfg.get("architectures") or c.get("architectures")
     architecture = str(archs[0]) if isinstance(archs, list) and archs else (model_type or "unknown")
     tie = c.get("tie_word_embeddings", False)  # absent: False, as in Llama/Qwen/Mixtral/DeepSeek
-    linear = _parse_linear(c, f, layers)
+    linear = _parse_mamba2(c, f, pattern) if pattern else _parse_linear(c, f, layers)
     sparse = _parse_sparse(c, f, layers) if mla is not None else None
     spec = ModelSpec(
         key=key,
@@ -513,6 +561,7 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
         attn_output_gate=bool(c.get("attn_output_gate", False)),
         vision_excluded=isinstance(cfg.get("vision_config"), dict),
         global_attention=_parse_global(c, f, layers, kv_heads, heads),
+        block_pattern=pattern,
     )
     qc = c.get("quantization_config") or c.get("compression_config")
     quant = parse_quant(spec, qc, hf_quant, f.source)

@@ -90,9 +90,11 @@ def _groups(qc: dict[str, Any], hq: dict[str, Any] | None, hidden: int, where: s
         by_algo: dict[str, list[str]] = {}
         for name, entry in layers.items():
             by_algo.setdefault(str((entry or {}).get("quant_algo", "")).upper(), []).append(f"{name}*")
-        for a, names in sorted(by_algo.items()):
-            if a in ("FP8", "NVFP4"):
-                groups.append((FP8_TENSOR if a == "FP8" else NVFP4, _Matcher(names)))
+        for a, names in sorted(by_algo.items()):  # e.g. FP8, NVFP4, W4A16_NVFP4 (weight-only NVFP4)
+            fmt = NVFP4 if "NVFP4" in a else FP8_TENSOR if a.startswith("FP8") else None
+            if fmt is None:
+                raise CatalogError(f"{where}: unsupported per-layer quant_algo '{a}'", key="model")
+            groups.append((fmt, _Matcher(names)))
         if not groups:
             raise CatalogError(f"{where}: quantization '{algo or method}' lists no format groups", key="model")
         return groups, _Matcher(ignore)

@@ -32,6 +32,8 @@ class MoESpec:
     #                               or interleaved (Llama-4 Maverick); a count, not positions
     shared_is_dense_mlp: bool = False  # the "shared expert" is the layer's dense MLP running beside
     #                                    the routed experts (Gemma-4 enable_moe_block)
+    latent_size: int = 0          # routed experts work in a latent width (Nemotron-3 moe_latent_size):
+    #                               hidden -> latent and latent -> hidden projections around them
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,16 @@ class SparseAttentionSpec:
 
 @dataclass(frozen=True)
 class LinearAttentionSpec:
-    """Gated DeltaNet layers of a hybrid model (Qwen3.5 / Qwen3-Next): per sequence a
-    recurrent state of ``num_value_heads x key_head_dim x value_head_dim`` (``state_dtype``)
-    plus a causal-conv1d state of ``(conv_kernel - 1)`` tokens of the q/k/v channels; no
-    per-token KV. Source: Yang et al., "Gated Delta Networks" (arXiv:2412.06464); Qwen3.5
-    config.json (``linear_*`` fields, ``mamba_ssm_dtype``)."""
+    """Linear-attention layers of a hybrid model: Gated DeltaNet (Qwen3.5 / Qwen3-Next) or
+    Mamba2 (Nemotron-H). Per sequence a recurrent state of ``num_value_heads x key_head_dim x
+    value_head_dim`` (``state_dtype``) plus a causal-conv1d state of ``(conv_kernel - 1)``
+    tokens of the conv channels; no per-token KV. Mamba2 maps onto the same shape: value
+    heads = ``mamba_num_heads``, value head dim = ``mamba_head_dim``, key heads = ``n_groups``
+    (B/C groups), key head dim = ``ssm_state_size``. Sources: Yang et al., "Gated Delta
+    Networks" (arXiv:2412.06464); Dao and Gu, "Transformers are SSMs" (Mamba2,
+    arXiv:2405.21060); the Qwen3.5 and Nemotron-H config.json files."""
 
-    kind: str                     # "gdn"
+    kind: str                     # "gdn" | "mamba2"
     num_layers: int               # linear-attention layers (the rest are full attention)
     num_key_heads: int
     num_value_heads: int
@@ -74,6 +79,7 @@ class LinearAttentionSpec:
     conv_kernel: int
     state_dtype: str = "fp32"     # recurrent (SSM) state precision
     layer_indices: tuple[int, ...] = ()  # which layers are linear attention
+    conv_bias: bool = False       # conv1d has a bias (Mamba2 use_conv_bias)
 
     @property
     def conv_channels(self) -> int:
@@ -188,6 +194,8 @@ class ModelSpec:
     quant: QuantSpec | None = None  # shipped weight format; None for bf16/fp16 checkpoints
     vision_excluded: bool = False   # config has a vision encoder that text serving leaves out
     global_attention: GlobalAttentionSpec | None = None  # full layers with their own geometry (Gemma-4)
+    block_pattern: str = ""       # Nemotron-H: one block type per layer (M Mamba2, * attention,
+    #                               E MoE, - MLP); each "layer" is then a single block with one norm
 
     @property
     def is_moe(self) -> bool:
@@ -200,13 +208,22 @@ class ModelSpec:
     @property
     def num_full_attention_layers(self) -> int:
         """Layers with softmax attention and a per-token KV cache."""
+        if self.block_pattern:
+            return self.block_pattern.count("*")
         return self.num_layers - (self.linear.num_layers if self.linear is not None else 0)
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        """Layers with a dense MLP (not counting the dense MLP of Gemma-4 MoE layers)."""
+        if self.block_pattern:
+            return self.block_pattern.count("-")
+        return self.num_layers - self.num_moe_layers
 
     @property
     def family(self) -> str:
         """Architecture family: attention kind plus "MoE" where routed experts exist."""
         if self.linear is not None:
-            attn = "hybrid linear attention (GDN)"
+            attn = f"hybrid linear attention ({'Mamba2' if self.linear.kind == 'mamba2' else 'GDN'})"
         elif self.sparse is not None:
             attn = "sparse attention (DSA+MLA)"
         elif self.mla is not None:
@@ -221,4 +238,8 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
+        if self.moe is None:
+            return 0
+        if self.block_pattern:
+            return self.block_pattern.count("E")
+        return self.num_layers - self.moe.num_dense_layers

@@ -54,10 +54,11 @@ def linear_attention_layers(spec: ModelSpec) -> frozenset[int]:
 
 
 def _mlp(spec: ModelSpec, component: str, layer: int, inter: int, stems: tuple[str, ...], count: int = 1,
-         gate_up_down: tuple[tuple[str, ...], ...] = (("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")),
-         ) -> list[LinearTensor]:
-    h, bias = spec.hidden_size, spec.mlp_bias
-    parts = gate_up_down if spec.gated_mlp else gate_up_down[1:]
+         gate_up_down: tuple[tuple[str, ...], ...] = (), hidden: int = 0) -> list[LinearTensor]:
+    """Gate (if gated), up and down projections; ``gate_up_down`` names them explicitly."""
+    h, bias = hidden or spec.hidden_size, spec.mlp_bias
+    default = (("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2"))
+    parts = gate_up_down or (default if spec.gated_mlp else default[1:])
     out = []
     for mats in parts:
         down = mats[0] == "down_proj"
@@ -73,6 +74,9 @@ def _attention(spec: ModelSpec, i: int) -> list[LinearTensor]:
     if i in linear_attention_layers(spec):
         g = spec.linear
         vd = g.num_value_heads * g.value_head_dim
+        if g.kind == "mamba2":  # in_proj: z, x, B, C, dt; out_proj
+            return [LinearTensor("linear_attention", i, ("mixer.in_proj",), h * (g.conv_channels + vd + g.num_value_heads)),
+                    LinearTensor("linear_attention", i, ("mixer.out_proj",), vd * h)]
         for name, params in (("in_proj_qkv", h * g.conv_channels), ("in_proj_z", h * vd),
                              ("in_proj_b", h * g.num_value_heads), ("in_proj_a", h * g.num_value_heads),
                              ("out_proj", vd * h)):
@@ -109,10 +113,30 @@ def _attention(spec: ModelSpec, i: int) -> list[LinearTensor]:
     q_out, kv_out = n * spec.head_dim, spec.num_kv_heads * spec.head_dim
     b = spec.attention_bias
     gate = 2 if spec.attn_output_gate else 1
-    return [LinearTensor("attention", i, ("self_attn.q_proj",), gate * h * q_out + (gate * q_out if b else 0)),
-            LinearTensor("attention", i, ("self_attn.k_proj",), h * kv_out + (kv_out if b else 0)),
-            LinearTensor("attention", i, ("self_attn.v_proj",), h * kv_out + (kv_out if b else 0)),
-            LinearTensor("attention", i, ("self_attn.o_proj",), q_out * h + (h if b else 0))]
+    mod = "mixer" if spec.block_pattern else "self_attn"
+    return [LinearTensor("attention", i, (f"{mod}.q_proj",), gate * h * q_out + (gate * q_out if b else 0)),
+            LinearTensor("attention", i, (f"{mod}.k_proj",), h * kv_out + (kv_out if b else 0)),
+            LinearTensor("attention", i, (f"{mod}.v_proj",), h * kv_out + (kv_out if b else 0)),
+            LinearTensor("attention", i, (f"{mod}.o_proj",), q_out * h + (h if b else 0))]
+
+
+def _nemotron_block(spec: ModelSpec, i: int, kind: str) -> list[LinearTensor]:
+    """One Nemotron-H block: Mamba2 (M), attention (*), MoE (E) or MLP (-) mixer."""
+    if kind in "M*":
+        return _attention(spec, i)
+    up_down = (("up_proj",), ("down_proj",))
+    if kind == "-":
+        return _mlp(spec, "dense_mlp", i, spec.intermediate_size, ("mixer",), gate_up_down=up_down)
+    e, h = spec.moe, spec.hidden_size
+    out = _mlp(spec, "routed_experts", i, e.expert_intermediate_size, ("mixer.experts.0", "mixer.experts"),
+               count=e.num_experts, gate_up_down=up_down, hidden=e.latent_size)
+    if e.num_shared_experts:
+        out += _mlp(spec, "shared_experts", i, e.shared_intermediate_size, ("mixer.shared_experts",),
+                    count=e.num_shared_experts, gate_up_down=up_down)
+    if e.latent_size:  # always-active projections into and out of the experts' latent width
+        out += [LinearTensor("shared_experts", i, ("mixer.fc1_latent_proj",), h * e.latent_size),
+                LinearTensor("shared_experts", i, ("mixer.fc2_latent_proj",), e.latent_size * h)]
+    return out
 
 
 def layer_is_moe(spec: ModelSpec, layer: int) -> bool:
@@ -122,6 +146,12 @@ def layer_is_moe(spec: ModelSpec, layer: int) -> bool:
 def linear_tensors(spec: ModelSpec) -> list[LinearTensor]:
     """Every linear weight of the language model (no embeddings, norms or routers)."""
     out: list[LinearTensor] = []
+    if spec.block_pattern:
+        for i, kind in enumerate(spec.block_pattern):
+            out += _nemotron_block(spec, i, kind)
+        if not spec.tie_word_embeddings:
+            out.append(LinearTensor("lm_head", -1, ("lm_head",), spec.vocab_size * spec.hidden_size))
+        return out
     for i in range(spec.num_layers):
         out += _attention(spec, i)
         if layer_is_moe(spec, i):

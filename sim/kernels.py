@@ -89,7 +89,9 @@ class KernelModel(Protocol):
 #: * ``dsa_attention(batch, q_len, kv_len, topk, num_heads, kv_lora_rank, qk_rope_dim,
 #:   kv_dtype)``: sparse MLA over the selected keys (``glm5_dsa_attn_module``,
 #:   FlashMLA ``flash_mla_sparse_fwd``).
-OPTIONAL_OPS = ("gdn", "dsa_mqa_logits", "dsa_topk", "dsa_attention")
+#: * ``mamba2(phase, batch, q_len, n_groups, num_heads, d_state, head_dim, conv_kernel,
+#:   state_dtype)``: one Mamba2 (SSD) layer of Nemotron-H (table ``mamba2``).
+OPTIONAL_OPS = ("gdn", "mamba2", "dsa_mqa_logits", "dsa_topk", "dsa_attention")
 
 
 # ---------------------------------------------------------------------------------------
@@ -252,6 +254,11 @@ class RooflineKernelModel:
             t = self._roof(flops, nbytes, "bf16", GDN_CONTEXT_ETA_COMPUTE, MEM_ETA)
             floor_us = GDN_CONTEXT_FLOOR_US
         return self._floored(t, floor_us)
+
+    def mamba2(self, phase, batch, q_len, n_groups, num_heads, d_state, head_dim, conv_kernel, state_dtype="fp32"):
+        """Mamba2 (SSD) layer: the same state-space shape as a GDN layer (``num_heads x
+        d_state x head_dim`` state, conv over x/B/C), timed with the GDN constants."""
+        return self.gdn(phase, batch, q_len, n_groups, num_heads, d_state, head_dim, conv_kernel, state_dtype)
 
     def dsa_mqa_logits(self, batch, q_len, kv_len, index_n_heads, index_head_dim):
         """Indexer scores: every query token against every cached fp8 indexer key (causal)."""

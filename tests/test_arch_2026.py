@@ -58,13 +58,15 @@ def test_every_shared_config_loads_or_names_its_reason():
                 load_model_file(path)
             refused.append(path.name)
     families = " | ".join(loaded)
-    for family in ("dense GQA", "MoE, GQA", "MoE, MLA", "sparse attention", "hybrid linear attention"):
+    for family in ("dense GQA", "MoE, GQA", "MoE, MLA", "sparse attention", "hybrid linear attention (GDN)",
+                   "hybrid linear attention (Mamba2)"):
         assert family in families
     assert len(loaded) > len(refused)
 
 
 def test_refusals_name_the_feature():
-    assert "Mamba2" in unsupported_reason({"model_type": "nemotron_h", "hybrid_override_pattern": "M*M-"})
+    assert unsupported_reason({"model_type": "nemotron_h", "hybrid_override_pattern": "M*M-"}) is None
+    assert "Mamba2" in unsupported_reason({"model_type": "nemotron_h", "hybrid_override_pattern": "M*R-"})
     assert "Kimi delta" in unsupported_reason({"model_type": "kimi_linear", "linear_attn_config": {}})
     assert "Gemma-3n" in unsupported_reason({"model_type": "gemma4_text", "num_kv_shared_layers": 20})
     assert unsupported_reason({"model_type": "llama"}) is None
@@ -241,6 +243,34 @@ def test_gemma4_step_uses_global_geometry():
     assert ops["attn_decode"].bytes >= 5 * 8 * 8192 * 2 * 1 * 512 * 2
 
 
+# ------------------------------------------------------------------ Nemotron-H: Mamba2 blocks
+
+
+def test_nemotron_h_blocks_state_and_params():
+    m = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    g = m.linear
+    assert m.family == "MoE, hybrid linear attention (Mamba2)"
+    assert (g.kind, g.num_layers, m.num_full_attention_layers, m.num_moe_layers, m.num_dense_mlp_layers) == \
+        ("mamba2", 23, 6, 23, 0)
+    # KV on the 6 attention blocks only: 2 KV heads x 128
+    assert kv_bytes_per_token(m, "bf16") == 6 * 2 * 2 * 128 * 2
+    # SSM state fp32 64 heads x 64 x 128 (d_state), conv state over x, B, C (4096 + 2 x 8 x 128)
+    assert state_bytes_per_sequence(m) == 23 * (64 * 64 * 128 * 4 + 3 * (4096 + 2 * 8 * 128) * 2)
+    p = param_breakdown(m)
+    h = m.hidden_size
+    assert p.routed_experts == 23 * 128 * 2 * h * 1856  # relu2 experts: up and down only
+    assert p.linear_attention == 23 * (h * (6144 + 4096 + 64) + 4096 * h)
+    dense = load_model("nemotron_h_56b")
+    assert dense.moe is None and dense.num_dense_mlp_layers == 54 and dense.linear.state_dtype == "bf16"
+
+
+def test_nemotron_step_ops():
+    _, step = _step("nemotron3_nano_30b_a3b", tp=2)
+    ops = {o.name: o for o in step.breakdown(StepShape.build([(512, 0)], [4096] * 8)).ops}
+    assert {"mamba2_in_proj", "mamba2_prefill", "mamba2_decode", "moe_experts", "attn_decode"} <= set(ops)
+    assert "mlp_up" not in ops and ops["mamba2_decode"].tier == "spec"
+
+
 # ------------------------------------------------------------------ Llama-2
 
 
@@ -329,8 +359,9 @@ def test_catalog_models_shows_families_and_reasons(capsys):
     assert "hybrid linear attention (GDN)" in out and "sparse attention (DSA+MLA)" in out
     rows = survey(SHARED_MODELS)
     assert all((r.family is None) != (r.reason is None) for r in rows)
-    assert any(r.reason and "Mamba2" in r.reason for r in rows)
-    assert "Mamba2 hybrid layers" in out
+    assert any(r.family and "Mamba2" in r.family for r in rows)
+    assert any(r.reason and "Kimi delta attention" in r.reason for r in rows)
+    assert "hybrid linear attention (Mamba2)" in out and "Kimi delta attention" in out
 
 
 # ------------------------------------------------------------------ spec tier vs measured tables

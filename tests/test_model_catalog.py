@@ -297,7 +297,7 @@ def test_missing_file_and_bad_field_type(tmp_path):
         load_model_file(path)
 
 
-@pytest.mark.parametrize("extra,feature", [({"hybrid_override_pattern": "M-M*"}, "Mamba2"),
+@pytest.mark.parametrize("extra,feature", [({"hybrid_override_pattern": "M-X*"}, "Mamba2 hybrid with block types"),
                                            ({"linear_attn_config": {"kda_layers": [1]}}, "Kimi delta attention"),
                                            ({"compress_ratios": [0, 4]}, "compressed sparse attention"),
                                            ({"block_configs": [{}]}, "NAS blocks")])
