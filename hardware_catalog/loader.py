@@ -144,7 +144,8 @@ def _parse_topologies(file: Path, key: str, entry: Mapping, fabric: bool, pcie_g
             raise _err(file, key, "host_topology.options", str(exc),
                        fix="use scaleup or pcie<gen>_<switch|host_bridge>_<p2p|no_p2p>") from None
         if topo.gpu_link != "scaleup" and topo.pcie_gen != pcie_gen:
-            raise _err(file, key, "host_topology.options", f"{name} names PCIe Gen{topo.pcie_gen}, the card is Gen{pcie_gen}")
+            raise _err(file, key, "host_topology.options",
+                       f"{name} names PCIe Gen{topo.pcie_gen}, the card is Gen{pcie_gen}")
         topos[topo.name] = topo
     for role in ("default", "measured"):
         val = raw.get(role)

@@ -51,7 +51,7 @@ RUNTIME_BYTES = 512 * MIB
 #: NCCL communicator buffers by group size (ai-dynamo/aiconfigurator @095f58a51
 #: systems/*.yaml misc.nccl_mem, "nonofficial correction based on observations")
 NCCL_BYTES = {1: 0, 2: 358_612_992, 4: 411_041_792, 8: 411_041_792}
-#: CUDA-graph memory per captured batch size: SGLang's estimate (cuda_graph_max_bs * 2 MB)
+#: CUDA-graph memory per unit of the largest captured batch: SGLang's estimate (cuda_graph_max_bs * 2 MB)
 CUDA_GRAPH_BYTES_PER_BS = 2 * MIB
 #: vLLM's and TensorRT-LLM's largest captured decode batch when max_num_seqs is larger
 CUDA_GRAPH_MAX_BS = 512
@@ -222,7 +222,8 @@ def kv_budget(model: ModelSpec, gpu: GPUSpec, par: Parallelism, engine: EnginePr
         frac = float(getattr(engine, field))
         is_default = frac == 0.9
         notes.append(f"activations: one step of {engine.max_num_batched_tokens} tokens + fp32 logits of "
-                     f"{engine.max_num_seqs} sequences; CUDA graphs: {bs} batch sizes x 2 MiB (SGLang's estimate)")
+                     f"{engine.max_num_seqs} sequences; CUDA graphs: 2 MiB x largest captured batch {bs} "
+                     "(SGLang's estimate)")
         if name == "vllm":
             budget = frac * total
             kv = budget - weights_bytes - act - graphs - runtime - extra
