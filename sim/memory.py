@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from llmplan.hardware_catalog.spec import GPUSpec
-from llmplan.model_catalog.derived import kv_bytes_per_token, state_bytes_per_sequence, weight_bytes
+from llmplan.model_catalog.derived import kv_bytes_per_token_tp, state_bytes_per_sequence, weight_bytes
 from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
 from llmplan.sim.kv_budget import KVBudget, kv_budget
 from llmplan.sim.types import EngineProfile, Parallelism, Precision
@@ -37,12 +37,11 @@ class MemoryPlan:
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, par: Parallelism, kv_dtype: str) -> float:
-    total = kv_bytes_per_token(model, kv_dtype)
+    """KV bytes per token on one GPU of the busiest stage: the TP share per layer kind
+    (model_catalog.derived.kv_bytes_per_token_tp: GQA heads split or replicated, MLA latent and
+    DSA indexer keys replicated) times the stage's share of the layers."""
     stage_share = math.ceil(model.num_layers / par.pp) / model.num_layers
-    if model.mla is not None:
-        return total * stage_share  # latent replicated across TP ranks
-    heads_per_gpu = max(1, math.ceil(model.num_kv_heads / par.tp))
-    return total * stage_share * heads_per_gpu / model.num_kv_heads
+    return kv_bytes_per_token_tp(model, kv_dtype, max(1, par.tp)) * stage_share
 
 
 def state_bytes_per_seq_per_gpu(model: ModelSpec, par: Parallelism) -> float:
