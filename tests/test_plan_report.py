@@ -113,3 +113,16 @@ def test_too_few_replicas_names_the_limit_not_a_latency(tmp_path):
     d = json.loads((tmp_path / "plan.json").read_text())
     assert d["infeasible"]["cause"] == "replicas" and d["infeasible"]["closest"]["replicas_needed"] > 2
     assert "search.max_replicas=2" in d["binding_constraint"]
+
+
+def test_unstable_analytical_estimate_never_heads_a_simulated_figure():
+    """The old table printed `inf (sim 25)`: the simulated figure leads, the analytical one is secondary."""
+    res = _result()
+    a = res.selection.allocations[0]
+    a.analytical = {"ttft_p50": float("inf"), "ttft_p99": float("inf"), "tpot_p90": float("inf")}
+    a.ttft_ms = a.tpot_ms = float("inf")
+    text = _render(res)
+    assert "1900 (analytical: unstable)" in text and "41.0 (analytical: unstable)" in text
+    assert "inf" not in text
+    d = report.plan_dict(res, {})["deployments"][0]
+    assert d["ttft_ms"] == 1900.0 and d["analytical_ttft_ms"] is None
