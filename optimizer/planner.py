@@ -61,11 +61,12 @@ def check_space(space: SearchSpace) -> None:
                             fix=f"e.g. search.{name}=[1,2]")
     if not space.precision:
         raise UserError("needs at least one precision", key="search.precision", fix="e.g. search.precision=[bf16,fp8]")
+    fixes = {"finalists": "0 = analytical screen only", "alternatives": "e.g. 4", "max_replicas": "e.g. 256",
+             "verify_requests": "e.g. 600 (fewer leave no stable p90/p99 after the warm-up cut)"}
     for name, low in (("finalists", 0), ("alternatives", 0), ("max_replicas", 1), ("verify_requests", 50)):
         v = getattr(space, name)
         if not isinstance(v, int) or v < low:
-            raise UserError(f"must be an integer >= {low}, got {v!r}", key=f"search.{name}",
-                            fix="0 = analytical screen only" if name == "finalists" else f"e.g. {low if low else 4}")
+            raise UserError(f"must be an integer >= {low}, got {v!r}", key=f"search.{name}", fix=fixes[name])
     if not 0 < space.max_load <= 1:
         raise UserError(f"must be in (0, 1], got {space.max_load}", key="search.max_load", fix="e.g. 0.95")
 

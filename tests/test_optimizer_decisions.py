@@ -115,7 +115,7 @@ SPACE = SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64])
 @pytest.mark.parametrize("change,key", [({"finalists": -1}, "search.finalists"), ({"tp": [0]}, "search.tp"),
                                         ({"max_batch": []}, "search.max_batch"), ({"max_replicas": 0}, "search.max_replicas"),
                                         ({"max_load": 1.5}, "search.max_load"), ({"alternatives": -2}, "search.alternatives"),
-                                        ({"precision": []}, "search.precision")])
+                                        ({"precision": []}, "search.precision"), ({"verify_requests": 10}, "search.verify_requests")])
 def test_search_space_is_checked(change, key):
     with pytest.raises(UserError) as e:
         check_space(replace(SPACE, **change))
