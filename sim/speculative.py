@@ -30,10 +30,14 @@ Cost of one speculative step for a batch (:class:`SpeculativeStepModel`):
   step (CUDA graphs), whose host time the verify step pays once.
 * verify: one target iteration in which every sequence carries k+1 query tokens attending to
   its context. ``StepShape`` has no multi-token decode, so verify is expressed as one prefill
-  chunk of k+1 new tokens per sequence after its context (KV read once per sequence, FLOPs of
-  k+1 queries), plus the lm_head and sampling of the k extra logit rows per sequence that a
-  prefill chunk does not emit. For MLA models this prices attention with the prefill
-  (un-absorbed) kernel, a first-order approximation of FlashMLA's multi-query decode.
+  chunk of k+1 new tokens per sequence after its context (linear layers see n*(k+1) tokens),
+  plus the lm_head and sampling of the k extra logit rows per sequence that a prefill chunk
+  does not emit. Its attention is the cheaper of the prefill kernel over those chunks (KV read
+  once per sequence) and the decode kernel over the n*(k+1) queries flattened into
+  single-token decodes (KV read once per query): engines' multi-query decode kernels
+  (FlashMLA, FlashInfer) sit at or below both, and the measured prefill tables are
+  extrapolated far below their fitted query lengths (they price a 2-token MLA chunk at 10x
+  the decode kernel). The draft's first forward (k+1 tokens) is priced the same way.
 * extra KV: the verify attends to context + k+1 keys; :meth:`extra_kv_bytes_per_seq` gives
   the memory a sequence additionally holds (the k speculative slots in the target, the
   draft's own cache).
@@ -48,6 +52,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -232,6 +237,16 @@ def _no_host(engine: EngineProfile) -> EngineProfile:
     return replace(engine, **{f.name: 0.0 for f in fields(engine) if f.name.startswith("host_")})
 
 
+#: operator families of attention (and its linear / sparse variants) in the step model's breakdown
+ATTENTION_FAMILIES = ("attn_prefill", "attn_decode", "mla", "dsa", "gdn")
+
+
+@lru_cache(maxsize=65536)
+def _attention_ms(sm: AnalyticalStepModel, shape: StepShape) -> float:
+    """Attention part of a step of ``sm`` (all pipeline stages), from its breakdown."""
+    return sum(o.latency_ms for o in sm.breakdown(shape).ops if o.family in ATTENTION_FAMILIES)
+
+
 # --------------------------------------------------------------------------- configuration
 @dataclass(frozen=True)
 class SpecConfig:
@@ -358,8 +373,7 @@ class SpeculativeStepModel:
         if k == 0 or not kv_lens:
             return 0.0
         n = len(kv_lens)
-        first = StepShape.build(prefill_chunks=[(k + 1, c) for c in kv_lens])
-        t = self.draft.step_time_ms(first) + self._extra_draft_ms(n * (k + 1))
+        t = self._multi_query_ms(self.draft, kv_lens, k + 1) + self._extra_draft_ms(n * (k + 1))
         if self.cfg.method == "eagle3":  # fc fuses three target features (3h -> h) of the verified tokens
             h = self.target.model.hidden_size
             t += self.target.kernels.gemm(n * (k + 1), h, 3 * h, self.target.prec.weights).latency_ms
@@ -376,8 +390,21 @@ class SpeculativeStepModel:
         if k == 0:
             return self.baseline_step_ms(kv_lens)
         n = len(kv_lens)
-        shape = StepShape.build(prefill_chunks=[(k + 1, c) for c in kv_lens])
-        return self.target.step_time_ms(shape) + self._extra_logits_ms(n, n * (k + 1))
+        return self._multi_query_ms(self.target, kv_lens, k + 1) + self._extra_logits_ms(n, n * (k + 1))
+
+    def _multi_query_ms(self, sm: AnalyticalStepModel, kv_lens: Sequence[int], q: int) -> float:
+        """A step of ``sm`` in which each sequence carries ``q`` query tokens after its context.
+
+        Priced as one prefill chunk of q tokens per sequence; its attention is replaced by the
+        cheaper of that (prefill kernel, KV read once per sequence) and the decode kernel over
+        the n*q queries flattened into single-token decodes (KV read once per query). Engines
+        run multi-query decode kernels (FlashMLA, FlashInfer) that sit at or below both; the
+        measured kernel tables have no such shapes and the prefill tables are extrapolated
+        far below their fitted query lengths."""
+        chunk = StepShape.build(prefill_chunks=[(q, c) for c in kv_lens])
+        flat = StepShape.build(decode_kv_lens=[c + i for c in kv_lens for i in range(1, q + 1)])
+        a_chunk, a_flat = _attention_ms(sm, chunk), _attention_ms(sm, flat)
+        return sm.step_time_ms(chunk) - a_chunk + min(a_chunk, a_flat)
 
     def step(self, batch: int, kv_len: int) -> SpecStepTime:
         """A speculative step of ``batch`` sequences of ``kv_len`` context tokens each."""

@@ -231,3 +231,34 @@ def test_best_k_long_at_small_batch_off_at_large_batch(llama70b_tp4):
     capped = best_k(llama70b_tp4, "eagle3", Acceptance.per_position([0.9, 0.9]), batch=1, kv_len=512, k_max=6)
     assert len(capped.candidates) == 3 and capped.k == 2
     assert math.isclose(capped.step.tokens_per_step, 1 + 0.9 + 0.81)
+
+
+class _SlowPrefillKernels:
+    """Roofline kernels whose prefill attention is 100x slower (as an extrapolated table can be)."""
+
+    def __init__(self, gpu):
+        self._inner = RooflineKernelModel(gpu)
+
+    def _slow(self, t):
+        return type(t)(t.latency_ms * 100, t.flops, t.bytes, t.bound, t.tier, t.extrapolated)
+
+    def mla_prefill(self, *a):
+        return self._slow(self._inner.mla_prefill(*a))
+
+    def attention_prefill(self, *a):
+        return self._slow(self._inner.attention_prefill(*a))
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def test_verify_attention_takes_the_cheaper_kernel():
+    g = get_gpu("h200_sxm")
+    ds = load_model("deepseek_v3")
+    args = (ds, g, Parallelism(tp=8, ep=8), Precision(weights="fp8"), EngineProfile(name="sglang", kernel_backend="sglang"))
+    cfg = SpecConfig("mtp", 1, Acceptance.constant(0.85))
+    normal = SpeculativeStepModel(AnalyticalStepModel(*args, RooflineKernelModel(g)), cfg).step(64, 2048)
+    slow = SpeculativeStepModel(AnalyticalStepModel(*args, _SlowPrefillKernels(g)), cfg).step(64, 2048)
+    # a 100x prefill kernel does not leak into verify: the flattened decode kernel bounds it
+    assert slow.verify_ms < 1.5 * normal.verify_ms
+    assert slow.baseline_step_ms == pytest.approx(normal.baseline_step_ms)
