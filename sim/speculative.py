@@ -51,10 +51,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from llmplan.errors import UserError
 from llmplan.model_catalog.derived import (
@@ -64,7 +65,7 @@ from llmplan.model_catalog.derived import (
     param_count_total,
     weight_bytes,
 )
-from llmplan.model_catalog.loader import CONFIG_DIR
+from llmplan.model_catalog.loader import CONFIG_DIR, load_model
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.step_model import ACT_BYTES, AnalyticalStepModel
 from llmplan.sim.types import EngineProfile, Parallelism, StepShape
@@ -165,6 +166,17 @@ class Acceptance:
             run *= self.rate(i)
             total += run
         return total
+
+    def sample_tokens(self, rng: random.Random, k: int) -> int:
+        """Tokens one sequence emits in one verify step (accepted drafts + the bonus token),
+        drawn from :meth:`length_distribution` (for the discrete-event simulator)."""
+        u, run = rng.random(), 1.0
+        for i in range(1, k + 1):
+            a = self.rate(i)
+            if u >= run * a:  # rejected at position i (u uniform in [0, 1): P = run * (1 - a) here)
+                return i
+            run *= a
+        return k + 1
 
     def length_distribution(self, k: int) -> tuple[float, ...]:
         """P(exactly a draft tokens accepted), a = 0..k."""
@@ -446,6 +458,52 @@ class SpeculativeStepModel:
             one = weight_bytes(d, w) - shared + 2 * d.hidden_size * d.hidden_size * b  # + eh_proj (2h -> h)
             return n * one / self.draft_par.tp
         return weight_bytes(d, w) / self.draft_par.tp
+
+
+def spec_config_from(cfg: Mapping[str, Any] | None, load_draft: Callable[[str], ModelSpec] | None = None,
+                     key: str = "speculative") -> SpecConfig | None:
+    """A :class:`SpecConfig` from a config mapping, or None when speculation is off.
+
+    Keys: ``method`` (mtp | eagle3 | draft_model | none), ``k``, and at most one of
+    ``acceptance`` (a rate, or a list alpha_1..alpha_m) and ``accepted_length_probs``
+    (P(0..k drafts accepted); k defaults to its length - 1); neither = the method's
+    documented default. ``draft_model`` names a catalog model (``load_draft`` resolves it)."""
+    if not cfg or cfg.get("method") in (None, "none", "off"):
+        return None
+    method = cfg["method"]
+    _check_method(method)
+    known = {"method", "k", "acceptance", "accepted_length_probs", "draft_model"}
+    extra = sorted(set(cfg) - known)
+    if extra:
+        raise UserError(f"unknown key {extra[0]!r}", key=f"{key}.{extra[0]}", fix="known: " + ", ".join(sorted(known)))
+    acc_in, dist_in = cfg.get("acceptance"), cfg.get("accepted_length_probs")
+    if acc_in is not None and dist_in is not None:
+        raise UserError("give either acceptance or accepted_length_probs, not both", key=f"{key}.acceptance")
+    if dist_in is not None:
+        acc = Acceptance.from_length_distribution(list(dist_in), "config", key=f"{key}.accepted_length_probs")
+        k = cfg.get("k", len(dist_in) - 1)
+        if k != len(dist_in) - 1:
+            raise UserError(f"k={k!r} but accepted_length_probs gives {len(dist_in)} entries (k + 1 expected)",
+                            key=f"{key}.k", fix=f"use k = {len(dist_in) - 1} or give k + 1 probabilities")
+    elif isinstance(acc_in, (list, tuple)):
+        acc = Acceptance.per_position(list(acc_in), "config", key=f"{key}.acceptance")
+        k = cfg.get("k", len(acc_in))
+    elif acc_in is not None:
+        acc = Acceptance.constant(acc_in, "config", key=f"{key}.acceptance")
+        k = cfg.get("k")
+    else:
+        acc, k = default_acceptance(method), cfg.get("k")
+    if k is None:
+        raise UserError("the number of speculative tokens is not set", key=f"{key}.k", fix="set k, e.g. k=3")
+    _check_k(k, f"{key}.k")
+    draft = None
+    if method == "draft_model":
+        name = cfg.get("draft_model")
+        if not name:
+            raise UserError("method draft_model needs a draft model", key=f"{key}.draft_model",
+                            fix="name a catalog model smaller than the target")
+        draft = (load_draft or load_model)(name)
+    return SpecConfig(method, k, acc, draft)
 
 
 # --------------------------------------------------------------------------- planner search

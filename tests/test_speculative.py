@@ -262,3 +262,41 @@ def test_verify_attention_takes_the_cheaper_kernel():
     # a 100x prefill kernel does not leak into verify: the flattened decode kernel bounds it
     assert slow.verify_ms < 1.5 * normal.verify_ms
     assert slow.baseline_step_ms == pytest.approx(normal.baseline_step_ms)
+
+
+def test_sampled_tokens_match_the_distribution():
+    import random
+    acc = Acceptance.per_position([0.9, 0.6, 0.3])
+    rng = random.Random(7)
+    draws = [acc.sample_tokens(rng, 3) for _ in range(20000)]
+    assert set(draws) <= {1, 2, 3, 4}
+    counts = [draws.count(n) / len(draws) for n in (1, 2, 3, 4)]
+    assert counts == pytest.approx(acc.length_distribution(3), abs=0.015)
+    assert sum(draws) / len(draws) == pytest.approx(acc.expected_tokens(3), abs=0.03)
+    assert [Acceptance.constant(1.0).sample_tokens(rng, 4) for _ in range(5)] == [5] * 5
+    assert [Acceptance.constant(0.0).sample_tokens(rng, 4) for _ in range(5)] == [1] * 5
+
+
+def test_spec_config_from_mapping():
+    from llmplan.sim.speculative import spec_config_from
+    assert spec_config_from(None) is None and spec_config_from({"method": "none"}) is None
+    c = spec_config_from({"method": "mtp", "k": 2})
+    assert c.k == 2 and c.acceptance == default_acceptance("mtp")
+    c = spec_config_from({"method": "eagle3", "acceptance": [0.8, 0.7, 0.6]})
+    assert c.k == 3 and c.tokens_per_step == pytest.approx(1 + 0.8 + 0.56 + 0.336)
+    c = spec_config_from({"method": "eagle3", "accepted_length_probs": [0.25, 0.25, 0.5]})
+    assert c.k == 2 and c.tokens_per_step == pytest.approx(2.25)
+    c = spec_config_from({"method": "draft_model", "k": 4, "acceptance": 0.8, "draft_model": "llama2_7b"})
+    assert c.draft.key == "llama2_7b"
+    for bad, key in (({"method": "eagle3", "k": 2, "acceptance": 1.5}, "speculative.acceptance"),
+                     ({"method": "eagle3", "acceptance": [0.9, -1]}, "speculative.acceptance[1]"),
+                     ({"method": "eagle3", "k": 3, "accepted_length_probs": [0.5, 0.5]}, "speculative.k"),
+                     ({"method": "eagle3", "acceptance": 0.8}, "speculative.k"),
+                     ({"method": "eagle3", "k": 2, "acceptance": 0.8, "accepted_length_probs": [1.0]},
+                      "speculative.acceptance"),
+                     ({"method": "draft_model", "k": 2}, "speculative.draft_model"),
+                     ({"method": "eagle3", "k": 2, "alpha": 0.8}, "speculative.alpha"),
+                     ({"method": "lookahead", "k": 2}, "speculative.method")):
+        with pytest.raises(UserError) as e:
+            spec_config_from(bad)
+        assert e.value.key == key, bad
