@@ -233,8 +233,8 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
         if not any(a.simulated for a in sel.allocations):
             console.print("[dim]latencies are analytical estimates (not simulated: search.finalists=0)[/dim]")
         if any(a.evaluation.candidate.weight_only for a in sel.allocations):
-            console.print("[dim](w4a16) = 4-bit weights run weight-only (dequantised to bf16 in the GEMM): "
-                          "this GPU has no 4-bit tensor cores[/dim]")
+            console.print("[dim](w4a16) = the 4-bit weights run weight-only on this GPU (dequantised to bf16 in "
+                          "the GEMM, bf16 tensor-core throughput): no 4-bit tensor-core path[/dim]")
         for i, alt in enumerate(res.alternatives, 1):
             console.print(f"  alternative {i}: ${alt.total_usd_per_hour:.2f}/h, {alt.total_gpus} GPUs: " +
                           " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in alt.allocations))
