@@ -10,7 +10,7 @@ from llmplan.sim.serving import estimate_capacity_rps, simulate_serving
 from llmplan.sim.steady_state import (MAX_REQUESTS, MIN_MEASURED_REQUESTS, ServiceEstimate, assess_window,
                                       estimate_service, plan_run, window_indices)
 from llmplan.sim.testing_costs import make_replica
-from llmplan.sim.workload import LengthSpec, WorkloadSpec
+from llmplan.sim.workload import LengthSpec, WorkloadSpec, generate_workload
 
 REPS = [make_replica()] * 2
 
@@ -119,3 +119,15 @@ def test_bursty_arrivals_are_judged_against_their_own_noise(load, overloaded):
     w = res.summary["window"]
     assert res.overloaded is overloaded and w["stationary"] is not overloaded
     assert w["arrival_cv"] > 2.0  # measured from the gaps in the window
+
+
+def test_a_given_workload_is_windowed_by_time_but_never_lengthened():
+    cap = estimate_capacity_rps(REPS, 256, 256)
+    wl = generate_workload(_spec(256, n=1500, rate_rps=0.5 * cap), np.random.default_rng(3))
+    res = simulate_serving(wl, REPS, steady_state=True)  # e.g. a trace: its requests are what they are
+    w = res.summary["window"]
+    assert len(res.requests) == 1500 and w["requests_simulated"] == w["requests_asked"] == 1500
+    arr = res.requests["arrival_ms"].to_numpy()
+    measured = res.requests["measured"].to_numpy()
+    assert w["window_kind"] == "steady" and arr[measured].min() >= arr[0] + w["warmup_ms"]
+    assert arr[measured].max() <= arr[-1] - w["drain_ms"] and not res.overloaded
