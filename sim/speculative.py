@@ -418,6 +418,16 @@ class SpeculativeStepModel:
         a_chunk, a_flat = _attention_ms(sm, chunk), _attention_ms(sm, flat)
         return sm.step_time_ms(chunk) - a_chunk + min(a_chunk, a_flat)
 
+    def draft_prefill_ms(self, prefill_chunks: Sequence[tuple[int, int]]) -> float:
+        """Extra time a prefill step takes with speculation on: the draft (MTP module, EAGLE-3
+        head or draft model) also runs over the new prompt tokens, ``(new_tokens, context)``
+        per chunk, to build its own KV (added to the target's prefill step by the caller)."""
+        if self.cfg.k == 0 or not prefill_chunks:
+            return 0.0
+        tokens = sum(n for n, _ in prefill_chunks)
+        return (self.draft.step_time_ms(StepShape.build(prefill_chunks=list(prefill_chunks)))
+                + self._extra_draft_ms(tokens))
+
     def step(self, batch: int, kv_len: int) -> SpecStepTime:
         """A speculative step of ``batch`` sequences of ``kv_len`` context tokens each."""
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:

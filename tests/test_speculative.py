@@ -300,3 +300,15 @@ def test_spec_config_from_mapping():
         with pytest.raises(UserError) as e:
             spec_config_from(bad)
         assert e.value.key == key, bad
+
+
+def test_draft_prefill_adds_the_drafts_pass_over_the_prompt(llama70b_tp4):
+    from llmplan.sim.types import StepShape
+    eagle = SpeculativeStepModel(llama70b_tp4, SpecConfig("eagle3", 3, Acceptance.constant(0.75)))
+    chunks = [(2048, 0)]
+    full = llama70b_tp4.step_time_ms(StepShape.build(prefill_chunks=chunks))
+    extra = eagle.draft_prefill_ms(chunks)
+    # one layer of 80 (plus its wider qkv input and a 32k lm_head): a few percent of the target's prefill
+    assert 0.005 * full < extra < 0.1 * full
+    assert SpeculativeStepModel(llama70b_tp4, SpecConfig("eagle3", 0, Acceptance.constant(0.75))).draft_prefill_ms(
+        chunks) == 0.0
