@@ -212,3 +212,14 @@ class LinkOccupancy:
         self.free_at_ms = start + float(duration_ms)
         self.busy_ms += float(duration_ms)
         return self.free_at_ms
+
+
+def reserve_transfer(sender: LinkOccupancy, receiver: LinkOccupancy, ready_ms: float, duration_ms: float) -> float:
+    """A transfer that needs both ends free (the prefill worker's NICs and the decode worker's):
+    it starts when it is ready and both are idle, holds both for ``duration_ms`` and returns
+    its completion time (xPyD: one LinkOccupancy per prefill worker and per decode worker)."""
+    start = max(float(ready_ms), sender.free_at_ms, receiver.free_at_ms)
+    for end in (sender, receiver):
+        end.free_at_ms = start + float(duration_ms)
+        end.busy_ms += float(duration_ms)
+    return start + float(duration_ms)

@@ -253,10 +253,26 @@ def _no_host(engine: EngineProfile) -> EngineProfile:
 ATTENTION_FAMILIES = ("attn_prefill", "attn_decode", "mla", "dsa", "gdn")
 
 
-@lru_cache(maxsize=65536)
 def _attention_ms(sm: AnalyticalStepModel, shape: StepShape) -> float:
     """Attention part of a step of ``sm`` (all pipeline stages), from its breakdown."""
     return sum(o.latency_ms for o in sm.breakdown(shape).ops if o.family in ATTENTION_FAMILIES)
+
+
+@lru_cache(maxsize=65536)
+def _multi_query_uniform_ms(sm: AnalyticalStepModel, n: int, q: int, ctx: float) -> float:
+    """:meth:`SpeculativeStepModel._multi_query_ms` for n sequences of context ``ctx``."""
+    pairs = n * (q * ctx + q * (q + 1) / 2)  # query i of q attends to ctx + i keys
+    chunk = StepShape(prefill_tokens=n * q, prefill_seqs=n, prefill_attn_pairs=pairs,
+                      prefill_ctx_tokens=int(round(n * ctx)))
+    flat = StepShape(decode_seqs=n * q, decode_kv_tokens=int(round(pairs)))
+    a_chunk, a_flat = _attention_ms(sm, chunk), _attention_ms(sm, flat)
+    return sm.step_time_ms(chunk) - a_chunk + min(a_chunk, a_flat)
+
+
+def _bucket_1pct(x: float) -> float:
+    """A context length on a 1% geometric grid (cache key; the step model itself buckets
+    attention lengths at 1%)."""
+    return float(round(x)) if x <= 64 else 1.01 ** round(math.log(x, 1.01))
 
 
 # --------------------------------------------------------------------------- configuration
@@ -389,8 +405,9 @@ class SpeculativeStepModel:
         if self.cfg.method == "eagle3":  # fc fuses three target features (3h -> h) of the verified tokens
             h = self.target.model.hidden_size
             t += self.target.kernels.gemm(n * (k + 1), h, 3 * h, self.target.prec.weights).latency_ms
+        total_kv = sum(kv_lens)
         for i in range(1, k):
-            t += self.draft.step_time_ms(StepShape.build(decode_kv_lens=[c + k + 1 + i for c in kv_lens]))
+            t += self.draft.step_time_ms(StepShape(decode_seqs=n, decode_kv_tokens=total_kv + n * (k + 1 + i)))
             t += self._extra_draft_ms(n)
         return t
 
@@ -412,11 +429,11 @@ class SpeculativeStepModel:
         the n*q queries flattened into single-token decodes (KV read once per query). Engines
         run multi-query decode kernels (FlashMLA, FlashInfer) that sit at or below both; the
         measured kernel tables have no such shapes and the prefill tables are extrapolated
-        far below their fitted query lengths."""
-        chunk = StepShape.build(prefill_chunks=[(q, c) for c in kv_lens])
-        flat = StepShape.build(decode_kv_lens=[c + i for c in kv_lens for i in range(1, q + 1)])
-        a_chunk, a_flat = _attention_ms(sm, chunk), _attention_ms(sm, flat)
-        return sm.step_time_ms(chunk) - a_chunk + min(a_chunk, a_flat)
+        far below their fitted query lengths. Sequences are taken at their mean context on a 1%
+        grid (the step model prices attention from the mean KV length too), so the result is
+        cached for the discrete-event simulator's hot path."""
+        n = len(kv_lens)
+        return _multi_query_uniform_ms(sm, n, q, _bucket_1pct(sum(kv_lens) / n))
 
     def draft_prefill_ms(self, prefill_chunks: Sequence[tuple[int, int]]) -> float:
         """Extra time a prefill step takes with speculation on: the draft (MTP module, EAGLE-3

@@ -16,6 +16,7 @@ from llmplan.sim.kv_transfer import (
     fifo_completion_ms,
     pool_link,
     request_kv_payload,
+    reserve_transfer,
     transfer_ms,
 )
 
@@ -150,3 +151,14 @@ def test_fifo_contention():
         fifo_completion_ms([0.0], [1.0, 2.0])
     with pytest.raises(UserError):
         fifo_completion_ms([0.0], [-1.0])
+
+
+def test_transfer_needs_both_ends_free():
+    p0, p1, d0 = LinkOccupancy(), LinkOccupancy(), LinkOccupancy()
+    # P0 -> D0 at t=0 for 2 ms; P1 -> D0 ready at 1 waits for D0 (free at 2): 2-5
+    assert reserve_transfer(p0, d0, 0.0, 2.0) == 2.0
+    assert reserve_transfer(p1, d0, 1.0, 3.0) == 5.0
+    # P0 is free at 2 but D0 only at 5: the next P0 -> D0 transfer ready at 2.5 runs 5-6
+    assert reserve_transfer(p0, d0, 2.5, 1.0) == 6.0
+    assert (p0.free_at_ms, p1.free_at_ms, d0.free_at_ms) == (6.0, 5.0, 6.0)
+    assert d0.busy_ms == 6.0 and p0.busy_ms == 3.0
