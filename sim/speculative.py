@@ -357,9 +357,13 @@ class SpeculativeStepModel:
                 raise UserError(f"draft model {draft.key} ({param_count_total(draft) / 1e9:.1f}B parameters) is "
                                 f"larger than the target {m.key} ({param_count_total(m) / 1e9:.1f}B)",
                                 key="speculative.draft_model", fix="choose a smaller draft model")
+        if draft_tp is not None and (isinstance(draft_tp, bool) or not isinstance(draft_tp, int) or draft_tp < 1
+                                     or draft.num_attention_heads % draft_tp):
+            raise UserError(f"draft TP {draft_tp!r} does not split the draft's {draft.num_attention_heads} attention "
+                            f"heads", key="speculative.draft_tp", fix=f"use 1 or the target's TP ({target.par.tp})")
         tp = target.par.tp if draft_tp is None else draft_tp
         if draft.num_attention_heads % tp:
-            tp = 1  # vLLM runs the draft at the target's TP or at TP 1
+            tp = 1  # by default the draft runs at the target's TP, else at TP 1 (vLLM's two choices)
         self.draft_model = draft
         self.draft_par = Parallelism(tp=tp, pp=1, ep=ep if ep <= tp else 1)
         self.draft = AnalyticalStepModel(draft, target.gpu, self.draft_par, target.prec, _no_host(target.engine),

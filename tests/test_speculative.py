@@ -312,3 +312,13 @@ def test_draft_prefill_adds_the_drafts_pass_over_the_prompt(llama70b_tp4):
     assert 0.005 * full < extra < 0.1 * full
     assert SpeculativeStepModel(llama70b_tp4, SpecConfig("eagle3", 0, Acceptance.constant(0.75))).draft_prefill_ms(
         chunks) == 0.0
+
+
+def test_draft_tp():
+    t = _target("llama3_1_70b", tp=4)
+    cfg = SpecConfig("draft_model", 2, Acceptance.constant(0.8), draft=load_model("llama3_1_8b"))
+    assert SpeculativeStepModel(t, cfg).draft_par.tp == 4        # default: the target's TP
+    assert SpeculativeStepModel(t, cfg, draft_tp=1).draft_par.tp == 1
+    with pytest.raises(UserError) as e:
+        SpeculativeStepModel(t, cfg, draft_tp=3)                  # 32 heads do not split 3 ways
+    assert e.value.key == "speculative.draft_tp"
