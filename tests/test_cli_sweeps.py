@@ -80,3 +80,12 @@ def test_job_row_without_output_keeps_status_and_reason(tmp_path):
 @pytest.mark.parametrize("codes,expected", [([0, 0], 0), ([0, 3], 3), ([3, 2, 0], 2), ([1, 3], 1), ([2, 1], 2), ([], 0)])
 def test_sweep_exit_code(codes, expected):
     assert sweep_exit_code(codes) == expected
+
+
+def test_an_infeasible_job_gives_the_binding_constraint_as_reason(tmp_path):
+    import json
+
+    (tmp_path / "plan.json").write_text(json.dumps({"model": "m", "feasible": False, "deployments": [],
+                                                    "binding_constraint": "TPOT p90 <= 0.5 ms"}))
+    row = job_row(SweptJob(0, "slo.tpot_p90_ms=0.5", "slo.tpot_p90_ms=0.5", tmp_path, 3))
+    assert row["status"] == "infeasible" and row["reason"] == "TPOT p90 <= 0.5 ms" and row["feasible"] is False

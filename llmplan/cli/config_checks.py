@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from llmplan.errors import ConfigError, suggest
+from llmplan.optimizer.planner import SearchSpace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +29,13 @@ AT_LEAST_1 = Rule(lambda v: v >= 1, ">= 1")
 FRACTION = Rule(lambda v: 0 < v <= 1, "in (0, 1]")
 HALF_OPEN_FRACTION = Rule(lambda v: 0 <= v < 1, "in [0, 1)")
 
+#: the most requests one run generates: 1e6 synthetic requests take ~5 s to draw on one core,
+#: and length statistics need far fewer (plan uses 2,000 by default)
+MAX_REQUESTS = 1_000_000
+#: the most replicas one `simulate` run holds: the planner's own replica limit (its default
+#: search.max_replicas); the event loop's cost grows with replicas x load (64 replicas ~1 min)
+MAX_REPLICAS = SearchSpace().max_replicas
+
 #: key pattern ("*" = any mapping key, "[]" = every list element) -> rule; None values pass
 RANGES: dict[str, Rule] = {
     "seed": NON_NEGATIVE,
@@ -35,7 +43,7 @@ RANGES: dict[str, Rule] = {
     "workload.cv": POSITIVE,
     "workload.concurrency": AT_LEAST_1,
     "workload.think_time_ms": NON_NEGATIVE,
-    "workload.num_requests": NON_NEGATIVE,
+    "workload.num_requests": Rule(lambda v: 0 <= v <= MAX_REQUESTS, f"in [0, {MAX_REQUESTS:,}]"),
     "workload.prefix_block_tokens": AT_LEAST_1,
     "workload.shared_prefix_tokens": NON_NEGATIVE,
     "workload.num_shared_prefixes": AT_LEAST_1,
@@ -53,7 +61,7 @@ RANGES: dict[str, Rule] = {
     "engine.host_overhead_ms": NON_NEGATIVE, "engine.host_overhead_per_seq_ms": NON_NEGATIVE,
     "engine.activation_reserve_gb": NON_NEGATIVE,
     "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1,
-    "deployment.replicas": AT_LEAST_1,
+    "deployment.replicas": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]"),
     "gpu.max_gpus.*": NON_NEGATIVE, "gpu.usd_per_hour.*": POSITIVE,
     "gpu.spec_overrides.*.*": POSITIVE,
     "whatif.slo_scale": POSITIVE, "whatif.rate_scale": POSITIVE, "whatif.price_scale.*": POSITIVE,

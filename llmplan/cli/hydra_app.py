@@ -245,8 +245,10 @@ def _run_sweep(config_name: str, jobs: list[Job], task: Task) -> int:
     rets = launcher.launch(job_overrides, initial_job_idx=0)
     swept = []
     for i, (job, ret) in enumerate(zip(jobs, rets)):
-        outcome = ret._return_value if isinstance(ret._return_value, JobOutcome) else \
-            JobOutcome(EXIT_BUG, f"internal error: {ret._return_value!r}")
+        try:
+            outcome = ret.return_value  # a JobOutcome; re-raises what escaped the task (recorded, not fatal)
+        except Exception as exc:
+            outcome = JobOutcome(EXIT_BUG, f"internal error: {type(exc).__name__}: {exc}")
         typed = " ".join(o for o in job.typed if not o.lstrip("+").startswith("hydra"))
         swept.append(SweptJob(i, typed, " ".join(job.swept), Path(ret.hydra_cfg.hydra.runtime.output_dir), outcome.code,
                               outcome.reason))
