@@ -377,13 +377,15 @@ class MaxRateResult:
 def find_max_rate(workload: WorkloadSpec, replicas: list[ReplicaSpec], slo: SLOThresholds, lo_rps: float,
                   hi_rps: float, *, router: str = "least_outstanding", seed: int = 0, num_requests: int = 1000,
                   rel_tol: float = 0.02, max_evaluations: int = 14, expand: int = 3,
-                  window: Optional[MeasureWindow] = None) -> MaxRateResult:
+                  window: Optional[MeasureWindow] = None, steady_state: bool = False) -> MaxRateResult:
     """Bisect the arrival rate in ``[lo_rps, hi_rps]`` for the highest rate meeting ``slo``.
 
     Every evaluation reuses the same random draws (common random numbers), only the time
     scale changes. If ``hi_rps`` still passes it is doubled up to ``expand`` times; if
     ``lo_rps`` fails it is halved up to ``expand`` times. ``num_requests`` (default 1000)
-    gives a stable 90th/99th percentile after the warm-up/cool-down cut.
+    gives a stable 90th/99th percentile after the warm-up/cool-down cut. ``steady_state``
+    measures each rate in its steady-state window instead (``num_requests`` is then the
+    least; long outputs need it, at the cost of longer runs near capacity).
     """
     if workload.arrival not in ("poisson", "gamma", "trace"):
         raise UserError("find_max_rate needs an open-loop workload (poisson, gamma or trace)",
@@ -395,13 +397,13 @@ def find_max_rate(workload: WorkloadSpec, replicas: list[ReplicaSpec], slo: SLOT
 
     def ok(rate: float) -> bool:
         res = simulate_serving(replace(spec, rate_rps=rate), replicas, router=router, seed=seed, slo=slo,
-                               window=window)
+                               window=window, steady_state=steady_state)
         s = res.summary
         met = bool(s.get("slo_met")) and not res.overloaded
         evals.append({"rate_rps": rate, "met": met, "ttft_ms_p90": s.get("ttft_ms_p90"),
                       "tpot_ms_p90": s.get("tpot_ms_p90"), "ttft_ms_p99": s.get("ttft_ms_p99"),
                       "tpot_ms_p99": s.get("tpot_ms_p99"), "slo_attainment": s.get("slo_attainment"),
-                      "overloaded": res.overloaded})
+                      "overloaded": res.overloaded, "requests": s.get("requests")})
         return met
 
     lo, hi = lo_rps, hi_rps

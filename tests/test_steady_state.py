@@ -131,3 +131,19 @@ def test_a_given_workload_is_windowed_by_time_but_never_lengthened():
     measured = res.requests["measured"].to_numpy()
     assert w["window_kind"] == "steady" and arr[measured].min() >= arr[0] + w["warmup_ms"]
     assert arr[measured].max() <= arr[-1] - w["drain_ms"] and not res.overloaded
+
+
+def test_find_max_rate_can_measure_each_rate_at_steady_state():
+    from llmplan.sim.metrics import SLOThresholds
+    from llmplan.sim.serving import find_max_rate
+
+    cap = estimate_capacity_rps(REPS[:1], 256, 1024)
+    slo = SLOThresholds(tpot_ms=30.0)
+    kw = dict(num_requests=300, rel_tol=0.1, max_evaluations=3)
+    fixed = find_max_rate(_spec(1024), REPS[:1], slo, 0.5 * cap, 0.8 * cap, **kw)
+    steady = find_max_rate(_spec(1024), REPS[:1], slo, 0.5 * cap, 0.8 * cap, steady_state=True, **kw)
+    assert all(e["requests"] == 300 for e in fixed.evaluations)
+    stable = [e for e in steady.evaluations if not e["overloaded"]]
+    assert stable and all(e["requests"] > 300 for e in stable)  # lengthened for 1,024-token outputs
+    # above capacity there is no steady state to wait for: the run keeps its length
+    assert all(e["requests"] == 300 for e in steady.evaluations if e["rate_rps"] > 1.2 * cap)
