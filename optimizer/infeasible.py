@@ -27,7 +27,7 @@ class Diagnosis:
         return {"cause": self.cause, "message": self.message, "closest": self.closest}
 
 
-def _slo_closest(evals: list[Evaluation], slos: list[SLOTarget], simulated: bool) -> Diagnosis | None:
+def _slo_closest(evals: list[Evaluation], slos: list[SLOTarget]) -> Diagnosis | None:
     best = None
     for e in evals:
         t, r = worst_miss(e.light, slos)
@@ -37,9 +37,8 @@ def _slo_closest(evals: list[Evaluation], slos: list[SLOTarget], simulated: bool
         return None
     e, t, r = best
     v = e.light[t.key]
-    where = "in simulation, though the analytical screen passes it" if simulated else "even at light load"
     value = f"{v:.4g} ms" if math.isfinite(v) else "unbounded"
-    return Diagnosis("slo", f"no candidate meets the SLOs {where}; closest: {e.candidate.name} with "
+    return Diagnosis("slo", f"no candidate meets the SLOs even at light load; closest: {e.candidate.name} with "
                             f"{t.metric.upper()} p{t.percentile:g} {value} at light load vs {t.limit_ms:g} ms "
                             f"({r - 1:+.0%})",
                      {"candidate": e.candidate.name, "target": t.key, "light_load_ms": round(v, 2) if math.isfinite(v) else None,
@@ -62,8 +61,16 @@ def diagnose(evals: list[Evaluation], slos: list[SLOTarget], rate_rps: float, ma
                          {"candidate": e.candidate.name, "shortfall_gb_per_gpu": round(e.memory_shortfall_gb, 2)})
     ok = [e for e in fit if e.verdict == "ok" and e.effective_capacity_rps > 0]
     if not ok:
-        simulated = any(e.verdict == "ok" for e in fit)  # passed the screen, capacity 0 in simulation
-        d = _slo_closest([e for e in fit if e.verdict == "slo"] or fit, slos, simulated)
+        sim_failed = [e for e in fit if e.verdict == "ok" and e.sim_capacity_rps == 0.0]
+        if sim_failed:  # passed the analytical screen, but the simulator finds no rate meeting the SLOs
+            e = max(sim_failed, key=lambda x: (x.capacity_rps, x.candidate.name))
+            why = "; ".join(n for n in e.notes if n.startswith("simulation:")) or "simulation: SLOs missed"
+            return Diagnosis("slo", f"the analytical screen passes {len(sim_failed)} candidate(s) but the simulator "
+                                    f"finds the SLOs missed at every rate it tried; closest: {e.candidate.name} "
+                                    f"(analytical capacity {e.capacity_rps:.3g} req/s; {why})",
+                             {"candidate": e.candidate.name, "analytical_capacity_rps": round(e.capacity_rps, 4),
+                              "simulated_capacity_rps": 0.0})
+        d = _slo_closest([e for e in fit if e.verdict == "slo"] or fit, slos)
         return d or Diagnosis("slo", "no candidate meets the SLOs")
     # candidates serve some load: the rate needs more GPUs or replicas than allowed
     e = min(ok, key=lambda x: (x.usd_per_request_rps, x.candidate.name))

@@ -184,8 +184,8 @@ def _deploy_table(title: str, sel: Selection, res: PlanResult) -> Table:
 def _closest_table(res: PlanResult) -> Table | None:
     """The candidates that miss by the least: light-load worst target ratio, or memory shortfall."""
     cause = res.diagnosis.cause if res.diagnosis else ""
-    if cause not in ("memory", "slo"):
-        return None  # availability / replicas: the message names the candidate and the shortfall
+    if cause not in ("memory", "slo") or "simulated_capacity_rps" in res.diagnosis.closest:
+        return None  # availability / replicas / rejected in simulation: the message names the candidate
     if cause == "memory":
         mem = sorted({(e.candidate.gpu.key, e.candidate.par, e.candidate.prec): e for e in res.evaluations
                       if e.verdict == "memory"}.values(), key=lambda e: (e.memory_shortfall_gb, e.candidate.name))[:5]

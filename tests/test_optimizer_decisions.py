@@ -129,3 +129,13 @@ def test_fp4_without_fp4_tensor_cores_is_labelled_weight_only():
     assert h100.weight_only and h100.precision_label == "fp4 (w4a16)"
     assert not b200.weight_only and b200.precision_label == "fp4"
     assert Candidate(get_gpu("h100_sxm"), Parallelism(1), Precision("fp8", "fp8"), 64, 4.0).precision_label == "fp8"
+
+
+def test_diagnosis_when_only_the_simulator_rejects():
+    passed = _ev(tp=8, cap=2.0)
+    passed.sim_capacity_rps = 0.0
+    passed.notes.append("simulation: the p90 targets are missed even at 0.5 req/s")
+    d = diagnose([passed, _ev(tp=1, verdict="memory")], [P50], 10.0, {}, 256, 0.95)
+    assert d.cause == "slo" and d.closest == {"candidate": passed.candidate.name, "analytical_capacity_rps": 2.0,
+                                              "simulated_capacity_rps": 0.0}
+    assert "simulator" in d.message and "0.5 req/s" in d.message
