@@ -254,6 +254,9 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
         console.print("[dim]± = p90 error of the step time from held-out kernel residuals of the calibration tier "
                       "(docs/ACCURACY.md)[/dim]")
     for note in res.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        if note.startswith("WARNING: "):
+            console.print(f"[bold red]warning:[/bold red] {note[len('WARNING: '):]}")
+        else:
+            console.print(f"[yellow]note:[/yellow] {note}")
     if out_dir is not None:
         console.print(f"Wrote {out_dir / 'plan.json'} and {out_dir / 'candidates.csv'}")

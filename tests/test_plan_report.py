@@ -126,3 +126,10 @@ def test_unstable_analytical_estimate_never_heads_a_simulated_figure():
     assert "inf" not in text
     d = report.plan_dict(res, {})["deployments"][0]
     assert d["ttft_ms"] == 1900.0 and d["analytical_ttft_ms"] is None
+
+
+def test_a_missed_whole_deployment_simulation_is_a_warning():
+    res = _result()
+    res.notes.append("WARNING: the whole-deployment simulation misses at the planned rate: TTFT p99 <= 2000 ms: 2100 ms")
+    text = _render(res)
+    assert "warning: the whole-deployment simulation misses" in text and "note: WARNING" not in text
