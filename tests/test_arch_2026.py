@@ -405,3 +405,24 @@ def _median_ratio(gpu_key: str, folder: str, table: str, phase: str) -> float:
                                          ("glm5_dsa_attn_module", "context"), ("glm5_dsa_attn_module", "generation")])
 def test_spec_tier_new_ops_within_a_factor_on_h200(table, phase):
     assert 0.6 < _median_ratio("h200_sxm", "h200_sxm", table, phase) < 1.5
+
+
+# ------------------------------------------------------------------ end to end
+
+
+@pytest.mark.parametrize("model,gpu", [("qwen3_5_397b_a17b", "h200_sxm"), ("glm_5", "h200_sxm"),
+                                       ("kimi_k2_5", "b200")])
+def test_plan_runs_for_the_2026_architectures(tmp_path, model, gpu):
+    from llmplan.cli import main
+
+    out = tmp_path / model
+    code = main(["plan", f"model={model}", f"gpu={gpu}", "search.finalists=1", "search.verify_requests=200",
+                 f"hydra.run.dir={out}"])
+    assert code in (0, 3)
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["model"] == model and plan["feasible"] == (code == 0)
+    if code == 0:
+        d = plan["deployments"][0]
+        assert d["replicas"] >= 1 and d["gpu"] == gpu and 0 < d["tpot_ms"] < 1e4 and 0 < d["ttft_ms"] < 1e5
+    else:
+        assert plan["infeasible"] or plan["binding_constraint"]
