@@ -138,6 +138,13 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
     check_space(space)
     if not wl.rate_rps > 0:
         raise UserError(f"the rate to plan for must be > 0, got {wl.rate_rps}", key="workload.rate_rps")
+    if not slos:
+        raise UserError("no SLO target set", key="slo", fix="set e.g. slo.ttft_p90_ms=1000 slo.tpot_p90_ms=50")
+    if not gpus:
+        raise UserError("no candidate GPU type", key="gpu", fix="e.g. gpu=h100_sxm or gpu=all")
+    for key, limit in sorted(max_gpus.items()):
+        if not isinstance(limit, int) or limit < 0:
+            raise UserError(f"must be an integer >= 0, got {limit!r}", key=f"gpu.max_gpus.{key}")
     cands, rejected = enumerate_candidates(model, gpus, space.tp, space.pp, space.ep, space.precision,
                                            space.max_batch, space.kv_cache_dtype)
     evals = [Evaluation(c, verdict, reason) for c, verdict, reason in rejected]

@@ -139,3 +139,21 @@ def test_diagnosis_when_only_the_simulator_rejects():
     assert d.cause == "slo" and d.closest == {"candidate": passed.candidate.name, "analytical_capacity_rps": 2.0,
                                               "simulated_capacity_rps": 0.0}
     assert "simulator" in d.message and "0.5 req/s" in d.message
+
+
+def test_plan_refuses_inputs_that_would_change_the_question():
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.planner import plan
+    from llmplan.optimizer.types import WorkloadStats
+    from llmplan.sim.types import EngineProfile
+
+    model, gpu = load_model("llama3_1_8b"), get_gpu("h100_sxm")
+    wl = WorkloadStats(1.0, 100.0, 50.0, 150)
+    cases = [({"wl": replace(wl, rate_rps=0.0)}, "workload.rate_rps"), ({"slos": []}, "slo"), ({"gpus": []}, "gpu"),
+             ({"max_gpus": {"h100_sxm": -1}}, "gpu.max_gpus.h100_sxm"), ({"space": replace(SPACE, finalists=-1)}, "search.finalists")]
+    for change, key in cases:
+        args = {"model": model, "gpus": [(gpu, 4.0)], "engine": EngineProfile(), "wl": wl, "slos": [P50], "space": SPACE,
+                "max_gpus": {}, "calibration": "spec"} | change
+        with pytest.raises(UserError) as e:
+            plan(**args)
+        assert e.value.key == key
