@@ -13,10 +13,11 @@ batches are weight-bandwidth bound), so the screen models the mix explicitly:
 TPOT at percentile q: a request's O tokens see N ~ Poisson(f O) prefill steps, f = n_pf tau
 the fraction of steps that carry prompts, and B_q = B + z_q sqrt(B) decoders:
 tpot_q = tau_d(B_q) + (tau_pf - tau_d) (f O_e + z_q sqrt(f O_e)) / O_e, O_e = O / 4 (shorter
-outputs see more variance). TTFT at q: the residual of the step in progress
-(E[tau^2] / 2E[tau]), the request's own prefill (its prompt at the q-quantile, with the
-k - 1 prompts batched beside it, in budget-sized chunks) and, when prompt work saturates
-the replica, a G/G/1 wait (`wait_quantile_ms`: Kingman's mean with an exponential tail).
+outputs see more variance). TTFT at q: the q-quantile of the time left in the step an
+arrival lands in (`residual_quantile_ms`), the request's own prefill (its prompt at the
+q-quantile, with the k - 1 prompts batched beside it, in budget-sized chunks) and, when
+prompts exceed the token budget, a G/G/1 wait (`wait_quantile_ms`: Kingman's mean with an
+exponential tail).
 The SLO capacity is the largest lam meeting every target (bisection). Pipeline parallelism:
 per micro-batch stage times, TPOT = pp x stage time.
 
