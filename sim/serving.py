@@ -107,7 +107,10 @@ def estimate_capacity_rps(replicas: list[ReplicaSpec], mean_input_tokens: float,
 
 
 def _resolve_workload(workload: Union[WorkloadSpec, Workload, list[Request]], replicas: list[ReplicaSpec],
-                      seed: int, rate_fraction: float) -> tuple[Workload, Optional[float]]:
+                      seed: int, rate_fraction: float,
+                      capacity_rps: Optional[Callable[[float, float], float]] = None) -> tuple[Workload, Optional[float]]:
+    """The workload to run and the rate picked for it (``capacity_rps(mean_in, mean_out)``
+    replaces :func:`estimate_capacity_rps` of ``replicas``; sim.disaggregated uses it)."""
     if isinstance(workload, Workload):
         return workload, None
     if isinstance(workload, list):
@@ -115,7 +118,8 @@ def _resolve_workload(workload: Union[WorkloadSpec, Workload, list[Request]], re
     validate_spec(workload)
     spec, picked = workload, None
     if spec.rate_rps is None and spec.arrival in ("poisson", "gamma"):
-        picked = rate_fraction * estimate_capacity_rps(replicas, *mean_lengths(spec))
+        cap = capacity_rps or (lambda i, o: estimate_capacity_rps(replicas, i, o))
+        picked = rate_fraction * cap(*mean_lengths(spec))
         spec = replace(spec, rate_rps=picked)
     return generate_workload(spec, np.random.default_rng([spec.seed, seed])), picked
 
@@ -179,8 +183,9 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
 
 
 def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: int, picked_rate: Optional[float],
-                     rate: float, run: dict) -> SimResult:
-    """Simulate with the steady-state window, lengthening the warm-up while the system still fills."""
+                     rate: float, run: dict, simulate: Optional[Callable[..., SimResult]] = None) -> SimResult:
+    """Simulate with the steady-state window, lengthening the warm-up while the system still fills.
+    ``simulate`` (default :func:`_simulate`, same arguments) runs one attempt (sim.disaggregated)."""
     asked = len(wl.requests)
     outs = np.fromiter((q.output_tokens for q in wl.requests), float, asked)
     ins = np.fromiter((q.input_tokens for q in wl.requests), float, asked)
@@ -193,7 +198,7 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
             wl = generate_workload(spec, np.random.default_rng([spec.seed, seed]))
         steady = window_indices([q.arrival_ms for q in wl.requests], plan.warmup_ms, plan.drain_ms)
         rng = steady if steady[1] > steady[0] else MeasureWindow().measured_range(len(wl.requests))
-        res = _simulate(wl, replicas, rng, picked_rate, rate, **run)
+        res = (simulate or _simulate)(wl, replicas, rng, picked_rate, rate, **run)
         rep = _window_report(res.requests, steady, plan, rate, asked, res.stopped_early)
         rep["warmup_doublings"] = attempt
         if rep["stationary"] or not (synthetic and est.stable) \

@@ -1,0 +1,415 @@
+"""Discrete-event simulation of disaggregated prefill/decode serving (xPyD).
+
+A deployment is a prefill pool of ``P`` workers and a decode pool of ``D`` workers
+(:class:`DisaggSpec`), each pool with its own step model, engine limits and KV capacity
+(one :class:`~sim.replica.ReplicaSpec` per pool), GPU type and parallelism. One request:
+
+1. arrives (open or closed loop, the same :class:`~sim.workload.Workload` as the
+   aggregated simulator) and is routed to the prefill worker with the fewest unfinished
+   requests (ties: lowest index);
+2. queues there and is prefilled by the worker's chunked-prefill loop (token budget,
+   ``max_num_seqs``, KV blocks, prefix cache): the prefill produces the first token;
+3. is assigned to the decode worker with the most free KV tokens, net of the requests
+   already in transit to it or waiting there (ties: lowest index), and its KV moves there:
+   :mod:`sim.kv_transfer` times it (payload per TP rank, NVLink inside one scale-up domain
+   else the scale-out network) and two :class:`~sim.kv_transfer.LinkOccupancy` per transfer,
+   the sending prefill worker's NICs and the receiving decode worker's, serve transfers
+   first come first served (:func:`~sim.kv_transfer.reserve_transfer`);
+4. once its KV has arrived it waits on the decode worker until fewer than ``max_num_seqs``
+   run and its prompt's KV blocks fit above the watermark, then decodes in continuous
+   batches of decode-only steps until its last token.
+
+TTFT convention (``first_token_at``): ``"decode"`` (default) is what a benchmark client
+measures against vLLM's, SGLang's and Dynamo's disaggregated front ends: the client's
+stream comes from the decode worker, so its first token is seen when the decode worker
+takes the request, after the prefill (queue included), the KV transfer and any wait for
+decode room. ``"prefill"`` stamps the first token at the end of the prefill instead (the
+transfer and the decode wait then show in the gap to the second token, i.e. in TPOT and ITL).
+A one-token request finishes at the end of its prefill (nothing to transfer).
+
+Simplifications (docs/DISAGG.md): a prefill worker frees a request's KV when its prefill ends
+(engines keep it until the transfer completes); the decode side allocates KV when it admits
+the request (engines reserve it before the transfer starts); the transfer's duration is fixed
+when it is reserved. Metrics are those of :mod:`sim.metrics` (same columns, windows, SLOs),
+plus per-request ``prefill_worker``, ``prefill_done_ms``, ``kv_arrival_ms``, ``transfer_ms``.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+import numpy as np
+import pandas as pd
+
+from llmplan.errors import InfeasibleDeployment, UserError
+from llmplan.sim.disagg_workers import (DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill,
+                                        submit_transferred)
+from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
+from llmplan.sim.kv_transfer import (KVPayload, LinkOccupancy, PoolLink, exposed_transfer_ms, pool_link,
+                                     request_kv_payload, reserve_transfer)
+from llmplan.sim.metrics import LogHistogram, MeasureWindow, SLOThresholds, json_clean, requests_frame, summarize
+from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
+from llmplan.sim.scheduler import Seq
+from llmplan.sim.serving import (DEFAULT_MAX_QUEUE, DEFAULT_MIN_DRAIN_MS, DEFAULT_RATE_FRACTION, SimResult,
+                                 _offered_rate, _resolve_workload, _simulate_steady)
+from llmplan.sim.types import StepShape
+from llmplan.sim.workload import Request, Workload, WorkloadSpec
+
+FIRST_TOKEN_AT = ("decode", "prefill")
+TIMESERIES_COLUMNS = ("time_ms", "replica", "running", "waiting", "batch_size", "kv_util", "preemptions")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool of identical workers. ``replica`` carries the worker's step model, engine
+    limits (``max_num_seqs``, ``max_num_batched_tokens``), KV capacity and max length."""
+
+    workers: int
+    replica: ReplicaSpec
+    tp: int = 1               # attention TP of a worker: KV shard per GPU for the transfer
+    gpus_per_worker: int = 1  # GPUs of one worker (pool link: do both pools fit one domain)
+    label: str = ""           # e.g. "h100_sxm TP8" (reports)
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+class TransferModel:
+    """Time of one request's KV transfer, ms, from its prompt length (and its prefill time,
+    used when the transfer is layer-wise)."""
+
+    def duration_ms(self, prompt_tokens: int, prefill_ms: float) -> float:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FixedTransfer(TransferModel):
+    """Every transfer takes ``ms`` (0: free and instant; tests, what-if)."""
+
+    ms: float = 0.0
+
+    def duration_ms(self, prompt_tokens: int, prefill_ms: float) -> float:
+        return self.ms
+
+
+@dataclass
+class KVLinkTransfer(TransferModel):
+    """:mod:`sim.kv_transfer` timing: the request's KV payload over the pools' link."""
+
+    payload: Callable[[int], KVPayload]
+    link: PoolLink
+    layerwise: bool = False
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def duration_ms(self, prompt_tokens: int, prefill_ms: float) -> float:
+        if self.layerwise:
+            return exposed_transfer_ms(self.payload(prompt_tokens), self.link, prefill_ms, layerwise=True)
+        t = self._memo.get(prompt_tokens)
+        if t is None:
+            t = self._memo[prompt_tokens] = exposed_transfer_ms(self.payload(prompt_tokens), self.link, 0.0)
+        return t
+
+
+def kv_link_transfer(model, kv_dtype: str, prefill_gpu, decode_gpu, prefill: PoolSpec, decode: PoolSpec,
+                     placement: str = "auto", latency_us: Optional[float] = None,
+                     layerwise: bool = False) -> KVLinkTransfer:
+    """The transfer model of a deployment: link from :func:`~sim.kv_transfer.pool_link`
+    (UserError for an unknown link figure), payload per TP rank of each side."""
+    link = pool_link(prefill_gpu, decode_gpu, prefill.gpus, decode.gpus, placement, latency_us)
+    return KVLinkTransfer(lambda p: request_kv_payload(model, kv_dtype, p, prefill.tp, decode.tp), link, layerwise)
+
+
+@dataclass(frozen=True)
+class DisaggSpec:
+    """A disaggregated deployment: the two pools and how KV moves between them."""
+
+    prefill: PoolSpec
+    decode: PoolSpec
+    transfer: TransferModel = FixedTransfer(0.0)
+    first_token_at: str = "decode"   # TTFT convention, see the module docstring
+
+
+def validate_disagg(spec: DisaggSpec) -> None:
+    """UserError naming the key for pool sizes and settings that cannot run."""
+    for name, pool in (("prefill", spec.prefill), ("decode", spec.decode)):
+        w = pool.workers
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise UserError(f"the {name} pool needs at least one worker, got {w!r}", key=f"{name}.workers",
+                            fix=f"set {name}.workers to an integer >= 1 (xPyD: x prefill, y decode workers)")
+        for k, v in (("tp", pool.tp), ("gpus_per_worker", pool.gpus_per_worker)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise UserError(f"must be an integer >= 1, got {v!r}", key=f"{name}.{k}")
+        validate_replica(pool.replica, 0)
+    if spec.first_token_at not in FIRST_TOKEN_AT:
+        raise UserError(f"unknown first-token convention {spec.first_token_at!r}", key="first_token_at",
+                        fix="one of " + ", ".join(FIRST_TOKEN_AT))
+
+
+# ---------------------------------------------------------------------------- capacity
+
+
+def estimate_disagg_capacity_rps(spec: DisaggSpec, mean_input_tokens: float, mean_output_tokens: float) -> float:
+    """Rough sustainable rate: the smaller of the prefill pool's (full token-budget chunks)
+    and the decode pool's (full batches, limited by ``max_num_seqs`` and KV)."""
+    pin, pout = max(1.0, mean_input_tokens), max(1.0, mean_output_tokens)
+    p = spec.prefill.replica
+    chunk = int(max(1, min(pin, p.engine.max_num_batched_tokens)))
+    t = float(p.cost_model.stage_time_ms(StepShape(chunk, 1, float(chunk * (chunk + 1) / 2), 0, 0, 0)))
+    pre = spec.prefill.workers * 1000.0 * chunk / (t * pin)
+    d = spec.decode.replica
+    e = d.engine
+    pp = int(getattr(d.cost_model, "pp", 1) or 1)
+    b = max(1, min(e.max_num_seqs, int(d.kv_capacity_tokens * (1 - e.watermark) // (pin + pout))) // pp)
+    t_dec = pp * float(d.cost_model.stage_time_ms(StepShape(0, 0, 0.0, 0, b, int(b * (pin + pout / 2)))))
+    dec = spec.decode.workers * 1000.0 * b * pp / (max(pout - 1, 1.0) * t_dec)
+    return min(pre, dec)
+
+
+# ---------------------------------------------------------------------------- simulate
+
+
+def _check_requests(wl: Workload, pre: list[Replica], dec: list[Replica]) -> None:
+    """Refuse requests no worker could ever hold: the first offender is named."""
+    if not wl.requests:
+        raise UserError("the workload has no requests", key="workload.num_requests")
+    n = len(wl.requests)
+    ins = np.fromiter((q.input_tokens for q in wl.requests), np.int64, n)
+    need = ins + np.fromiter((q.output_tokens for q in wl.requests), np.int64, n)
+    max_len = min(r.spec.max_model_len for r in pre + dec)
+    pre_kv = min(r.max_request_tokens() for r in pre)
+    dec_kv = min(r.max_request_tokens() for r in dec)
+    checks = (
+        (need > max_len, UserError, "workload", "more than max_model_len {lim}", max_len,
+         "shorten the requests or raise max_model_len"),
+        (ins + 1 > pre_kv, InfeasibleDeployment, "prefill.kv_capacity_tokens",
+         "its prompt does not fit a prefill worker's KV cache ({lim} tokens beyond its watermark)", pre_kv,
+         "use larger prefill workers or shorter prompts"),
+        (need > dec_kv, InfeasibleDeployment, "decode.kv_capacity_tokens",
+         "a decode worker holds only {lim} KV tokens beyond its watermark", dec_kv,
+         "use larger decode workers or shorter requests"),
+    )
+    for bad, cls, key, why, lim, fix in checks:
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise cls(f"request {i} needs {ins[i]} prompt + {need[i] - ins[i]} output = {need[i]} tokens: "
+                      + why.format(lim=lim), key=key, fix=fix)
+
+
+def simulate_disaggregated(workload: Union[WorkloadSpec, Workload, list[Request]], spec: DisaggSpec, seed: int = 0,
+                           slo: Optional[SLOThresholds] = None, window: Optional[MeasureWindow] = None,
+                           max_queue: int = DEFAULT_MAX_QUEUE, max_sim_time_ms: Optional[float] = None,
+                           timeseries_interval_ms: Optional[float] = None,
+                           rate_fraction: float = DEFAULT_RATE_FRACTION, steady_state: bool = False) -> SimResult:
+    """Simulate ``workload`` on the disaggregated deployment ``spec``; the result has the
+    aggregated simulator's shape (:class:`~sim.serving.SimResult`). ``workload``, ``window``,
+    ``max_queue`` and ``max_sim_time_ms`` mean what they mean in
+    :func:`~sim.serving.simulate_serving` (a rate left unset is 80% of
+    :func:`estimate_disagg_capacity_rps`); ``steady_state`` measures the steady-state window of
+    :mod:`sim.steady_state` through the aggregated simulator's own loop (open loop only)."""
+    validate_disagg(spec)
+    if max_queue < 0:
+        raise UserError("max_queue must be >= 0", key="max_queue")
+    decode_specs = [spec.decode.replica] * spec.decode.workers
+    wl, picked = _resolve_workload(workload, decode_specs, seed, rate_fraction,
+                                   capacity_rps=lambda i, o: estimate_disagg_capacity_rps(spec, i, o))
+    if wl.offline:
+        raise UserError("offline (all-at-once) workloads are not simulated for disaggregated deployments",
+                        key="workload.arrival", fix="use poisson, gamma, trace or closed_loop arrivals")
+    closed = wl.closed_loop_concurrency is not None
+    offered = picked if picked is not None else (
+        workload.rate_rps if isinstance(workload, WorkloadSpec) and workload.rate_rps else _offered_rate(wl))
+    run = dict(slo=slo, max_queue=max_queue, max_sim_time_ms=max_sim_time_ms,
+               timeseries_interval_ms=timeseries_interval_ms)
+
+    def attempt(wl_: Workload, _replicas: list, measured: tuple[int, int], picked_: Optional[float],
+                offered_: Optional[float], slo: Optional[SLOThresholds], max_queue: int,
+                max_sim_time_ms: Optional[float], timeseries_interval_ms: Optional[float]) -> SimResult:
+        return _Run(wl_, spec, measured, max_queue, max_sim_time_ms, timeseries_interval_ms).result(
+            slo, picked_, offered_)
+
+    if steady_state and not closed and offered:
+        # the warm-up is sized by sim.steady_state's estimate of the decode pool (a request's
+        # lifetime is mostly its decode); stationarity is then checked on the run itself
+        return _simulate_steady(workload, wl, decode_specs, seed, picked, offered, run, simulate=attempt)
+    if window is None:
+        window = MeasureWindow(warmup_requests=wl.closed_loop_concurrency if closed else None)
+    return attempt(wl, decode_specs, window.measured_range(len(wl.requests)), picked, offered, **run)
+
+
+class _Run:
+    """One simulation: the event loop, both pools and the per-request transfer records."""
+
+    def __init__(self, wl: Workload, spec: DisaggSpec, measured: tuple[int, int], max_queue: int,
+                 max_sim_time_ms: Optional[float], interval_ms: Optional[float]):
+        self.wl, self.spec = wl, spec
+        n = len(wl.requests)
+        self.closed = wl.closed_loop_concurrency is not None
+        lo, hi = measured
+        self.loop = loop = EventLoop()
+        self.itl = LogHistogram()
+        interval = interval_ms or (max(wl.horizon_ms / 500.0, 10.0) if not self.closed else 1000.0)
+        self.seqs = [Seq(i, q, lo <= i < hi) for i, q in enumerate(wl.requests)]
+        P, D = spec.prefill.workers, spec.decode.workers
+        self.pre = [Replica(i, spec.prefill.replica, loop, self.itl, self._prefilled, wl.prefix_block_tokens, interval)
+                    for i in range(P)]
+        self.dec = [DecodeWorker(P + j, spec.decode.replica, loop, self.itl, self._finished, wl.prefix_block_tokens,
+                                 interval, self._admitted) for j in range(D)]
+        _check_requests(wl, self.pre, self.dec)
+        self.send = [LinkOccupancy() for _ in range(P)]
+        self.recv = [LinkOccupancy() for _ in range(D)]
+        self.pending_tokens = [0] * D        # in transit to or waiting on each decode worker
+        self.prefill_worker = np.full(n, -1, np.int64)
+        self.prefill_done = np.full(n, math.nan)
+        self.kv_arrival = np.full(n, math.nan)
+        self.xfer_ms = np.full(n, math.nan)
+        self.first_at_decode = spec.first_token_at == "decode"
+        self.transfers = 0
+        self.done = 0
+        self.issued = 0
+        self.overloaded = False
+        self.limit = max_queue + P * spec.prefill.replica.engine.max_num_seqs + D * spec.decode.replica.engine.max_num_seqs
+        if self.closed:
+            for k in range(min(wl.closed_loop_concurrency, n)):
+                self.seqs[k].client = k
+                self.issued += 1
+                loop.schedule(0.0, PRIORITY_ARRIVAL, self._arrive, self.seqs[k])
+        else:
+            self.issued = 1
+            loop.schedule(self.seqs[0].req.arrival_ms, PRIORITY_ARRIVAL, self._arrive, self.seqs[0])
+            if max_sim_time_ms is None:
+                max_sim_time_ms = wl.horizon_ms + max(wl.horizon_ms, DEFAULT_MIN_DRAIN_MS)
+        if max_sim_time_ms is not None:
+            loop.schedule(max_sim_time_ms, PRIORITY_LAST, self._deadline)
+
+    # ------------------------------------------------------------------ events
+
+    def _arrive(self, seq: Seq) -> None:
+        now = self.loop.now
+        seq.arrival = now
+        pre = self.pre
+        best, best_n = 0, pre[0].outstanding
+        for i in range(1, len(pre)):
+            if pre[i].outstanding < best_n:
+                best, best_n = i, pre[i].outstanding
+        self.prefill_worker[seq.idx] = best
+        prepare_prefill(seq)
+        pre[best].submit(seq, now)
+        if self.issued - self.done > self.limit:
+            self.overloaded = True
+            self.loop.stop()
+        if not self.closed and self.issued < len(self.seqs):
+            nxt = self.seqs[self.issued]
+            self.issued += 1
+            self.loop.schedule(nxt.req.arrival_ms, PRIORITY_ARRIVAL, self._arrive, nxt)
+
+    def _prefilled(self, seq: Seq) -> None:
+        """Prefill done (first token produced): pick a decode worker and start the transfer."""
+        now = self.loop.now
+        i = seq.idx
+        self.prefill_done[i] = now
+        if seq.req.output_tokens <= 1:
+            self._finished(seq)
+            return
+        prepare_decode(seq)
+        dec, pend = self.dec, self.pending_tokens
+        best, best_free = 0, free_kv_tokens(dec[0]) - pend[0]
+        for j in range(1, len(dec)):
+            f = free_kv_tokens(dec[j]) - pend[j]
+            if f > best_free:
+                best, best_free = j, f
+        pend[best] += seq.P
+        src = int(self.prefill_worker[i])
+        dur = self.spec.transfer.duration_ms(seq.P, now - seq.first_sched)
+        self.xfer_ms[i] = dur
+        if dur > 0.0:
+            t = reserve_transfer(self.send[src], self.recv[best], now, dur)
+        else:
+            t = now
+        self.transfers += 1
+        seq.replica = dec[best].index
+        self.loop.schedule(t, PRIORITY_ARRIVAL, self._kv_arrived, seq)
+
+    def _kv_arrived(self, seq: Seq) -> None:
+        now = self.loop.now
+        self.kv_arrival[seq.idx] = now
+        submit_transferred(self.dec[seq.replica - self.spec.prefill.workers], seq, now)
+
+    def _admitted(self, seq: Seq, now: float) -> None:
+        """A decode worker takes the request (its KV arrived and there is room)."""
+        self.pending_tokens[seq.replica - self.spec.prefill.workers] -= seq.P
+        if self.first_at_decode:
+            seq.first_token = now
+            seq.last_token = now
+
+    def _finished(self, seq: Seq) -> None:
+        self.done += 1
+        if self.closed and self.issued < len(self.seqs):
+            nxt = self.seqs[self.issued]
+            self.issued += 1
+            nxt.client = seq.client
+            self.loop.schedule(self.loop.now + self.wl.think_time_ms, PRIORITY_ARRIVAL, self._arrive, nxt)
+
+    def _deadline(self, _: object) -> None:
+        if self.done < len(self.seqs):
+            self.overloaded = True
+        self.loop.stop()
+
+    # ------------------------------------------------------------------ result
+
+    def result(self, slo: Optional[SLOThresholds], picked: Optional[float], offered: Optional[float]) -> SimResult:
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self.loop.run()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        for s in self.seqs:  # a request stopped mid-prefill still has its prefill-only length
+            s.O = s.req.output_tokens
+        df = requests_frame(self.seqs)
+        df["prefill_worker"] = self.prefill_worker
+        df["prefill_done_ms"] = self.prefill_done
+        df["kv_arrival_ms"] = self.kv_arrival
+        df["transfer_ms"] = self.xfer_ms
+        unfinished = int((~df["finished"]).sum())
+        overloaded = bool(self.overloaded or unfinished > 0)
+        stats = [dict(r.stats(), pool="prefill") for r in self.pre] + [dict(r.stats(), pool="decode") for r in self.dec]
+        summary = summarize(df, self.itl, slo)
+        m = df[df["measured"].to_numpy() & df["finished"].to_numpy()]
+        busy = [o.busy_ms for o in self.send]
+        summary.update({
+            "mode": "disaggregated",
+            "offered_rate_rps": offered,
+            "rate_picked_by_simulator": picked is not None,
+            "closed_loop_concurrency": self.wl.closed_loop_concurrency,
+            "prefill_workers": len(self.pre),
+            "decode_workers": len(self.dec),
+            "first_token_at": self.spec.first_token_at,
+            "overloaded": overloaded,
+            "unfinished": unfinished,
+            "sim_time_ms": self.loop.now,
+            "events": self.loop.events_processed,
+            "steps": sum(s["steps"] for s in stats),
+            "prefill_steps": sum(s["steps"] for s in stats[:len(self.pre)]),
+            "decode_steps": sum(s["steps"] for s in stats[len(self.pre):]),
+            "preemptions": sum(s["preemptions"] for s in stats),
+            "kv_transfers": self.transfers,
+            "transfer_ms_mean": float(np.nanmean(m["transfer_ms"])) if m["transfer_ms"].notna().any() else None,
+            "transfer_wait_ms_mean": float(np.nanmean(m["kv_arrival_ms"] - m["prefill_done_ms"]
+                                                      - m["transfer_ms"])) if m["kv_arrival_ms"].notna().any()
+            else None,
+            "transfer_link_busy_ms_max": max(busy) if busy else 0.0,
+            "kv_peak_util": max(s["kv_peak_util"] for s in stats),
+            "generated_tokens": int(df.loc[df["finished"], "output_tokens"].sum()),
+        })
+        if slo is not None and overloaded:
+            summary["slo_met"] = False
+        samples = [s for r in self.pre + self.dec for s in r.samples]
+        samples.sort(key=lambda s: (s[0], s[1]))
+        ts = pd.DataFrame(samples, columns=list(TIMESERIES_COLUMNS))
+        return SimResult(df, json_clean(summary), ts, overloaded, unfinished, stats, self.itl.frame(),
+                         bool(self.overloaded))

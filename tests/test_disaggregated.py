@@ -1,0 +1,205 @@
+"""Disaggregated prefill/decode simulation (sim/disaggregated.py): timing of one request,
+TTFT conventions, transfer contention, queueing, decode KV admission, heterogeneous pools,
+bad input, determinism. Expected times come from the step model itself (StepShape)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from llmplan.errors import InfeasibleDeployment, UserError
+from llmplan.sim.disaggregated import DisaggSpec, FixedTransfer, PoolSpec, simulate_disaggregated
+from llmplan.sim.testing_costs import LinearStepCost, make_replica
+from llmplan.sim.types import StepShape
+from llmplan.sim.workload import Request, WorkloadSpec
+
+# decode steps independent of KV length, so one decode step has one duration per batch size
+COST = LinearStepCost(base_ms=7.0, per_seq_ms=0.02, per_decode_kv_token_ms=0.0, per_prefill_token_ms=0.03,
+                      per_attn_pair_ms=1e-6)
+
+
+def prefill_ms(cost, p: int) -> float:
+    return cost.step_time_ms(StepShape.build([(p, 0)]))
+
+
+def decode_ms(cost, batch: int) -> float:
+    return cost.step_time_ms(StepShape(0, 0, 0.0, 0, batch, 0))
+
+
+def spec(p_workers=1, d_workers=1, transfer=0.0, first="decode", p_rep=None, d_rep=None) -> DisaggSpec:
+    p_rep = p_rep or make_replica(COST)
+    d_rep = d_rep or make_replica(COST)
+    return DisaggSpec(PoolSpec(p_workers, p_rep), PoolSpec(d_workers, d_rep), FixedTransfer(transfer), first)
+
+
+def one(req: Request, s: DisaggSpec):
+    res = simulate_disaggregated([req], s)
+    assert not res.overloaded
+    return res.requests.iloc[0]
+
+
+def test_idle_single_request_ttft_is_prefill_and_tpot_is_decode_step():
+    r = one(Request(0.0, 1000, 11), spec())
+    assert r["ttft_ms"] == pytest.approx(prefill_ms(COST, 1000))
+    assert r["tpot_ms"] == pytest.approx(decode_ms(COST, 1))
+    assert r["e2e_ms"] == pytest.approx(prefill_ms(COST, 1000) + 10 * decode_ms(COST, 1))
+    assert r["queue_ms"] == 0.0 and r["transfer_ms"] == 0.0
+
+
+def test_prompt_longer_than_token_budget_is_chunked_on_the_prefill_worker():
+    p_rep = make_replica(COST, max_num_batched_tokens=512)
+    r = one(Request(0.0, 1000, 2), spec(p_rep=p_rep))
+    expect = COST.step_time_ms(StepShape.build([(512, 0)])) + COST.step_time_ms(StepShape.build([(488, 512)]))
+    assert r["ttft_ms"] == pytest.approx(expect)
+
+
+def test_transfer_adds_to_ttft_by_default_and_to_tpot_with_prefill_convention():
+    base = one(Request(0.0, 1000, 11), spec())
+    dec = one(Request(0.0, 1000, 11), spec(transfer=20.0))
+    assert dec["ttft_ms"] == pytest.approx(base["ttft_ms"] + 20.0)
+    assert dec["tpot_ms"] == pytest.approx(base["tpot_ms"])
+    assert dec["kv_arrival_ms"] - dec["prefill_done_ms"] == pytest.approx(20.0)
+    pre = one(Request(0.0, 1000, 11), spec(transfer=20.0, first="prefill"))
+    assert pre["ttft_ms"] == pytest.approx(base["ttft_ms"])
+    assert pre["tpot_ms"] == pytest.approx(base["tpot_ms"] + 20.0 / 10)  # 20 ms spread over 10 gaps
+    assert pre["e2e_ms"] == pytest.approx(dec["e2e_ms"])
+
+
+def test_one_token_request_finishes_at_prefill_without_transfer():
+    r = one(Request(0.0, 800, 1), spec(transfer=50.0))
+    assert r["finished"] and r["e2e_ms"] == pytest.approx(prefill_ms(COST, 800))
+    assert np.isnan(r["transfer_ms"])
+
+
+def test_transfers_into_one_decode_worker_are_served_one_after_the_other():
+    # two prefill workers finish together; both KV transfers need the one decode worker's NICs
+    res = simulate_disaggregated([Request(0.0, 1000, 5), Request(0.0, 1000, 5)], spec(p_workers=2, transfer=50.0))
+    df = res.requests
+    assert sorted(df["prefill_worker"]) == [0, 1]
+    assert df["prefill_done_ms"].iloc[0] == pytest.approx(df["prefill_done_ms"].iloc[1])
+    arrivals = sorted(df["kv_arrival_ms"] - df["prefill_done_ms"])
+    assert arrivals == pytest.approx([50.0, 100.0])
+    # with two decode workers the receivers differ, and the two senders are separate: no wait
+    res2 = simulate_disaggregated([Request(0.0, 1000, 5), Request(0.0, 1000, 5)],
+                                  spec(p_workers=2, d_workers=2, transfer=50.0))
+    d2 = res2.requests
+    assert sorted(d2["replica"]) == [2, 3]
+    assert list(d2["kv_arrival_ms"] - d2["prefill_done_ms"]) == pytest.approx([50.0, 50.0])
+
+
+def test_queueing_at_the_prefill_pool():
+    # one prompt per prefill step (budget = prompt), constant 10 ms steps: the k-th waits k steps
+    p_rep = make_replica(LinearStepCost.constant(10.0), max_num_batched_tokens=1024, max_num_seqs=16)
+    reqs = [Request(0.0, 1024, 2) for _ in range(6)]
+    df = simulate_disaggregated(reqs, spec(p_rep=p_rep), window=None).requests
+    assert sorted(df["prefill_done_ms"]) == pytest.approx([10.0, 20, 30, 40, 50, 60])
+    assert sorted(df["ttft_ms"]) == pytest.approx([10.0, 20, 30, 40, 50, 60])
+    # two prefill workers halve the queue
+    df2 = simulate_disaggregated(reqs, spec(p_workers=2, p_rep=p_rep)).requests
+    assert sorted(df2["prefill_done_ms"]) == pytest.approx([10.0, 10, 20, 20, 30, 30])
+
+
+def test_decode_kv_capacity_limits_admission():
+    # decode KV holds 64 blocks of 16 tokens = 1024 tokens: one 600 + 100 request at a time
+    d_rep = make_replica(COST, kv_capacity_tokens=1024, watermark=0.0)
+    reqs = [Request(0.0, 600, 100), Request(0.0, 600, 100)]
+    df = simulate_disaggregated(reqs, spec(p_workers=2, d_rep=d_rep)).requests.sort_values("first_token_ms")
+    a, b = df.iloc[0], df.iloc[1]
+    assert b["kv_arrival_ms"] == pytest.approx(a["kv_arrival_ms"])   # both KVs arrived together
+    assert b["first_token_ms"] == pytest.approx(a["finish_ms"])       # admitted when the first left
+    assert b["tpot_ms"] == pytest.approx(decode_ms(COST, 1))
+    # with room for both, they decode together
+    roomy = simulate_disaggregated(reqs, spec(p_workers=2)).requests
+    assert list(roomy["first_token_ms"]) == pytest.approx([a["first_token_ms"]] * 2)
+    assert list(roomy["tpot_ms"]) == pytest.approx([decode_ms(COST, 2)] * 2)
+
+
+def test_request_larger_than_decode_kv_is_refused():
+    d_rep = make_replica(COST, kv_capacity_tokens=512, watermark=0.0)
+    with pytest.raises(InfeasibleDeployment) as e:
+        simulate_disaggregated([Request(0.0, 600, 10)], spec(d_rep=d_rep))
+    assert e.value.key == "decode.kv_capacity_tokens"
+
+
+@pytest.mark.parametrize("pool", ["prefill", "decode"])
+def test_pool_size_zero_is_a_user_error_naming_the_key(pool):
+    s = spec()
+    bad = replace(s, **{pool: replace(getattr(s, pool), workers=0)})
+    with pytest.raises(UserError) as e:
+        simulate_disaggregated([Request(0.0, 100, 5)], bad)
+    assert e.value.key == f"{pool}.workers"
+
+
+def test_unknown_first_token_convention_is_refused():
+    with pytest.raises(UserError) as e:
+        simulate_disaggregated([Request(0.0, 100, 5)], spec(first="client"))
+    assert e.value.key == "first_token_at"
+
+
+def test_deterministic_for_a_seed_and_metrics_like_the_aggregated_simulator():
+    wl = WorkloadSpec(preset="chat", num_requests=300, rate_rps=8.0, seed=1)
+    s = spec(p_workers=1, d_workers=2, transfer=3.0)
+    a = simulate_disaggregated(wl, s, seed=5)
+    b = simulate_disaggregated(wl, s, seed=5)
+    c = simulate_disaggregated(wl, s, seed=6)
+    assert a.requests.equals(b.requests) and a.summary == b.summary
+    assert not a.requests["arrival_ms"].equals(c.requests["arrival_ms"])
+    assert not a.overloaded and a.summary["measured_requests"] == 300 - 15 - 15  # 5% warm-up, 5% cool-down
+    assert a.summary["kv_transfers"] == int((a.requests["output_tokens"] > 1).sum())
+    assert a.summary["ttft_ms_p90"] >= a.summary["ttft_ms_p50"] > 0
+    assert a.summary["itl_count"] > 0
+
+
+def test_closed_loop_keeps_concurrency_clients():
+    wl = WorkloadSpec(preset="chat", arrival="closed_loop", concurrency=4, num_requests=40, seed=0)
+    res = simulate_disaggregated(wl, spec(d_workers=2))
+    df = res.requests
+    assert df["finished"].all() and not res.overloaded
+    # never more than 4 requests in the system: at each arrival, at most 3 others unfinished
+    arr, fin = df["arrival_ms"].to_numpy(), df["finish_ms"].to_numpy()
+    assert max(int(((arr < t) & (fin > t)).sum()) for t in arr) <= 3
+
+
+def test_heterogeneous_pools_prefill_h100_decode_h200():
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog import load_model
+    from llmplan.sim.deployment import Deployment
+    from llmplan.sim.disagg_build import disagg_from_deployments
+    from llmplan.sim.kv_transfer import request_kv_payload, transfer_ms
+    from llmplan.sim.types import EngineProfile, Parallelism, Precision
+
+    m = load_model("llama3_1_8b")
+    pre = Deployment(m, get_gpu("h100_sxm"), Parallelism(), Precision(), EngineProfile())
+    dec = Deployment(m, get_gpu("h200_sxm"), Parallelism(), Precision(), EngineProfile())
+    s = disagg_from_deployments(pre, dec, 1, 1, 4096, calibration="spec")
+    assert s.transfer.link.kind == "network"   # different GPU types never share a scale-up domain
+    assert s.decode.replica.kv_capacity_tokens > s.prefill.replica.kv_capacity_tokens  # 141 GB vs 80 GB
+    r = one(Request(0.0, 2000, 3), s)
+    xfer = transfer_ms(request_kv_payload(m, "bf16", 2000), s.transfer.link)
+    assert r["transfer_ms"] == pytest.approx(xfer)
+    assert r["prefill_done_ms"] == pytest.approx(s.prefill.replica.cost_model.step_time_ms(StepShape.build([(2000, 0)])))
+    assert r["ttft_ms"] == pytest.approx(r["prefill_done_ms"] + xfer)
+    d1 = s.decode.replica.cost_model.step_time_ms(StepShape(0, 0, 0.0, 0, 1, 2001))
+    d2 = s.decode.replica.cost_model.step_time_ms(StepShape(0, 0, 0.0, 0, 1, 2002))
+    assert r["tpot_ms"] == pytest.approx((d1 + d2) / 2)
+    with pytest.raises(UserError) as e:
+        disagg_from_deployments(pre, dec, 1, 0, 4096, calibration="spec")
+    assert e.value.key == "decode.workers"
+
+
+def test_rate_picked_from_the_slower_pool_and_steady_state_window():
+    # one prefill worker for four decode workers: the prefill pool limits the rate
+    s = spec(p_workers=1, d_workers=4)
+    wl = WorkloadSpec(preset="chat", num_requests=200, seed=0)
+    res = simulate_disaggregated(wl, s, steady_state=True)
+    from llmplan.sim.disaggregated import estimate_disagg_capacity_rps
+    from llmplan.sim.workload import mean_lengths
+
+    cap = estimate_disagg_capacity_rps(s, *mean_lengths(wl))
+    assert res.summary["offered_rate_rps"] == pytest.approx(0.8 * cap)
+    assert estimate_disagg_capacity_rps(spec(p_workers=2, d_workers=4), *mean_lengths(wl)) == pytest.approx(2 * cap)
+    w = res.summary["window"]
+    assert w["window_kind"] == "steady" and w["requests_measured"] > 0
+    assert res.summary["mode"] == "disaggregated"
