@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from llmplan.errors import ConfigError, suggest
 from llmplan.model_catalog.quant import DEFAULT_FORMATS
 from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
-from llmplan.model_catalog.tensors import component_params, linear_attention_layers, linear_tensors
+from llmplan.model_catalog.tensors import COMPONENTS, component_params, linear_attention_layers, linear_tensors
 
 #: embedding conventions accepted by :func:`param_count_active`.
 EMBEDDING_CONVENTIONS = ("once", "both", "none")
@@ -211,6 +211,27 @@ def weight_bytes(spec: ModelSpec, precision: str) -> float:
     per_elem = fmt.bytes_per_element if fmt is not None else b
     scales = tensors * fmt.tensor_scale_bytes if fmt is not None else 0.0
     return quantized * per_elem + scales + (p.total - quantized) * bf16
+
+
+def weight_dtypes(spec: ModelSpec, precision: str) -> dict[str, str]:
+    """The precision each weight component's matmuls read when the model is served at
+    weight ``precision`` (keys: ``tensors.COMPONENTS``).
+
+    Serving a quantized checkpoint as shipped, a component takes the format that stores
+    most of its parameters and bf16 where the checkpoint keeps it unquantized (NVIDIA NVFP4
+    exports keep attention in bf16; gpt-oss and Kimi-K2.5 quantize only routed experts).
+    Otherwise every component uses ``precision`` and the lm_head stays bf16 (as
+    :func:`weight_bytes` counts it)."""
+    if spec.quant is None or precision != spec.quant.precision:
+        return {c: ("bf16" if c == "lm_head" else precision) for c in COMPONENTS}
+    totals = component_params(spec)
+    out = {}
+    for c in COMPONENTS:
+        parts = [part for part in spec.quant.parts if part.component == c]
+        best = max(parts, key=lambda part: part.params, default=None)
+        covered = best is not None and 2 * best.params >= totals[c] > 0
+        out[c] = best.fmt.precision if covered else "bf16"
+    return out
 
 
 def checkpoint_precision_note(spec: ModelSpec, precision: str) -> str | None:

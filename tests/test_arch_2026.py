@@ -24,6 +24,7 @@ from llmplan.model_catalog.derived import (
     param_count_total,
     state_bytes_per_sequence,
     weight_bytes,
+    weight_dtypes,
 )
 from llmplan.model_catalog.loader import unsupported_reason
 from llmplan.model_catalog.tensors import component_params
@@ -174,6 +175,21 @@ def test_nvfp4_bytes_are_exact():
     h, n = m.hidden_size, m.num_attention_heads
     assert q.quantized_params("attention") == 61 * n * m.mla.v_head_dim * h
     assert q.quantized_params("routed_experts") == p.routed_experts
+
+
+def test_step_dtypes_follow_the_checkpoint():
+    oss = weight_dtypes(load_model("gpt_oss_120b"), "fp4")
+    assert (oss["routed_experts"], oss["attention"], oss["lm_head"]) == ("fp4", "bf16", "bf16")
+    glm = weight_dtypes(load_model("nvidia/GLM-5-NVFP4"), "fp4")
+    assert (glm["routed_experts"], glm["attention"], glm["indexer"]) == ("fp4", "bf16", "bf16")
+    kimi = weight_dtypes(load_model("kimi_k2_5"), "int4")
+    assert (kimi["routed_experts"], kimi["shared_experts"], kimi["attention"]) == ("int4", "bf16", "bf16")
+    runtime = weight_dtypes(load_model("llama3_1_70b"), "fp8")  # bf16 checkpoint quantized at load
+    assert runtime["attention"] == runtime["dense_mlp"] == "fp8" and runtime["lm_head"] == "bf16"
+    _, step = _step("glm_5_nvfp4")
+    qkv = next(o for o in step.breakdown(StepShape.build([], [1000] * 4)).ops if o.name == "q_a_kv_a_proj")
+    h = 6144
+    assert qkv.bytes >= 78 * h * (2048 + 512 + 64) * 2  # bf16 weights as shipped, not fp4
 
 
 def test_mxfp4_and_int4_group_scales():
