@@ -27,10 +27,11 @@ decode room. ``"prefill"`` stamps the first token at the end of the prefill inst
 transfer and the decode wait then show in the gap to the second token, i.e. in TPOT and ITL).
 A one-token request finishes at the end of its prefill (nothing to transfer).
 
-Simplifications (docs/DISAGG.md): a prefill worker frees a request's KV when its prefill ends
-(engines keep it until the transfer completes); the decode side allocates KV when it admits
-the request (engines reserve it before the transfer starts); the transfer's duration is fixed
-when it is reserved. Metrics are those of :mod:`sim.metrics` (same columns, windows, SLOs),
+Prefill KV: with ``hold_prefill_kv`` (default, as SGLang and vLLM's NIXL connector do) the
+prefill worker keeps ``ceil(P / block)`` blocks of the request until its transfer has ended,
+so slow transfers throttle the prefill pool. Simplifications (docs/DISAGG.md): the decode
+side allocates KV when it admits the request (engines reserve it before the transfer
+starts); the transfer's duration is fixed when it is reserved. Metrics are those of :mod:`sim.metrics` (same columns, windows, SLOs),
 plus per-request ``prefill_worker``, ``prefill_done_ms``, ``kv_arrival_ms``, ``transfer_ms``.
 """
 
@@ -131,6 +132,7 @@ class DisaggSpec:
     decode: PoolSpec
     transfer: TransferModel = FixedTransfer(0.0)
     first_token_at: str = "decode"   # TTFT convention, see the module docstring
+    hold_prefill_kv: bool = True     # a prefill worker keeps a request's KV until its transfer ends
 
 
 def validate_disagg(spec: DisaggSpec) -> None:
@@ -267,6 +269,7 @@ class _Run:
         self.kv_arrival = np.full(n, math.nan)
         self.xfer_ms = np.full(n, math.nan)
         self.first_at_decode = spec.first_token_at == "decode"
+        self.held: dict[int, tuple] = {}     # request -> (prefill engine, blocks) held until sent
         self.transfers = 0
         self.done = 0
         self.issued = 0
@@ -330,12 +333,24 @@ class _Run:
         else:
             t = now
         self.transfers += 1
+        if self.spec.hold_prefill_kv:
+            ves = self.pre[src].ves
+            ve = ves[0] if len(ves) == 1 else max(ves, key=lambda v: (v.pool.free, -v.index))
+            blocks = -(-seq.P // ve.B)
+            ve.pool.allocate(blocks)   # just freed by the prefill, so they fit
+            self.held[i] = (ve, blocks)
         seq.replica = dec[best].index
         self.loop.schedule(t, PRIORITY_ARRIVAL, self._kv_arrived, seq)
 
     def _kv_arrived(self, seq: Seq) -> None:
         now = self.loop.now
         self.kv_arrival[seq.idx] = now
+        held = self.held.pop(seq.idx, None)
+        if held is not None:
+            held[0].pool.release(held[1])
+            w = self.pre[int(self.prefill_worker[seq.idx])]
+            if any(v.waiting for v in w.ves):
+                w._wake(max(now, w.stage_free_at))
         submit_transferred(self.dec[seq.replica - self.spec.prefill.workers], seq, now)
 
     def _admitted(self, seq: Seq, now: float) -> None:

@@ -203,3 +203,15 @@ def test_rate_picked_from_the_slower_pool_and_steady_state_window():
     w = res.summary["window"]
     assert w["window_kind"] == "steady" and w["requests_measured"] > 0
     assert res.summary["mode"] == "disaggregated"
+
+
+def test_prefill_worker_holds_kv_until_the_transfer_ends():
+    # prefill KV of 64 blocks (1024 tokens) holds one 600-token prompt; transfers take 100 ms
+    p_rep = make_replica(COST, kv_capacity_tokens=1024, watermark=0.0)
+    reqs = [Request(0.0, 600, 3), Request(0.0, 600, 3)]
+    t1 = prefill_ms(COST, 600)
+    held = simulate_disaggregated(reqs, spec(p_rep=p_rep, d_workers=2, transfer=100.0)).requests
+    assert sorted(held["prefill_done_ms"]) == pytest.approx([t1, t1 + 100.0 + t1])
+    freed = simulate_disaggregated(reqs, replace(spec(p_rep=p_rep, d_workers=2, transfer=100.0),
+                                                 hold_prefill_kv=False)).requests
+    assert sorted(freed["prefill_done_ms"]) == pytest.approx([t1, 2 * t1])
