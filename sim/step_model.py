@@ -23,6 +23,7 @@ import math
 from functools import lru_cache
 
 from llmplan.hardware_catalog.spec import GPUSpec
+from llmplan.model_catalog.derived import weight_dtypes
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.links import group_link, stage_link
@@ -56,10 +57,18 @@ class AnalyticalStepModel:
         self.ep_link = group_link(gpu, par.ep, span_gpus=tp)
         self.pp_link = stage_link(gpu, tp, par.pp)
         self.wdtype = prec.weights
+        # per-component weight precision: a quantized checkpoint served as shipped keeps its
+        # unquantized components (often attention) in bf16
+        self._wd = weight_dtypes(m, prec.weights)
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
         self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
         self._spec_kernels = RooflineKernelModel(gpu)
+        # (KV heads per GPU, head dim) of full-attention layers: Gemma-4 global geometry where given
+        ga = m.global_attention
+        self._full_geom = (self.kv_heads, m.head_dim) if ga is None else \
+            (max(1, ga.num_kv_heads // tp) if ga.num_kv_heads >= tp else 1, ga.head_dim)
+        self._n_global = len(ga.layer_indices) * self._frac if ga is not None else 0.0
         self._linear = lru_cache(maxsize=65536)(self._linear_ops)
         self._attn = lru_cache(maxsize=262144)(self._attn_ops)
         # the hot path only needs the sums
@@ -135,73 +144,87 @@ class AnalyticalStepModel:
     def _linear_ops(self, tokens: int, logit_rows: int) -> tuple[OpTime, ...]:
         """Token-count-dependent operators of one pipeline stage (all but attention)."""
         m, k, par, T = self.model, self.kernels, self.par, tokens
-        tp, h, w = par.tp, m.hidden_size, self.wdtype
+        tp, h, wd = par.tp, m.hidden_size, self._wd
         L = self.layers_per_stage
         ops: list[OpTime] = []
         norm = k.memory_op(T * h * ACT_BYTES * 2)
-        ops.append(self._op("norms", "memory", norm, 2 * L))
+        per_layer = 1 if m.block_pattern else 2  # Nemotron-H blocks: one norm, one TP all-reduce each
+        ops.append(self._op("norms", "memory", norm, per_layer * L))
         # ---- attention projections
-        n_attn = L - self._n_linear
+        n_attn = m.num_full_attention_layers * self._frac
         if m.linear is not None:  # Gated DeltaNet layers: fused in_proj (q,k,v,z,b,a) and out_proj
             g = m.linear
             vd = g.num_value_heads * g.value_head_dim // tp
-            in_n = (g.conv_channels + g.num_value_heads * g.value_head_dim + 2 * g.num_value_heads) // tp
-            ops.append(self._op("gdn_in_proj", "gemm", k.gemm(T, in_n, h, w), self._n_linear))
-            ops.append(self._op("gdn_out_proj", "gemm", k.gemm(T, h, vd, w), self._n_linear))
+            gates = 1 if g.kind == "mamba2" else 2  # Mamba2 dt; GDN beta and alpha, per value head
+            in_n = (g.conv_channels + g.num_value_heads * g.value_head_dim + gates * g.num_value_heads) // tp
+            ops.append(self._op(f"{g.kind}_in_proj", "gemm", k.gemm(T, in_n, h, wd["linear_attention"]), self._n_linear))
+            ops.append(self._op(f"{g.kind}_out_proj", "gemm", k.gemm(T, h, vd, wd["linear_attention"]), self._n_linear))
         if m.mla is None:
             gate = 2 if m.attn_output_gate else 1
+            n_local = n_attn - self._n_global
             qkv_n = (gate * self.heads + 2 * self.kv_heads) * m.head_dim
-            ops.append(self._op("qkv_proj", "gemm", k.gemm(T, qkv_n, h, w), n_attn))
-            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.head_dim, w), n_attn))
+            ops.append(self._op("qkv_proj", "gemm", k.gemm(T, qkv_n, h, wd["attention"]), n_local))
+            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.head_dim, wd["attention"]), n_local))
             rope = k.memory_op(T * (self.heads + self.kv_heads) * m.head_dim * ACT_BYTES * 2)
             ops.append(self._op("rotary", "memory", rope, n_attn))
+            if self._n_global:  # Gemma-4 global layers: own head dim and KV heads, no v_proj with k_eq_v
+                ga, (g_kv, g_hd) = m.global_attention, self._full_geom
+                qkv_g = (self.heads + (1 if ga.k_eq_v else 2) * g_kv) * g_hd
+                ops.append(self._op("qkv_proj_global", "gemm", k.gemm(T, qkv_g, h, wd["attention"]), self._n_global))
+                ops.append(self._op("o_proj_global", "gemm", k.gemm(T, h, self.heads * g_hd, wd["attention"]), self._n_global))
         else:
             a = m.mla
             qk = a.qk_nope_head_dim + a.qk_rope_head_dim
             if a.q_lora_rank:
-                ops.append(self._op("q_a_kv_a_proj", "gemm", k.gemm(T, a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim, h, w), L))
-                ops.append(self._op("q_b_proj", "gemm", k.gemm(T, self.heads * qk, a.q_lora_rank, w), L))
+                ops.append(self._op("q_a_kv_a_proj", "gemm", k.gemm(T, a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim, h, wd["attention"]), L))
+                ops.append(self._op("q_b_proj", "gemm", k.gemm(T, self.heads * qk, a.q_lora_rank, wd["attention"]), L))
             else:
-                ops.append(self._op("q_proj", "gemm", k.gemm(T, self.heads * qk, h, w), L))
-                ops.append(self._op("kv_a_proj", "gemm", k.gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, w), L))
+                ops.append(self._op("q_proj", "gemm", k.gemm(T, self.heads * qk, h, wd["attention"]), L))
+                ops.append(self._op("kv_a_proj", "gemm", k.gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, wd["attention"]), L))
             # up-projection of the latent (prefill) or the absorbed q/out matmuls (decode):
             # both cost ~ tokens x heads x kv_lora_rank x (nope + v) MACs
             ops.append(self._op("kv_b_absorb", "gemm", k.gemm(T, self.heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, "bf16"), L))
-            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * a.v_head_dim, w), L))
+            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * a.v_head_dim, wd["attention"]), L))
             if m.sparse is not None:  # DSA indexer projections (replicated across TP ranks)
                 s = m.sparse
                 ops.append(self._op("indexer_q_proj", "gemm",
-                                    k.gemm(T, s.index_n_heads * s.index_head_dim, a.q_lora_rank or h, w), self._n_indexer))
+                                    k.gemm(T, s.index_n_heads * s.index_head_dim, a.q_lora_rank or h, wd["indexer"]), self._n_indexer))
                 ops.append(self._op("indexer_k_w_proj", "gemm",
                                     k.gemm(T, s.index_head_dim + s.index_n_heads, h, "bf16"), self._n_indexer))
         if tp > 1:
             ar = k.collective("all_reduce", T * h * ACT_BYTES, tp, self.tp_link)
-            ops.append(self._op("tp_allreduce", "comm", ar, 2 * L))
+            ops.append(self._op("tp_allreduce", "comm", ar, per_layer * L))
         # ---- MLP / MoE
         n_moe = m.num_moe_layers * self._frac
-        n_dense = L - n_moe
+        n_dense = m.num_dense_mlp_layers * self._frac
         if n_dense > 0:
             inter = m.intermediate_size // tp
             up_n = (2 if m.gated_mlp else 1) * inter
-            ops.append(self._op("mlp_up", "gemm", k.gemm(T, up_n, h, w), n_dense))
+            ops.append(self._op("mlp_up", "gemm", k.gemm(T, up_n, h, wd["dense_mlp"]), n_dense))
             ops.append(self._op("mlp_act", "memory", k.memory_op(T * inter * ACT_BYTES * 3), n_dense))
-            ops.append(self._op("mlp_down", "gemm", k.gemm(T, h, inter, w), n_dense))
+            ops.append(self._op("mlp_down", "gemm", k.gemm(T, h, inter, wd["dense_mlp"]), n_dense))
         if n_moe > 0 and m.moe is not None:
             e = m.moe
+            eh = e.latent_size or h  # Nemotron-3 experts work in a latent width
+            # the fused-MoE kernel times gated experts; a plain (relu2) expert of width I has the
+            # FLOPs and bytes of a gated one of width 2I/3
+            e_inter = e.expert_intermediate_size if m.gated_mlp else e.expert_intermediate_size * 2 // 3
             ops.append(self._op("router", "gemm", k.gemm(T, e.num_experts, h, "bf16"), n_moe))
+            if e.latent_size:
+                ops.append(self._op("moe_latent_proj", "gemm", k.gemm(T, eh, h, wd["shared_experts"]), 2 * n_moe))
             ops.append(self._op("moe_experts", "moe",
-                                k.moe(T, h, e.expert_intermediate_size, e.top_k, e.num_experts, par.moe_tp, par.ep, w), n_moe))
+                                k.moe(T, eh, e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"]), n_moe))
             if e.num_shared_experts:
                 sh = e.num_shared_experts * e.shared_intermediate_size // tp
-                ops.append(self._op("shared_up", "gemm", k.gemm(T, 2 * sh, h, w), n_moe))
-                ops.append(self._op("shared_down", "gemm", k.gemm(T, h, sh, w), n_moe))
+                ops.append(self._op("shared_up", "gemm", k.gemm(T, (2 if m.gated_mlp else 1) * sh, h, wd["shared_experts"]), n_moe))
+                ops.append(self._op("shared_down", "gemm", k.gemm(T, h, sh, wd["shared_experts"]), n_moe))
             if par.ep > 1:
-                a2a = k.collective("alltoall", T * e.top_k * h * ACT_BYTES / par.ep, par.ep, self.ep_link)
+                a2a = k.collective("alltoall", T * e.top_k * eh * ACT_BYTES / par.ep, par.ep, self.ep_link)
                 ops.append(self._op("ep_alltoall", "comm", a2a, 2 * n_moe))
         # ---- once per iteration (last stage): embedding, final norm, lm_head, sampling
         ops.append(self._op("embedding", "memory", k.memory_op(T * h * ACT_BYTES), 1))
         if logit_rows:
-            ops.append(self._op("lm_head", "gemm", k.gemm(logit_rows, max(1, m.vocab_size // tp), h, "bf16"), 1))
+            ops.append(self._op("lm_head", "gemm", k.gemm(logit_rows, max(1, m.vocab_size // tp), h, wd["lm_head"]), 1))
             ops.append(self._op("sampling", "memory", k.memory_op(logit_rows * m.vocab_size * 4.0 * 2), 1))
         return tuple(ops)
 
@@ -211,7 +234,7 @@ class AnalyticalStepModel:
         L = self.layers_per_stage
         kvd = self.prec.kv_cache
         n_slide = m.num_sliding_layers * self._frac if m.sliding_window else 0.0
-        n_full = L - n_slide - self._n_linear
+        n_full = m.num_full_attention_layers * self._frac - n_slide
         ops: list[OpTime] = []
         if m.linear is not None:
             self._gdn_ops(ops, pf_seqs, pf_q, dc_seqs)
@@ -228,7 +251,8 @@ class AnalyticalStepModel:
         if pf_seqs:
             if m.mla is None:
                 layers("attn_prefill", "attn_prefill", lambda win: k.attention_prefill(
-                    pf_seqs, pf_q, int(round(min(pf_kv, win + pf_q) if win else pf_kv)), self.heads, self.kv_heads, m.head_dim, kvd))
+                    pf_seqs, pf_q, int(round(min(pf_kv, win + pf_q) if win else pf_kv)), self.heads,
+                    *((self.kv_heads, m.head_dim) if win else self._full_geom), kvd))
             else:
                 a = m.mla
                 layers("mla_prefill", "mla", lambda win: k.mla_prefill(
@@ -237,7 +261,8 @@ class AnalyticalStepModel:
         if dc_seqs:
             if m.mla is None:
                 layers("attn_decode", "attn_decode", lambda win: k.attention_decode(
-                    dc_seqs, min(dc_kv, win) if win else dc_kv, self.heads, self.kv_heads, m.head_dim, kvd))
+                    dc_seqs, min(dc_kv, win) if win else dc_kv, self.heads,
+                    *((self.kv_heads, m.head_dim) if win else self._full_geom), kvd))
             else:
                 a = m.mla
                 layers("mla_decode", "mla", lambda win: k.mla_decode(
@@ -245,16 +270,17 @@ class AnalyticalStepModel:
         return tuple(ops)
 
     def _gdn_ops(self, ops: list[OpTime], pf_seqs: int, pf_q: int, dc_seqs: int) -> None:
-        """Gated DeltaNet layers: chunked scan over prefill chunks, one recurrent step per
-        decoding sequence (state-size bound); heads split over TP."""
+        """Linear-attention layers (Gated DeltaNet or Mamba2): chunked scan over prefill
+        chunks, one recurrent step per decoding sequence (state-size bound); heads split over TP."""
         g, tp = self.model.linear, self.par.tp
         heads = (max(1, g.num_key_heads // tp), max(1, g.num_value_heads // tp), g.key_head_dim, g.value_head_dim,
                  g.conv_kernel, g.state_dtype)
-        gdn = self._optional("gdn")
+        op = g.kind  # "gdn" or "mamba2", each answered by its own measured table when calibrated
+        scan = self._optional(op)
         if pf_seqs:
-            ops.append(self._op("gdn_prefill", "gdn", gdn("context", pf_seqs, pf_q, *heads), self._n_linear))
+            ops.append(self._op(f"{op}_prefill", op, scan("context", pf_seqs, pf_q, *heads), self._n_linear))
         if dc_seqs:
-            ops.append(self._op("gdn_decode", "gdn", gdn("generation", dc_seqs, 1, *heads), self._n_linear))
+            ops.append(self._op(f"{op}_decode", op, scan("generation", dc_seqs, 1, *heads), self._n_linear))
 
     def _dsa_ops(self, ops: list[OpTime], pf_seqs: int, pf_q: int, pf_kv: float, dc_seqs: int, dc_kv: float) -> None:
         """DeepSeek sparse attention: the indexer scores the whole context, top-k picks the
