@@ -99,6 +99,7 @@ CASES = [
     (["plan", "--cfg", "everything"], "--cfg", "job, --cfg hydra"),
     (["plan", "--frobnicate"], "--frobnicate", "unknown option"),
     (["plan", "model=llama3_1_8b,qwen3_8b"], "model", "add -m"),
+    (["plan", "hydra.job.chdir=maybe"], "hydra.job.chdir", "maybe"),
 ]
 
 

@@ -28,7 +28,9 @@ def _typed_value(key: str, overrides: list[str]) -> str | None:
     return None
 
 
-def _type_error(key: str, overrides: list[str]) -> ConfigError:
+def _type_error(key: str, overrides: list[str], detail: str) -> ConfigError:
+    if key == "hydra" or key.startswith("hydra."):  # Hydra's own schema, not llmplan's
+        return ConfigError(detail, key=key, fix="`llmplan <command> --cfg hydra` shows Hydra's settings")
     try:
         expected = describe_type(lookup(key).hint)
     except ConfigError as exc:  # a key that only a config file names
@@ -63,6 +65,7 @@ def explain(exc: BaseException, overrides: list[str]) -> ConfigError:
     if isinstance(exc, OmegaConfBaseException):
         cause = exc
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
-        return _type_error(str(cause.full_key), overrides)
+        detail = next((ln.strip() for ln in str(cause.msg).splitlines() if ln.strip()), type(cause).__name__)
+        return _type_error(str(cause.full_key), overrides, detail)
     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
     return ConfigError(first, key="overrides", fix="check: " + " ".join(overrides))

@@ -182,7 +182,7 @@ def check_job(overrides: list[str], dirs: list[Path]) -> list[str]:
     """One job's overrides (no sweeps), checked against the schema and rewritten for Hydra."""
     out: list[str] = []
     known_groups = groups(dirs)
-    for line in overrides:
+    for line in overrides:  # a key given twice: the last wins, as in Hydra
         o = parse(line)
         key = o.key_or_group
         if not key:
