@@ -278,9 +278,9 @@ class AnalyticalStepModel:
         op = g.kind  # "gdn" or "mamba2", each answered by its own measured table when calibrated
         scan = self._optional(op)
         if pf_seqs:
-            ops.append(self._op(f"{op}_prefill", op, scan("context", pf_seqs, pf_q, *heads), self._n_linear))
+            ops.append(self._op(f"{op}_prefill", f"{op}_prefill", scan("context", pf_seqs, pf_q, *heads), self._n_linear))
         if dc_seqs:
-            ops.append(self._op(f"{op}_decode", op, scan("generation", dc_seqs, 1, *heads), self._n_linear))
+            ops.append(self._op(f"{op}_decode", f"{op}_decode", scan("generation", dc_seqs, 1, *heads), self._n_linear))
 
     def _dsa_ops(self, ops: list[OpTime], pf_seqs: int, pf_q: int, pf_kv: float, dc_seqs: int, dc_kv: float) -> None:
         """DeepSeek sparse attention: the indexer scores the whole context, top-k picks the
@@ -292,8 +292,8 @@ class AnalyticalStepModel:
             if not seqs:
                 continue
             kv_i = max(q, int(round(kv)))
-            ops.append(self._op(f"dsa_indexer_{phase}", "dsa",
+            ops.append(self._op(f"dsa_indexer_{phase}", "dsa_mqa_logits",
                                 logits(seqs, q, kv_i, s.index_n_heads, s.index_head_dim), self._n_indexer))
-            ops.append(self._op(f"dsa_topk_{phase}", "dsa", topk(seqs, q, kv_i, s.index_topk), self._n_indexer))
-            ops.append(self._op(f"dsa_attn_{phase}", "dsa", attn(seqs, q, kv_i, s.index_topk, self.heads,
+            ops.append(self._op(f"dsa_topk_{phase}", "dsa_topk", topk(seqs, q, kv_i, s.index_topk), self._n_indexer))
+            ops.append(self._op(f"dsa_attn_{phase}", "dsa_attention", attn(seqs, q, kv_i, s.index_topk, self.heads,
                                                                    a.kv_lora_rank, a.qk_rope_head_dim, kvd), L))
