@@ -10,14 +10,17 @@ A deployment is a prefill pool of ``P`` workers and a decode pool of ``D`` worke
 2. queues there and is prefilled by the worker's chunked-prefill loop (token budget,
    ``max_num_seqs``, KV blocks, prefix cache): the prefill produces the first token;
 3. is assigned to the decode worker with the most free KV tokens, net of the requests
-   already in transit to it or waiting there (ties: lowest index), and its KV moves there:
+   already in transit to it or waiting there (ties: lowest index); with
+   ``reserve_decode_kv`` (default, as SGLang's pre-allocation queue and vLLM's decode-side
+   pull) it waits there until fewer than ``max_num_seqs`` requests run or hold KV and its
+   prompt's blocks fit above the watermark, the blocks are allocated, and then its KV moves:
    :mod:`sim.kv_transfer` times it (payload per TP rank, NVLink inside one scale-up domain
    else the scale-out network) and two :class:`~sim.kv_transfer.LinkOccupancy` per transfer,
    the sending prefill worker's NICs and the receiving decode worker's, serve transfers
    first come first served (:func:`~sim.kv_transfer.reserve_transfer`);
-4. once its KV has arrived it waits on the decode worker until fewer than ``max_num_seqs``
-   run and its prompt's KV blocks fit above the watermark, then decodes in continuous
-   batches of decode-only steps until its last token.
+4. once its KV has arrived it joins the decode batch at the worker's next step (without
+   ``reserve_decode_kv`` the room check of step 3 happens here instead, after the transfer)
+   and decodes in continuous batches of decode-only steps until its last token.
 
 TTFT convention (``first_token_at``): ``"decode"`` (default) is what a benchmark client
 measures against vLLM's, SGLang's and Dynamo's disaggregated front ends: the client's
@@ -29,9 +32,8 @@ A one-token request finishes at the end of its prefill (nothing to transfer).
 
 Prefill KV: with ``hold_prefill_kv`` (default, as SGLang and vLLM's NIXL connector do) the
 prefill worker keeps ``ceil(P / block)`` blocks of the request until its transfer has ended,
-so slow transfers throttle the prefill pool. Simplifications (docs/DISAGG.md): the decode
-side allocates KV when it admits the request (engines reserve it before the transfer
-starts); the transfer's duration is fixed when it is reserved. Metrics are those of :mod:`sim.metrics` (same columns, windows, SLOs),
+so slow transfers and a full decode pool throttle the prefill pool. Simplification
+(docs/DISAGG.md): a transfer's duration is fixed when it is reserved (no bandwidth sharing). Metrics are those of :mod:`sim.metrics` (same columns, windows, SLOs),
 plus per-request ``prefill_worker``, ``prefill_done_ms``, ``kv_arrival_ms``, ``transfer_ms``.
 """
 
@@ -46,8 +48,7 @@ import numpy as np
 import pandas as pd
 
 from llmplan.errors import InfeasibleDeployment, UserError
-from llmplan.sim.disagg_workers import (DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill,
-                                        submit_transferred)
+from llmplan.sim.disagg_workers import DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.kv_transfer import (KVPayload, LinkOccupancy, PoolLink, exposed_transfer_ms, pool_link,
                                      request_kv_payload, reserve_transfer)
@@ -107,7 +108,7 @@ class KVLinkTransfer(TransferModel):
     _memo: dict = field(default_factory=dict, repr=False)
 
     def duration_ms(self, prompt_tokens: int, prefill_ms: float) -> float:
-        if self.layerwise:
+        if self.layerwise and prefill_ms > 0.0:
             return exposed_transfer_ms(self.payload(prompt_tokens), self.link, prefill_ms, layerwise=True)
         t = self._memo.get(prompt_tokens)
         if t is None:
@@ -133,6 +134,7 @@ class DisaggSpec:
     transfer: TransferModel = FixedTransfer(0.0)
     first_token_at: str = "decode"   # TTFT convention, see the module docstring
     hold_prefill_kv: bool = True     # a prefill worker keeps a request's KV until its transfer ends
+    reserve_decode_kv: bool = True   # the transfer starts once the decode worker has allocated the KV
 
 
 def validate_disagg(spec: DisaggSpec) -> None:
@@ -259,7 +261,7 @@ class _Run:
         self.pre = [Replica(i, spec.prefill.replica, loop, self.itl, self._prefilled, wl.prefix_block_tokens, interval)
                     for i in range(P)]
         self.dec = [DecodeWorker(P + j, spec.decode.replica, loop, self.itl, self._finished, wl.prefix_block_tokens,
-                                 interval, self._admitted) for j in range(D)]
+                                 interval, self._reserved, self._joined, spec.reserve_decode_kv) for j in range(D)]
         _check_requests(wl, self.pre, self.dec)
         self.send = [LinkOccupancy() for _ in range(P)]
         self.recv = [LinkOccupancy() for _ in range(D)]
@@ -268,6 +270,7 @@ class _Run:
         self.prefill_done = np.full(n, math.nan)
         self.kv_arrival = np.full(n, math.nan)
         self.xfer_ms = np.full(n, math.nan)
+        self.transfer_start = np.full(n, math.nan)
         self.first_at_decode = spec.first_token_at == "decode"
         self.held: dict[int, tuple] = {}     # request -> (prefill engine, blocks) held until sent
         self.transfers = 0
@@ -326,13 +329,6 @@ class _Run:
                 best, best_free = j, f
         pend[best] += seq.P
         src = int(self.prefill_worker[i])
-        dur = self.spec.transfer.duration_ms(seq.P, now - seq.first_sched)
-        self.xfer_ms[i] = dur
-        if dur > 0.0:
-            t = reserve_transfer(self.send[src], self.recv[best], now, dur)
-        else:
-            t = now
-        self.transfers += 1
         if self.spec.hold_prefill_kv:
             ves = self.pre[src].ves
             ve = ves[0] if len(ves) == 1 else max(ves, key=lambda v: (v.pool.free, -v.index))
@@ -340,6 +336,21 @@ class _Run:
             ve.pool.allocate(blocks)   # just freed by the prefill, so they fit
             self.held[i] = (ve, blocks)
         seq.replica = dec[best].index
+        if self.spec.reserve_decode_kv:
+            dec[best].offer(seq, now)    # the transfer starts when the decode worker has room
+        else:
+            self._start_transfer(seq, now)
+
+    def _start_transfer(self, seq: Seq, now: float) -> None:
+        i = seq.idx
+        # layer-wise overlap with the prefill only when the transfer starts as the prefill ends
+        overlap = now - seq.first_sched if now == self.prefill_done[i] else 0.0
+        dur = self.spec.transfer.duration_ms(seq.P, overlap)
+        self.xfer_ms[i] = dur
+        d = seq.replica - self.spec.prefill.workers
+        t = reserve_transfer(self.send[int(self.prefill_worker[i])], self.recv[d], now, dur) if dur > 0.0 else now
+        self.transfer_start[i] = t - dur
+        self.transfers += 1
         self.loop.schedule(t, PRIORITY_ARRIVAL, self._kv_arrived, seq)
 
     def _kv_arrived(self, seq: Seq) -> None:
@@ -351,11 +362,16 @@ class _Run:
             w = self.pre[int(self.prefill_worker[seq.idx])]
             if any(v.waiting for v in w.ves):
                 w._wake(max(now, w.stage_free_at))
-        submit_transferred(self.dec[seq.replica - self.spec.prefill.workers], seq, now)
+        self.dec[seq.replica - self.spec.prefill.workers].kv_arrived(seq, now)
 
-    def _admitted(self, seq: Seq, now: float) -> None:
-        """A decode worker takes the request (its KV arrived and there is room)."""
+    def _reserved(self, seq: Seq, now: float) -> None:
+        """A decode worker has allocated the request's KV blocks."""
         self.pending_tokens[seq.replica - self.spec.prefill.workers] -= seq.P
+        if self.spec.reserve_decode_kv:
+            self._start_transfer(seq, now)
+
+    def _joined(self, seq: Seq, now: float) -> None:
+        """The request joins a decode batch: with ``first_token_at="decode"`` the client sees its first token."""
         if self.first_at_decode:
             seq.first_token = now
             seq.last_token = now
@@ -388,6 +404,7 @@ class _Run:
         df = requests_frame(self.seqs)
         df["prefill_worker"] = self.prefill_worker
         df["prefill_done_ms"] = self.prefill_done
+        df["transfer_start_ms"] = self.transfer_start
         df["kv_arrival_ms"] = self.kv_arrival
         df["transfer_ms"] = self.xfer_ms
         unfinished = int((~df["finished"]).sum())

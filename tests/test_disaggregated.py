@@ -102,18 +102,39 @@ def test_queueing_at_the_prefill_pool():
 
 
 def test_decode_kv_capacity_limits_admission():
-    # decode KV holds 64 blocks of 16 tokens = 1024 tokens: one 600 + 100 request at a time
+    # decode KV holds 64 blocks of 16 tokens = 1024 tokens: one 600 + 100 request at a time;
+    # KV transfers take 10 ms
     d_rep = make_replica(COST, kv_capacity_tokens=1024, watermark=0.0)
     reqs = [Request(0.0, 600, 100), Request(0.0, 600, 100)]
-    df = simulate_disaggregated(reqs, spec(p_workers=2, d_rep=d_rep)).requests.sort_values("first_token_ms")
+    s = spec(p_workers=2, d_rep=d_rep, transfer=10.0)
+    # default (engines): the decode worker reserves the KV first, the transfer starts when it has room
+    df = simulate_disaggregated(reqs, s).requests.sort_values("first_token_ms")
     a, b = df.iloc[0], df.iloc[1]
-    assert b["kv_arrival_ms"] == pytest.approx(a["kv_arrival_ms"])   # both KVs arrived together
-    assert b["first_token_ms"] == pytest.approx(a["finish_ms"])       # admitted when the first left
+    assert a["prefill_done_ms"] == pytest.approx(b["prefill_done_ms"])
+    assert a["ttft_ms"] == pytest.approx(prefill_ms(COST, 600) + 10.0)
+    assert b["transfer_start_ms"] == pytest.approx(a["finish_ms"])
+    assert b["first_token_ms"] == pytest.approx(a["finish_ms"] + 10.0)
     assert b["tpot_ms"] == pytest.approx(decode_ms(COST, 1))
+    # transfer first: both KVs arrive at once, the second waits on the decode worker for room
+    df2 = simulate_disaggregated(reqs, replace(s, reserve_decode_kv=False)).requests.sort_values("first_token_ms")
+    a2, b2 = df2.iloc[0], df2.iloc[1]
+    assert b2["kv_arrival_ms"] == pytest.approx(a2["kv_arrival_ms"] + 10.0)   # one receiving NIC set: FIFO
+    assert b2["kv_arrival_ms"] < a2["finish_ms"]
+    assert b2["first_token_ms"] == pytest.approx(a2["finish_ms"])
     # with room for both, they decode together
-    roomy = simulate_disaggregated(reqs, spec(p_workers=2)).requests
-    assert list(roomy["first_token_ms"]) == pytest.approx([a["first_token_ms"]] * 2)
-    assert list(roomy["tpot_ms"]) == pytest.approx([decode_ms(COST, 2)] * 2)
+    roomy = simulate_disaggregated(reqs, spec(p_workers=2, d_workers=1, transfer=10.0)).requests
+    assert list(roomy["kv_arrival_ms"]) == pytest.approx([a["first_token_ms"], a["first_token_ms"] + 10.0])
+    # the second joins the running batch at the next step boundary (within one decode step)
+    wait = roomy["first_token_ms"].iloc[1] - roomy["kv_arrival_ms"].iloc[1]
+    assert 0.0 <= wait <= decode_ms(COST, 1)
+    assert roomy["e2e_ms"].max() < b["e2e_ms"]
+
+
+def test_decode_max_num_seqs_limits_admission():
+    d_rep = make_replica(COST, max_num_seqs=1, max_num_batched_tokens=1024)
+    reqs = [Request(0.0, 500, 20), Request(0.0, 500, 20)]
+    df = simulate_disaggregated(reqs, spec(p_workers=2, d_rep=d_rep)).requests.sort_values("first_token_ms")
+    assert df.iloc[1]["first_token_ms"] == pytest.approx(df.iloc[0]["finish_ms"])
 
 
 def test_request_larger_than_decode_kv_is_refused():
