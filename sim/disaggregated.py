@@ -418,6 +418,8 @@ class _Run:
             "offered_rate_rps": offered,
             "rate_picked_by_simulator": picked is not None,
             "closed_loop_concurrency": self.wl.closed_loop_concurrency,
+            "router": "least_outstanding (prefill), most free KV (decode)",
+            "replicas": len(self.pre) + len(self.dec),
             "prefill_workers": len(self.pre),
             "decode_workers": len(self.dec),
             "first_token_at": self.spec.first_token_at,
@@ -435,6 +437,8 @@ class _Run:
                                                       - m["transfer_ms"])) if m["kv_arrival_ms"].notna().any()
             else None,
             "transfer_link_busy_ms_max": max(busy) if busy else 0.0,
+            "prefix_hit_rate": (sum(s["prompt_tokens_hit"] for s in stats[:len(self.pre)])
+                                / max(1, sum(s["prompt_tokens_queried"] for s in stats[:len(self.pre)]))),
             "kv_peak_util": max(s["kv_peak_util"] for s in stats),
             "generated_tokens": int(df.loc[df["finished"], "output_tokens"].sum()),
         })
