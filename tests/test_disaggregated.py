@@ -236,3 +236,38 @@ def test_prefill_worker_holds_kv_until_the_transfer_ends():
     freed = simulate_disaggregated(reqs, replace(spec(p_rep=p_rep, d_workers=2, transfer=100.0),
                                                  hold_prefill_kv=False)).requests
     assert sorted(freed["prefill_done_ms"]) == pytest.approx([t1, 2 * t1])
+
+
+def test_pipeline_parallel_workers_finish_every_request():
+    pp2 = LinearStepCost(base_ms=7.0, per_seq_ms=0.02, per_decode_kv_token_ms=0.0, per_prefill_token_ms=0.03, pp=2)
+    s = spec(p_rep=make_replica(pp2), d_rep=make_replica(pp2), transfer=2.0)
+    wl = WorkloadSpec(preset="chat", num_requests=120, rate_rps=4.0, seed=3)
+    res = simulate_disaggregated(wl, s)
+    assert res.requests["finished"].all() and not res.overloaded
+    df = res.requests
+    assert (df["ttft_ms"] >= df["prefill_done_ms"] - df["arrival_ms"] + 2.0 - 1e-9).all()
+
+
+def test_overload_is_flagged_and_stops_the_run():
+    wl = WorkloadSpec(preset="chat", num_requests=3000, rate_rps=500.0, seed=0)
+    res = simulate_disaggregated(wl, spec(), max_queue=50)
+    assert res.overloaded and res.stopped_early and res.unfinished > 0
+    assert res.summary["overloaded"] is True
+
+
+def test_layerwise_transfer_hides_all_but_the_tail():
+    from llmplan.model_catalog import load_model
+    from llmplan.sim.disaggregated import KVLinkTransfer
+    from llmplan.sim.kv_transfer import PoolLink, exposed_transfer_ms, request_kv_payload, transfer_ms
+
+    m = load_model("llama3_1_8b")
+    link = PoolLink("network", 50.0, 50.0, 25.0)
+    payload = lambda p: request_kv_payload(m, "bf16", p)  # noqa: E731
+    whole = KVLinkTransfer(payload, link)
+    layered = KVLinkTransfer(payload, link, layerwise=True)
+    pre = prefill_ms(COST, 2000)
+    assert whole.duration_ms(2000, pre) == pytest.approx(transfer_ms(payload(2000), link))
+    assert layered.duration_ms(2000, pre) == pytest.approx(exposed_transfer_ms(payload(2000), link, pre, True))
+    assert layered.duration_ms(2000, pre) < whole.duration_ms(2000, pre)
+    d_lay = simulate_disaggregated([Request(0.0, 2000, 3)], replace(spec(), transfer=layered)).requests.iloc[0]
+    assert d_lay["transfer_ms"] == pytest.approx(layered.duration_ms(2000, pre))
