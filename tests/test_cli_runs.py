@@ -99,6 +99,17 @@ def test_catalog_gpus_lists_twelve(capsys):
         assert key in out
 
 
+def test_catalog_models_lists_keys_and_hf_ids(capsys):
+    from llmplan.model_catalog.loader import list_models
+
+    assert main(["catalog", "models"]) == 0
+    out = capsys.readouterr().out
+    models = list_models()
+    assert len(models) >= 20
+    for m in models:
+        assert m.key in out and m.hf_id in out
+
+
 def test_multirun_writes_each_job_and_a_summary(tmp_path):
     """An HF id and a catalog key in one sweep; each job in its own folder, all in summary.csv."""
     r = subprocess.run([sys.executable, "-m", "llmplan.cli", "plan", "-m", "model=meta-llama/Llama-3.1-8B,qwen3_8b",

@@ -41,9 +41,13 @@ def show_models(console: Console) -> None:
     from llmplan.model_catalog.survey import configs_without_preset
 
     t = Table(title="Model catalog (use the key or the Hugging Face id: model=<key>)", title_justify="left")
+    models = list_models()
+    # keys and HF ids are what users copy into model=...: never shortened or wrapped
+    whole = {"key": max(len(m.key) for m in models), "Hugging Face id": max(len(m.hf_id) for m in models)}
     for col in ("key", "Hugging Face id", "type", "layers", "hidden", "heads/kv", "params B", "active B", "KV KB/token (bf16)", "weights"):
-        t.add_column(col, justify="left" if col in ("key", "Hugging Face id", "type", "weights") else "right")
-    for m in list_models():
+        t.add_column(col, justify="left" if col in ("key", "Hugging Face id", "type", "weights") else "right",
+                     min_width=whole.get(col), no_wrap=col in whole)
+    for m in models:
         kind = m.family + (f" {m.moe.num_experts}e/top{m.moe.top_k}" if m.is_moe else "")
         kind += " (text; vision encoder not served)" if m.vision_excluded else ""
         t.add_row(m.key, m.hf_id, kind, str(m.num_layers), str(m.hidden_size), f"{m.num_attention_heads}/{m.num_kv_heads}",
