@@ -132,7 +132,9 @@ def print_help(command: str, summary: str) -> None:
     print(f"  llmplan {command} --cfg job    # print the composed config")
     print("\n`model=` also takes a Hugging Face id or a config.json path; `gpu=<key>` any catalog GPU"
           " (`llmplan catalog gpus`).\nOutputs: llmplan-out/<command>/<time>/ (hydra.run.dir=...);"
-          " sweeps: llmplan-out/<command>-multirun/<time>/ with summary.csv (hydra.sweep.dir=...).")
+          " sweeps: llmplan-out/<command>-multirun/<time>/ with summary.csv (hydra.sweep.dir=...),\n"
+          "one row per job with its status; a sweep exits 2 if a job had bad input, 1 on an internal error,"
+          " 3 if a job found no deployment, else 0.")
 
 
 def _print_cfg(cfg: DictConfig, args: CliArgs) -> None:
