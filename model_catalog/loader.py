@@ -81,7 +81,7 @@ def load_presets() -> dict[str, Preset]:
     """All presets by key, in file order."""
     where = str(PRESETS_FILE)
     try:
-        data = yaml.safe_load(PRESETS_FILE.read_text())
+        data = yaml.load(PRESETS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as exc:
         raise CatalogError(f"cannot read model presets {where}: {exc}", key="model") from exc
     entries = data.get("presets") if isinstance(data, dict) else None

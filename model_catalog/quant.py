@@ -33,22 +33,57 @@ def _int_group(bits: int, group: int, scale_bytes: float = 2.0, zero_bytes: floa
     return WeightFormat(f"int{bits}_g{group}", f"int{bits}", bits, group_size=group, scale_bytes=scale_bytes + zero_bytes)
 
 
+_ONE_LAYER = re.compile(r"layers\.(\d+)\.")
+
+
 class _Matcher:
-    """One compiled pattern list (globs and ``re:`` regexes); empty matches nothing."""
+    """One pattern list (globs and ``re:`` regexes); empty matches nothing. A module name
+    also covers the tensors below it (``...self_attn`` covers ``...self_attn.q_proj``).
+    Globs whose only wildcard is a trailing ``*`` (nearly all exclusion lists) are
+    checked as string prefixes; the rest compile into one regular expression."""
 
     def __init__(self, patterns: list[str]):
-        # a module name also covers the tensors below it ("...self_attn" covers "...self_attn.q_proj")
-        globs = [fnmatch.translate(q) for p in patterns if not p.startswith("re:") and p != "Linear"
-                 for q in (p, f"{p}.*")]
-        regexes = [p[3:] for p in patterns if p.startswith("re:")]
         self.all_linear = "Linear" in patterns
-        parts = [f"(?:{g})" for g in globs] + [f"(?:{r}).*" for r in regexes]
-        self._re = re.compile("|".join(parts)) if parts else None
+        exact: set[str] = set()
+        prefixes: list[str] = []
+        regexes: list[str] = []
+        for p in patterns:
+            if p == "Linear":
+                continue
+            if p.startswith("re:"):
+                regexes.append(f"(?:{p[3:]}).*")
+            elif not any(ch in p for ch in "?[") and "*" not in p:
+                exact.add(p)
+                prefixes.append(p + ".")
+            elif not any(ch in p[:-1] for ch in "*?[") and p.endswith("*"):
+                prefixes.append(p[:-1])
+            else:
+                regexes += [f"(?:{fnmatch.translate(q)})" for q in (p, f"{p}.*")]
+        self._exact = exact
+        self._regex = re.compile("|".join(regexes)) if regexes else None
+        # prefixes naming one layer ("...layers.17.") are only tried on that layer's tensors
+        self._general: list[str] = []
+        self._by_layer: dict[int, list[str]] = {}
+        for q in prefixes:
+            m = _ONE_LAYER.search(q)
+            (self._by_layer.setdefault(int(m.group(1)), []) if m else self._general).append(q)
+        self._per_layer: dict[int, tuple[str, ...]] = {}
 
-    def match(self, names: list[str]) -> bool:
+    def _prefixes(self, layer: int) -> tuple[str, ...]:
+        if layer not in self._per_layer:
+            self._per_layer[layer] = tuple(self._general + self._by_layer.get(layer, []))
+        return self._per_layer[layer]
+
+    def match(self, names: list[str], layer: int = -1) -> bool:
         if self.all_linear:
             return True
-        return self._re is not None and any(self._re.fullmatch(n) for n in names)
+        prefixes = self._prefixes(layer)
+        for n in names:
+            if n in self._exact or (prefixes and n.startswith(prefixes)):
+                return True
+            if self._regex is not None and self._regex.fullmatch(n):
+                return True
+        return False
 
 
 def _fmt_from_weights(w: dict[str, Any], hidden: int) -> WeightFormat | None:
@@ -133,11 +168,11 @@ def parse_quant(spec: ModelSpec, qc: dict[str, Any] | None, hf_quant: dict[str, 
     parts: dict[tuple[str, WeightFormat], list[int]] = {}
     for t in linear_tensors(spec):
         names = t.full_names()
-        if ignore.match(names):
+        if ignore.match(names, t.layer):
             continue
         # lm_head is quantized only where a group names it (transformers and ModelOpt keep it
         # out of "all Linear" recipes)
-        fmt = next((f for f, targets in groups if targets.match(names)
+        fmt = next((f for f, targets in groups if targets.match(names, t.layer)
                     and not (t.component == "lm_head" and targets.all_linear)), None)
         if fmt is None:
             continue
