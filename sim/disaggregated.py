@@ -79,6 +79,14 @@ class PoolSpec:
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
 
+    def describe(self) -> dict:
+        """JSON-ready description (plan.json / summary.json)."""
+        e = self.replica.engine
+        return {"workers": self.workers, "worker": self.label, "gpus_per_worker": self.gpus_per_worker,
+                "gpus": self.gpus, "tp": self.tp, "max_num_seqs": e.max_num_seqs,
+                "max_num_batched_tokens": e.max_num_batched_tokens,
+                "kv_capacity_tokens_per_worker": self.replica.kv_capacity_tokens}
+
 
 class TransferModel:
     """Time of one request's KV transfer, ms, from its prompt length (and its prefill time,
@@ -86,6 +94,9 @@ class TransferModel:
 
     def duration_ms(self, prompt_tokens: int, prefill_ms: float) -> float:
         raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"model": type(self).__name__}
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,9 @@ class FixedTransfer(TransferModel):
 
     def duration_ms(self, prompt_tokens: int, prefill_ms: float) -> float:
         return self.ms
+
+    def describe(self) -> dict:
+        return {"model": "fixed", "transfer_ms": self.ms}
 
 
 @dataclass
@@ -114,6 +128,11 @@ class KVLinkTransfer(TransferModel):
         if t is None:
             t = self._memo[prompt_tokens] = exposed_transfer_ms(self.payload(prompt_tokens), self.link, 0.0)
         return t
+
+    def describe(self) -> dict:
+        k = self.link
+        return {"model": "kv_link", "link": k.kind, "send_bw_gbps": k.send_bw_gbps, "recv_bw_gbps": k.recv_bw_gbps,
+                "latency_us": k.latency_us, "layerwise": self.layerwise, "note": k.note}
 
 
 def kv_link_transfer(model, kv_dtype: str, prefill_gpu, decode_gpu, prefill: PoolSpec, decode: PoolSpec,
@@ -135,6 +154,14 @@ class DisaggSpec:
     first_token_at: str = "decode"   # TTFT convention, see the module docstring
     hold_prefill_kv: bool = True     # a prefill worker keeps a request's KV until its transfer ends
     reserve_decode_kv: bool = True   # the transfer starts once the decode worker has allocated the KV
+
+
+def describe_disagg(spec: DisaggSpec) -> dict:
+    """The deployment as plan.json / summary.json state it: mode, pools, transfer, conventions."""
+    return {"mode": "disaggregated", "prefill": spec.prefill.describe(), "decode": spec.decode.describe(),
+            "total_gpus": spec.prefill.gpus + spec.decode.gpus, "kv_transfer": spec.transfer.describe(),
+            "first_token_at": spec.first_token_at, "hold_prefill_kv": spec.hold_prefill_kv,
+            "reserve_decode_kv": spec.reserve_decode_kv}
 
 
 def validate_disagg(spec: DisaggSpec) -> None:
@@ -423,6 +450,7 @@ class _Run:
             "prefill_workers": len(self.pre),
             "decode_workers": len(self.dec),
             "first_token_at": self.spec.first_token_at,
+            "deployment": describe_disagg(self.spec),
             "overloaded": overloaded,
             "unfinished": unfinished,
             "sim_time_ms": self.loop.now,

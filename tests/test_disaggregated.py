@@ -271,3 +271,16 @@ def test_layerwise_transfer_hides_all_but_the_tail():
     assert layered.duration_ms(2000, pre) < whole.duration_ms(2000, pre)
     d_lay = simulate_disaggregated([Request(0.0, 2000, 3)], replace(spec(), transfer=layered)).requests.iloc[0]
     assert d_lay["transfer_ms"] == pytest.approx(layered.duration_ms(2000, pre))
+
+
+def test_summary_describes_the_pools_and_the_link():
+    import json
+
+    s = replace(spec(p_workers=2, d_workers=3, transfer=4.0), prefill=replace(spec().prefill, workers=2,
+                                                                                gpus_per_worker=4, tp=4))
+    res = simulate_disaggregated([Request(0.0, 100, 3)], s)
+    d = res.summary["deployment"]
+    assert d["mode"] == "disaggregated" and d["total_gpus"] == 2 * 4 + 3 * 1
+    assert d["prefill"]["workers"] == 2 and d["decode"]["workers"] == 3 and d["prefill"]["tp"] == 4
+    assert d["kv_transfer"] == {"model": "fixed", "transfer_ms": 4.0}
+    json.dumps(res.summary)  # strict JSON
