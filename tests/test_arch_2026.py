@@ -442,3 +442,18 @@ def test_plan_runs_for_the_2026_architectures(tmp_path, model, gpu):
         assert d["replicas"] >= 1 and d["gpu"] == gpu and 0 < d["tpot_ms"] < 1e4 and 0 < d["ttft_ms"] < 1e5
     else:
         assert plan["infeasible"] or plan["binding_constraint"]
+
+
+def test_quant_pattern_semantics():
+    from llmplan.model_catalog.quant import _Matcher
+
+    m = _Matcher(["lm_head", "model.layers.1*", "model.layers.3.self_attn", "re:.*shared_experts.*",
+                  "*.mlp.gate"])
+    assert m.match(["lm_head"]) and not m.match(["lm_head_x"])
+    assert m.match(["model.layers.12.mlp.up_proj"], 12)          # glob: layers 1, 10-19
+    assert m.match(["model.layers.3.self_attn.q_proj"], 3)       # a module covers its tensors
+    assert not m.match(["model.layers.3.self_attn_x.q_proj"], 3)
+    assert not m.match(["model.layers.4.self_attn.q_proj"], 4)
+    assert m.match(["model.layers.7.mlp.shared_experts.up_proj"], 7)
+    assert m.match(["model.layers.7.mlp.gate"], 7) and not m.match(["model.layers.7.mlp.gate_proj"], 7)
+    assert _Matcher(["Linear"]).match(["anything"]) and not _Matcher([]).match(["anything"])
