@@ -262,7 +262,7 @@ def kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> float:
     b = bytes_per_element(kv_dtype)
     if spec.mla is not None:
         return (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b
-    return 2 * spec.num_kv_heads * spec.head_dim * b
+    return spec.num_kv_heads * (spec.head_dim + spec.value_head_dim) * b
 
 
 def indexer_bytes_per_token(spec: ModelSpec) -> float:
@@ -294,7 +294,8 @@ def _kv_layer_groups(spec: ModelSpec, kv_dtype: str) -> list[tuple[int, float, i
     full_bytes = _global_kv_bytes_per_token_per_layer(spec, kv_dtype) if spec.global_attention else local
     groups = [(spec.num_full_attention_layers - sliding, full_bytes, 0)]
     if sliding:
-        groups.append((sliding, local, spec.sliding_window))
+        window_bytes = local * spec.sliding_kv_heads / spec.num_kv_heads if spec.mla is None else local
+        groups.append((sliding, window_bytes, spec.sliding_window))
     return groups
 
 
@@ -310,9 +311,11 @@ def kv_bytes_per_token_tp(spec: ModelSpec, kv_dtype: str, tp: int) -> float:
         return kv_bytes_per_token(spec, kv_dtype)
     sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
     b = bytes_per_element(kv_dtype)
-    local = 2 * math.ceil(spec.num_kv_heads / tp) * spec.head_dim * b
+    dims = spec.head_dim + spec.value_head_dim
+    local = math.ceil(spec.sliding_kv_heads / tp) * dims * b
     ga = spec.global_attention
-    full = 2 * math.ceil(ga.num_kv_heads / tp) * ga.head_dim * b if ga is not None else local
+    full = 2 * math.ceil(ga.num_kv_heads / tp) * ga.head_dim * b if ga is not None else \
+        math.ceil(spec.num_kv_heads / tp) * dims * b
     return (spec.num_full_attention_layers - sliding) * full + sliding * local + indexer_bytes_per_token(spec)
 
 
@@ -394,7 +397,7 @@ def attention_flops_per_token(spec: ModelSpec, context_len: int, phase: str) -> 
     n = spec.num_attention_heads
     full_per_key = None
     if spec.mla is None:
-        per_key = 2 * n * (spec.head_dim + spec.head_dim)
+        per_key = 2 * n * (spec.head_dim + spec.value_head_dim)
         if spec.global_attention is not None:
             full_per_key = 4 * n * spec.global_attention.head_dim
     elif phase == "prefill":

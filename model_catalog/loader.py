@@ -289,7 +289,10 @@ def unsupported_reason(cfg: dict[str, Any]) -> str | None:
     if c.get("num_kv_shared_layers") or c.get("hidden_size_per_layer_input"):
         return "KV-cache sharing across layers / per-layer input embeddings (Gemma-3n style)"
     if "swa_num_key_value_heads" in c or "hybrid_layer_pattern" in c:
-        return "per-layer-type attention heads (sliding-window layers with their own head counts and dims)"
+        for swa, full in (("swa_num_attention_heads", "num_attention_heads"), ("swa_head_dim", "head_dim"),
+                          ("swa_v_head_dim", "v_head_dim")):
+            if c.get(swa) is not None and c.get(swa) != c.get(full):
+                return f"sliding-window layers with their own {full} ({swa} {c.get(swa)} vs {c.get(full)})"
     if "block_configs" in c:
         return "heterogeneous NAS blocks (per-layer attention and FFN sizes in block_configs)"
     if isinstance(c.get("sparse_attention_config"), dict):
@@ -461,8 +464,31 @@ def _parse_global(c: dict[str, Any], f: _Fields, layers: int, kv_heads: int, hea
                                k_eq_v=bool(c.get("attention_k_eq_v", False)), layer_indices=idx)
 
 
+def _mimo_geometry(c: dict[str, Any], f: _Fields, is_mla: bool, head_dim: int, kv_heads: int,
+                   heads: int) -> dict[str, Any]:
+    """Value head dim and sliding-layer KV heads where they differ (MiMo-V2-Flash)."""
+    out: dict[str, Any] = {}
+    if is_mla:
+        return out
+    v_dim = f.get_int("v_head_dim", default=head_dim)
+    if v_dim != head_dim:
+        out["v_head_dim"] = v_dim
+    swa_kv = f.get_int("swa_num_key_value_heads", default=kv_heads)
+    pattern = c.get("hybrid_layer_pattern")
+    if swa_kv != kv_heads and isinstance(pattern, list):
+        if heads % swa_kv:
+            raise f.error(f"num_attention_heads {heads} is not a multiple of swa_num_key_value_heads {swa_kv}")
+        out["sliding_num_kv_heads"] = swa_kv
+        out["sliding_layers"] = tuple(i for i, x in enumerate(pattern) if x)
+    return out
+
+
 def _sliding(c: dict[str, Any], f: _Fields, layers: int) -> tuple[int, int]:
     """(window tokens, number of windowed layers); chunked attention counts as a window."""
+    pattern = c.get("hybrid_layer_pattern")  # MiMo-V2: 1 = sliding window, 0 = full attention
+    if isinstance(pattern, list) and len(pattern) == layers:
+        count = sum(1 for x in pattern if x)
+        return (f.get_int("sliding_window", "sliding_window_size"), count) if count else (0, 0)
     kinds = c.get("layer_types")
     if isinstance(kinds, list) and kinds:
         if len(kinds) != layers:
@@ -562,6 +588,7 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
         vision_excluded=isinstance(cfg.get("vision_config"), dict),
         global_attention=_parse_global(c, f, layers, kv_heads, heads),
         block_pattern=pattern,
+        **_mimo_geometry(c, f, mla is not None, head_dim, kv_heads, heads),
     )
     qc = c.get("quantization_config") or c.get("compression_config")
     quant = parse_quant(spec, qc, hf_quant, f.source)

@@ -194,6 +194,9 @@ class ModelSpec:
     quant: QuantSpec | None = None  # shipped weight format; None for bf16/fp16 checkpoints
     vision_excluded: bool = False   # config has a vision encoder that text serving leaves out
     global_attention: GlobalAttentionSpec | None = None  # full layers with their own geometry (Gemma-4)
+    v_head_dim: int = 0           # value head dim where it differs from head_dim (MiMo-V2); 0 = same
+    sliding_num_kv_heads: int = 0  # KV heads of the sliding-window layers where they differ (MiMo-V2)
+    sliding_layers: tuple[int, ...] = ()  # which layers slide (recorded when their geometry differs)
     block_pattern: str = ""       # Nemotron-H: one block type per layer (M Mamba2, * attention,
     #                               E MoE, - MLP); each "layer" is then a single block with one norm
 
@@ -204,6 +207,14 @@ class ModelSpec:
     @property
     def is_mla(self) -> bool:
         return self.mla is not None
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def sliding_kv_heads(self) -> int:
+        return self.sliding_num_kv_heads or self.num_kv_heads
 
     @property
     def num_full_attention_layers(self) -> int:

@@ -110,14 +110,16 @@ def _attention(spec: ModelSpec, i: int) -> list[LinearTensor]:
         if not ga.k_eq_v:
             t.append(LinearTensor("attention", i, ("self_attn.v_proj",), h * kv_out))
         return t
-    q_out, kv_out = n * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    kv = spec.sliding_kv_heads if i in spec.sliding_layers else spec.num_kv_heads
+    q_out, k_out, v_out = n * spec.head_dim, kv * spec.head_dim, kv * spec.value_head_dim
+    o_in = n * spec.value_head_dim
     b = spec.attention_bias
     gate = 2 if spec.attn_output_gate else 1
     mod = "mixer" if spec.block_pattern else "self_attn"
     return [LinearTensor("attention", i, (f"{mod}.q_proj",), gate * h * q_out + (gate * q_out if b else 0)),
-            LinearTensor("attention", i, (f"{mod}.k_proj",), h * kv_out + (kv_out if b else 0)),
-            LinearTensor("attention", i, (f"{mod}.v_proj",), h * kv_out + (kv_out if b else 0)),
-            LinearTensor("attention", i, (f"{mod}.o_proj",), q_out * h + (h if b else 0))]
+            LinearTensor("attention", i, (f"{mod}.k_proj",), h * k_out + (k_out if b else 0)),
+            LinearTensor("attention", i, (f"{mod}.v_proj",), h * v_out + (v_out if b else 0)),
+            LinearTensor("attention", i, (f"{mod}.o_proj",), o_in * h + (h if b else 0))]
 
 
 def _nemotron_block(spec: ModelSpec, i: int, kind: str) -> list[LinearTensor]:

@@ -66,7 +66,13 @@ class AnalyticalStepModel:
         self._spec_kernels = RooflineKernelModel(gpu)
         # (KV heads per GPU, head dim) of full-attention layers: Gemma-4 global geometry where given
         ga = m.global_attention
-        self._full_geom = (self.kv_heads, m.head_dim) if ga is None else \
+        # attention kernels take one head dim: the mean of the K and V dims keeps FLOPs and bytes
+        # exact where they differ (MiMo-V2: 192 / 128); sliding layers may have their own KV heads
+        hd = (m.head_dim + m.value_head_dim) // 2
+        swa_kv = max(1, m.sliding_kv_heads // tp) if m.sliding_kv_heads >= tp else 1
+        self._swa_geom = (swa_kv, hd)
+        self._n_swa_own = m.num_sliding_layers * self._frac if m.sliding_num_kv_heads else 0.0
+        self._full_geom = (self.kv_heads, hd) if ga is None else \
             (max(1, ga.num_kv_heads // tp) if ga.num_kv_heads >= tp else 1, ga.head_dim)
         self._n_global = len(ga.layer_indices) * self._frac if ga is not None else 0.0
         self._linear = lru_cache(maxsize=65536)(self._linear_ops)
@@ -161,10 +167,15 @@ class AnalyticalStepModel:
             ops.append(self._op(f"{g.kind}_out_proj", "gemm", k.gemm(T, h, vd, wd["linear_attention"]), self._n_linear))
         if m.mla is None:
             gate = 2 if m.attn_output_gate else 1
-            n_local = n_attn - self._n_global
-            qkv_n = (gate * self.heads + 2 * self.kv_heads) * m.head_dim
+            n_local = n_attn - self._n_global - self._n_swa_own
+            kv_dims = m.head_dim + m.value_head_dim
+            qkv_n = gate * self.heads * m.head_dim + self.kv_heads * kv_dims
             ops.append(self._op("qkv_proj", "gemm", k.gemm(T, qkv_n, h, wd["attention"]), n_local))
-            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.head_dim, wd["attention"]), n_local))
+            if self._n_swa_own:  # sliding layers with their own KV heads (MiMo-V2)
+                qkv_s = gate * self.heads * m.head_dim + self._swa_geom[0] * kv_dims
+                ops.append(self._op("qkv_proj_swa", "gemm", k.gemm(T, qkv_s, h, wd["attention"]), self._n_swa_own))
+            ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.value_head_dim, wd["attention"]),
+                                n_local + self._n_swa_own))
             rope = k.memory_op(T * (self.heads + self.kv_heads) * m.head_dim * ACT_BYTES * 2)
             ops.append(self._op("rotary", "memory", rope, n_attn))
             if self._n_global:  # Gemma-4 global layers: own head dim and KV heads, no v_proj with k_eq_v
@@ -252,7 +263,7 @@ class AnalyticalStepModel:
             if m.mla is None:
                 layers("attn_prefill", "attn_prefill", lambda win: k.attention_prefill(
                     pf_seqs, pf_q, int(round(min(pf_kv, win + pf_q) if win else pf_kv)), self.heads,
-                    *((self.kv_heads, m.head_dim) if win else self._full_geom), kvd))
+                    *(self._swa_geom if win else self._full_geom), kvd))
             else:
                 a = m.mla
                 layers("mla_prefill", "mla", lambda win: k.mla_prefill(
@@ -262,7 +273,7 @@ class AnalyticalStepModel:
             if m.mla is None:
                 layers("attn_decode", "attn_decode", lambda win: k.attention_decode(
                     dc_seqs, min(dc_kv, win) if win else dc_kv, self.heads,
-                    *((self.kv_heads, m.head_dim) if win else self._full_geom), kvd))
+                    *(self._swa_geom if win else self._full_geom), kvd))
             else:
                 a = m.mla
                 layers("mla_decode", "mla", lambda win: k.mla_decode(

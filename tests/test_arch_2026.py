@@ -287,6 +287,27 @@ def test_nemotron_step_ops():
     assert "mlp_up" not in ops and ops["mamba2_decode"].tier == "spec"
 
 
+# ------------------------------------------------------------------ MiMo-V2-Flash: per-kind KV heads, V dim != K dim
+
+
+def test_mimo_v2_sliding_layers_own_kv_heads():
+    m = load_model("XiaomiMiMo/MiMo-V2-Flash")
+    assert (m.num_sliding_layers, m.sliding_window, m.sliding_kv_heads, m.num_kv_heads) == (39, 128, 8, 4)
+    assert (m.head_dim, m.value_head_dim) == (192, 128)
+    # K (192) and V (128) per KV head; 9 full layers with 4 heads, 39 sliding layers with 8 capped at 128
+    assert kv_bytes_per_token(m, "bf16") == 9 * 4 * 320 * 2 + 39 * 8 * 320 * 2
+    assert kv_bytes_sequence(m, "bf16", 4096) == 9 * 4 * 320 * 2 * 4096 + 39 * 8 * 320 * 2 * 128
+    assert kv_bytes_per_token_tp(m, "bf16", 8) == 9 * 1 * 320 * 2 + 39 * 1 * 320 * 2
+    p = param_breakdown(m)
+    h = m.hidden_size
+    full = h * 64 * 192 + h * 4 * 192 + h * 4 * 128 + 64 * 128 * h
+    swa = h * 64 * 192 + h * 8 * 192 + h * 8 * 128 + 64 * 128 * h
+    assert p.attention == 9 * full + 39 * swa
+    _, step = _step("mimo_v2_flash", tp=4)
+    ops = {o.name for o in step.breakdown(StepShape.build([], [4096] * 8)).ops}
+    assert {"qkv_proj", "qkv_proj_swa", "attn_decode", "attn_decode_swa"} <= ops
+
+
 # ------------------------------------------------------------------ Llama-2
 
 
