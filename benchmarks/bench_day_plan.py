@@ -26,7 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--intervals", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--max-candidates", type=int, default=8)
+    ap.add_argument("--max-candidates", type=int, default=4)
     args = ap.parse_args()
     step_h = 24.0 / args.intervals
     rates = [20 + 80 * math.exp(-(((i * step_h) - 14) / 3) ** 2) for i in range(args.intervals)]

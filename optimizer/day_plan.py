@@ -407,7 +407,7 @@ def _solve(p: LoadProfile, cands: list[DayCandidate], tiers: dict[str, PriceTier
 
 def plan_day(profile: LoadProfile, candidates: list[DayCandidate], tiers: Mapping[str, PriceTiers] | None = None,
              scale_up_s: float = 300.0, min_replicas: int = 1, max_load: float = 1.0, cyclic: bool = True,
-             max_gpus: Mapping[str, int] | None = None, max_replicas: int = 256, max_candidates: int = 8) -> DayPlan:
+             max_gpus: Mapping[str, int] | None = None, max_replicas: int = 256, max_candidates: int = 4) -> DayPlan:
     """Cheapest replica schedule over the profile's intervals and the price tiers; raises
     :class:`DayInfeasible` when none serves it (availability, max_replicas), naming the interval."""
     if not candidates:

@@ -95,7 +95,8 @@ def _img_bytes(data: bytes, mime: str, alt: str) -> str:
 
 def _deploy_label(d: Mapping) -> str:
     return (f"{d.get('replicas', '?')}x {d.get('gpu', '?')} TP{d.get('tp', 1)}/PP{d.get('pp', 1)}"
-            + (f"/EP{d['ep']}" if d.get("ep", 1) not in (None, 1) else "") + f" {d.get('precision', '')}")
+            + (f"/EP{d['ep']}" if d.get("ep", 1) not in (None, 1) else "") + f" {d.get('precision', '')}"
+            + (f" batch {d['max_num_seqs']}" if d.get("max_num_seqs") else ""))
 
 
 def _probability(d: Mapping, key: str, t: Mapping) -> float | None:
