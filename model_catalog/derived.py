@@ -27,6 +27,7 @@ Counting conventions (used everywhere in llmplan):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -149,6 +150,7 @@ def _small_params(spec: ModelSpec) -> int:
     return norms
 
 
+@functools.lru_cache(maxsize=512)
 def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     """Count the parameters of ``spec`` by component (conventions: module docstring)."""
     h = spec.hidden_size
@@ -183,6 +185,7 @@ def param_count_active(spec: ModelSpec, embeddings: str = "once") -> int:
     return param_breakdown(spec).active(embeddings)
 
 
+@functools.lru_cache(maxsize=2048)
 def weight_bytes(spec: ModelSpec, precision: str) -> float:
     """Bytes of all weights when the model is served at weight ``precision``.
 
@@ -215,6 +218,13 @@ def weight_bytes(spec: ModelSpec, precision: str) -> float:
 
 def weight_dtypes(spec: ModelSpec, precision: str) -> dict[str, str]:
     """The precision each weight component's matmuls read when the model is served at
+    weight ``precision`` (keys: ``tensors.COMPONENTS``); see :func:`_weight_dtypes`."""
+    return dict(_weight_dtypes(spec, precision))
+
+
+@functools.lru_cache(maxsize=2048)
+def _weight_dtypes(spec: ModelSpec, precision: str) -> tuple[tuple[str, str], ...]:
+    """The precision each weight component's matmuls read when the model is served at
     weight ``precision`` (keys: ``tensors.COMPONENTS``).
 
     Serving a quantized checkpoint as shipped, a component takes the format that stores
@@ -223,15 +233,15 @@ def weight_dtypes(spec: ModelSpec, precision: str) -> dict[str, str]:
     Otherwise every component uses ``precision`` and the lm_head stays bf16 (as
     :func:`weight_bytes` counts it)."""
     if spec.quant is None or precision != spec.quant.precision:
-        return {c: ("bf16" if c == "lm_head" else precision) for c in COMPONENTS}
+        return tuple((c, "bf16" if c == "lm_head" else precision) for c in COMPONENTS)
     totals = component_params(spec)
-    out = {}
+    out = []
     for c in COMPONENTS:
         parts = [part for part in spec.quant.parts if part.component == c]
         best = max(parts, key=lambda part: part.params, default=None)
         covered = best is not None and 2 * best.params >= totals[c] > 0
-        out[c] = best.fmt.precision if covered else "bf16"
-    return out
+        out.append((c, best.fmt.precision if covered else "bf16"))
+    return tuple(out)
 
 
 def checkpoint_precision_note(spec: ModelSpec, precision: str) -> str | None:

@@ -16,6 +16,7 @@ quantization pattern (no Llama-4 checkpoint here has one).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from llmplan.model_catalog.spec import ModelSpec
@@ -145,15 +146,20 @@ def layer_is_moe(spec: ModelSpec, layer: int) -> bool:
     return spec.moe is not None and layer >= spec.moe.num_dense_layers
 
 
-def linear_tensors(spec: ModelSpec) -> list[LinearTensor]:
+def linear_tensors(spec: ModelSpec) -> tuple[LinearTensor, ...]:
     """Every linear weight of the language model (no embeddings, norms or routers)."""
+    return _linear_tensors(spec)
+
+
+@functools.lru_cache(maxsize=512)
+def _linear_tensors(spec: ModelSpec) -> tuple[LinearTensor, ...]:
     out: list[LinearTensor] = []
     if spec.block_pattern:
         for i, kind in enumerate(spec.block_pattern):
             out += _nemotron_block(spec, i, kind)
         if not spec.tie_word_embeddings:
             out.append(LinearTensor("lm_head", -1, ("lm_head",), spec.vocab_size * spec.hidden_size))
-        return out
+        return tuple(out)
     for i in range(spec.num_layers):
         out += _attention(spec, i)
         if layer_is_moe(spec, i):
@@ -169,12 +175,17 @@ def linear_tensors(spec: ModelSpec) -> list[LinearTensor]:
             out += _mlp(spec, "dense_mlp", i, spec.intermediate_size, ("mlp", "feed_forward"))
     if not spec.tie_word_embeddings:
         out.append(LinearTensor("lm_head", -1, ("lm_head",), spec.vocab_size * spec.hidden_size))
-    return out
+    return tuple(out)
 
 
 def component_params(spec: ModelSpec) -> dict[str, int]:
     """Parameters of each component (COMPONENTS order), summed over layers."""
+    return dict(_component_params(spec))
+
+
+@functools.lru_cache(maxsize=512)
+def _component_params(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
     total = dict.fromkeys(COMPONENTS, 0)
     for t in linear_tensors(spec):
         total[t.component] += t.params * t.count
-    return total
+    return tuple(total.items())
