@@ -36,7 +36,7 @@ th{background:#f0f2f5}td.l,th.l{text-align:left}
 .ok{color:#1a7f37;font-weight:600}.miss{color:#b42318;font-weight:600}.bind{background:#fff7e0}
 .warn{background:#fff4e5;border-left:4px solid #f79009;padding:8px 12px;margin:8px 0}
 .bad{background:#fdecea;border-left:4px solid #b42318;padding:8px 12px;margin:8px 0}
-pre{background:#0f1720;color:#e6edf3;padding:10px 12px;border-radius:6px;overflow-x:auto;font-size:12.5px;white-space:pre-wrap;word-break:break-all}
+summary{cursor:pointer;margin:6px 0;color:#2f4b7c}pre{background:#0f1720;color:#e6edf3;padding:10px 12px;border-radius:6px;overflow-x:auto;font-size:12.5px;white-space:pre-wrap;word-break:break-all}
 img,svg{max-width:100%;height:auto;border:1px solid #eef0f3}ul{margin:4px 0 8px 20px;padding:0}.muted{color:#5b6475;font-size:13px}
 """
 
@@ -347,7 +347,8 @@ def _artifacts(plan: Mapping, artifacts_dir: Path | None) -> str:
                 if path is not None and path.is_file():
                     manifest = path.read_text()
         if manifest:
-            out.append("<p>Kubernetes manifest:</p><pre>" + esc(manifest) + "</pre>")
+            out.append(f"<details><summary>Kubernetes manifest ({manifest.count(chr(10)) + 1} lines)</summary><pre>"
+                       + esc(manifest) + "</pre></details>")
         if p.get("benchmark_argv"):
             out.append(f"<p>Benchmark at the pool's planned load ({_fmt(p.get('load_rps'), 3, 'req/s')}):</p><pre>"
                        + esc(shlex.join(map(str, p["benchmark_argv"]))) + "</pre>")
@@ -382,8 +383,9 @@ def _day(plan: Mapping, image: str) -> str:
     sched = d.get("schedule") or []
     if sched:
         cols = list(sched[0])
-        out.append(_table(cols, [[_fmt(r.get(c), 2) if isinstance(r.get(c), float) else esc(r.get(c)) for c in cols]
-                                 for r in sched]))
+        out.append(f"<details><summary>Replicas per interval ({len(sched)} intervals)</summary>"
+                   + _table(cols, [[_fmt(r.get(c), 2) if isinstance(r.get(c), float) else esc(r.get(c)) for c in cols]
+                                   for r in sched]) + "</details>")
     out.append("<ul>" + "".join(f"<li>{esc(a)}</li>" for a in d.get("assumptions") or []) + "</ul>")
     return "".join(out) + "</section>"
 
