@@ -186,3 +186,12 @@ def test_bad_settings_name_their_key():
     with pytest.raises(UserError) as err:
         profile_from_rates([1.0, math.nan])
     assert err.value.key == "day.profile"
+
+
+def test_same_inputs_same_plan():
+    cands = [G, DayCandidate("h-tp2", "h", 2, 13.0, 3.0), DayCandidate("h-tp1", "h", 1, 6.0, 3.0)]
+    tiers = {"h": PriceTiers("h", 3.0, 2.2, 1.4, 0.2)}
+    rates = [7.0, 9.5, 31.0, 44.0, 28.0, 12.0, 3.0, 0.0]
+    a = plan_day(profile_from_rates(rates, 900), cands, tiers, scale_up_s=400).as_dict()
+    b = plan_day(profile_from_rates(rates, 900), list(reversed(cands)), tiers, scale_up_s=400).as_dict()
+    assert a == b
