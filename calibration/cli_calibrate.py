@@ -114,11 +114,13 @@ def main(argv: list[str]) -> int:
     if args.holdout_gpu:
         cal.provenance["holdout_gpu"] = resolve_gpu(args.holdout_gpu).key
     path = cal.save(out)
-    size = path.stat().st_size / 1e6
+    names = sorted(cal.files(path.name))
+    size = sum((path.parent / n).stat().st_size for n in names) / 1e6
     from llmplan.calibration.cli_validate import _console
 
     print_summary(cal, _console())
-    console.print(f"wrote {path} ({size:.1f} MB) in {time.perf_counter() - t0:.0f}s")
+    console.print(f"wrote {path} and {len(names) - 1} section file(s) beside it ({size:.1f} MB in all) "
+                  f"in {time.perf_counter() - t0:.0f}s")
     return 0
 
 

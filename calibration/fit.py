@@ -37,7 +37,7 @@ from llmplan.calibration.splits import Split, group_ids, held_out_mask
 
 CODE_VERSION = "calibration-1"
 ATTRIBUTION = ("Fitted to kernel latencies measured by NVIDIA's aiconfigurator-core 0.12.0 performance "
-               "database (Apache License 2.0); see calibration/data/NOTICE.md.")
+               "database (Apache License 2.0); see sim/kernel_calibration/data/NOTICE.md.")
 
 Progress = Callable[[str, int, int], None]   # (label, done, total)
 

@@ -90,9 +90,11 @@ def describe(family: str, r: dict[str, Any]) -> str:
     return family
 
 
-def row_bands(band_cal: Calibration | None, family: str, tiers: np.ndarray) -> np.ndarray:
+def row_bands(band_cal: Calibration | None, family: str, tiers: np.ndarray, gpu: str | None = None,
+              source_gpu: str | None = None) -> np.ndarray:
     """The stated p90 band (fraction) of every row: its family in the tier that answered it,
-    from ``band_cal``'s residual statistics (what ``plan`` and ``simulate`` print)."""
+    from ``band_cal``'s residual statistics (what ``plan`` and ``simulate`` print: the
+    measured GPU's own figures where stored)."""
     out = np.full(len(tiers), np.nan)
     if band_cal is None or not band_cal.residuals:
         return out
@@ -100,7 +102,8 @@ def row_bands(band_cal: Calibration | None, family: str, tiers: np.ndarray) -> n
         if t == "none":
             continue
         try:
-            b = band_of(band_cal, family, t).get("p90_ape", np.nan)
+            who = gpu if t == "measured" else (source_gpu if t == "sibling" else None)
+            b = band_of(band_cal, family, t, who).get("p90_ape", np.nan)
         except UserError:
             continue
         out[tiers.astype(str) == t] = b
@@ -188,7 +191,7 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
         df = df.reset_index(drop=True)
         pred, tiers = predict_frame(cal, fam, df, gf, spec=spec, choice=choice)
         roof = roofline_predict(fam, df, spec) if roofline else np.full(len(df), np.nan)
-        bands = row_bands(band_cal, fam, tiers)
+        bands = row_bands(band_cal, fam, tiers, gpu, choice.source_gpu)
         scores.append(_score(fam, df, pred, tiers, roof, bands=bands))
         for col, sub in SUBFAMILY.items():
             if fam == col:
@@ -203,7 +206,8 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
         c = pd.concat(coll, ignore_index=True, sort=False)
         scores.append(_score("collective", c, c["predicted_ms"].to_numpy(), c["tier"].to_numpy(),
                              c["roofline_ms"].to_numpy(), n_worst=0,
-                             bands=row_bands(band_cal, "collective", c["tier"].to_numpy())))
+                             bands=row_bands(band_cal, "collective", c["tier"].to_numpy(), gpu,
+                                             choice.source_gpu)))
     if subsampled:
         notes.append("scored a deterministic sample of " + ", ".join(
             f"{max_rows} of {n} {f} rows" for f, n in subsampled.items()))

@@ -230,7 +230,7 @@ class CalibratedKernelModel:
         if op not in ("pre", "post"):
             raise ValueError(f"mla_bmm op must be 'pre' or 'post', not '{op}'")
         q = {"num_tokens": num_tokens, "num_heads": num_heads, "op": op, "kv_lora_rank": kv_lora_rank,
-             "qk_nope_dim": qk_nope_dim}
+             "qk_nope_dim": qk_nope_dim, "dtype": dtype}
         kt = self._predict("mla_bmm", dtype, q, {"num_tokens": num_tokens, "num_heads": num_heads},
                            exact_dims=(kv_lora_rank, qk_nope_dim) == (512, 128))
         return kt if kt is not None else spec_mla_bmm(self._roof, num_tokens, num_heads, dtype, kv_lora_rank,
@@ -335,26 +335,39 @@ _ALIASES = {"attn_prefill": "attention_prefill", "prefill_attention": "attention
             "linear_attention": "gdn_decode", "gdn_prefill": "gdn_prefill", "mla_absorb": "mla_bmm"}
 
 
-def error_band(family: str, tier: str, calibration: str | Path | None = None) -> dict[str, float]:
+def error_band(family: str, tier: str, calibration: str | Path | None = None,
+               gpu: str | None = None) -> dict[str, float]:
     """{"p50_ape": .., "p90_ape": .., "mape": .., "rows": ..} of a family in a tier, from the
     validation residuals stored in the calibration (measured: grouped split; cross-gen:
     leave-one-GPU-out; spec: the roofline on the measured GPUs; sibling: the measured
     figures plus :data:`SIBLING_ALLOWANCE`, unless the file stores its own). Sub-families such as
-    ``gemm:fp8`` are accepted; an unknown family falls back to the tier's pooled figures."""
-    return band_of(load_calibration(calibration), family, tier)
+    ``gemm:fp8`` are accepted; an unknown family falls back to the tier's pooled figures.
+    With ``gpu`` (a measured GPU's key), the measured tier uses that GPU's own held-out
+    figures where the calibration has at least :data:`MIN_BAND_ROWS` of them."""
+    return band_of(load_calibration(calibration), family, tier, gpu)
 
 
-def band_of(cal: Calibration, family: str, tier: str) -> dict[str, float]:
+#: held-out rows a GPU's own band needs; fewer: the family's band pooled over GPUs
+MIN_BAND_ROWS = 50
+
+
+def band_of(cal: Calibration, family: str, tier: str, gpu: str | None = None) -> dict[str, float]:
     """:func:`error_band` for a loaded calibration."""
     res = cal.residuals.get(tier)
     if res is None and tier == "sibling" and "measured" in cal.residuals:
-        return _sibling_band(band_of(cal, family, "measured"))
+        return _sibling_band(band_of(cal, family, "measured", gpu))
     if res is None:
         raise UserError(f"no residual statistics for tier '{tier}'", key="tier",
                         fix="tiers: " + ", ".join(sorted(cal.residuals)) if cal.residuals else
                         "re-run `llmplan calibrate` (residual statistics were not computed)")
     fam = _ALIASES.get(family, family)
-    stats = res.get(fam)
+    stats = None
+    if gpu is not None and tier in ("measured", "sibling"):
+        own = res.get(f"{fam.split(':', 1)[0]}@{gpu}")
+        if own is not None and own.get("rows", 0) >= MIN_BAND_ROWS:
+            stats = own
+    if stats is None:
+        stats = res.get(fam)
     if stats is None and ":" in fam:
         stats = res.get(fam.split(":", 1)[0])
     if stats is None and fam in ("custom_allreduce", "nccl"):

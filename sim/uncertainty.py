@@ -25,6 +25,17 @@ class Band:
     extrapolated: tuple[str, ...]  # operators queried outside the fitted shape range
 
 
+def _band_gpu(step, tier: str) -> str | None:
+    """The measured GPU whose own held-out figures give the band (its sibling for the
+    sibling tier); None: the family's figures pooled over GPUs."""
+    km = getattr(step, "kernels", None)
+    if tier == "measured":
+        return getattr(getattr(step, "gpu", None), "key", None)
+    if tier == "sibling":
+        return getattr(km, "source_gpu", None)
+    return None
+
+
 def step_band(step, shape: StepShape, calibration: str | None = None) -> Band | None:
     """Error band of ``step``'s time for ``shape``; None when no calibration is available."""
     try:
@@ -41,7 +52,7 @@ def step_band(step, shape: StepShape, calibration: str | None = None) -> Band | 
         w = o.latency_ms / total
         share_by_tier[o.tier] = share_by_tier.get(o.tier, 0.0) + w
         try:
-            b = error_band(_FAMILY.get(o.family, o.family), o.tier, calibration)
+            b = error_band(_FAMILY.get(o.family, o.family), o.tier, calibration, gpu=_band_gpu(step, o.tier))
         except Exception:  # noqa: BLE001 - a family/tier without statistics: skip it
             continue
         p50 += w * b.get("p50_ape", 0.0)

@@ -83,3 +83,13 @@ def test_without_gpu_keeps_sections_lazy(fitted, tmp_path):
     rest = cal.without_gpu("h100_sxm")
     assert list(rest.measured) == ["a100_sxm"] and isinstance(rest.measured, LazySections)
     assert rest.measured.loaded() == []
+
+
+def test_fit_is_identical_with_one_or_two_worker_processes(tmp_path):
+    from dataclasses import replace
+
+    root = make_measurements_dir(tmp_path, ("h100_sxm", "a100_sxm"))
+    meas = read_measurements(root)
+    one = fit_calibration(meas, replace(FAST, workers=1)).dumps()
+    two = fit_calibration(meas, replace(FAST, workers=2)).dumps()
+    assert one == two

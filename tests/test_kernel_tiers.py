@@ -164,3 +164,29 @@ def test_validate_reports_the_tier_plan_uses(tmp_path):
         tiers = set(res.frame["tier"]) - {"spec"}
         assert tiers == {used}, (key, tiers, used)
         assert f"tier {used}" in res.mode
+
+
+def test_similarity_weights_and_vendor_pool():
+    from llmplan.sim.kernel_calibration import crossgen
+
+    feats = {k: GPUFeatures.from_spec(get_gpu(k)) for k in ("h100_sxm", "h200_sxm", "a100_sxm", "l40s")}
+    w = crossgen.similarity_weights(feats["h200_sxm"], [feats["h100_sxm"], feats["a100_sxm"], feats["l40s"]], 0.5)
+    assert abs(sum(w) - 1.0) < 1e-12 and w[0] > w[1] and w[0] > w[2]       # nearest figures weigh most
+    eq = crossgen.similarity_weights(feats["h200_sxm"], [feats["h100_sxm"], feats["a100_sxm"]], None)
+    if crossgen.SIMILARITY_SCALE is None:
+        assert eq == [0.5, 0.5]
+    # weighted geometric mean: all weight on one GPU gives its parameters back
+    from llmplan.sim.kernel_calibration.physics import BaseParams
+    a, b = BaseParams.prior(), BaseParams(9.0, 1.0, 0.3, 0.5, 0.2, 4.0, 0.4, 90.0)
+    m = crossgen.mean_params([a, b], [0.0, 1.0])
+    assert m.floor_us == pytest.approx(9.0) and m.g == pytest.approx(0.2)
+    # the cross-gen pool takes the target vendor's measured GPUs when there are any
+    cal = load_calibration(None)
+    nvidia = crossgen.source_gpus(cal, "gemm", "vllm", vendor="nvidia", vendor_of=lambda k: "nvidia")
+    assert set(nvidia) == set(cal.measured)
+    none_same = crossgen.source_gpus(cal, "gemm", "vllm", vendor="amd", vendor_of=lambda k: "nvidia")
+    assert set(none_same) == set(nvidia)                          # no AMD GPU measured: pool all
+    only = sorted(cal.measured)[0]
+    one = crossgen.source_gpus(cal, "gemm", "vllm", vendor="x",
+                               vendor_of=lambda k: "x" if k == only else "nvidia")
+    assert set(one) <= {only}

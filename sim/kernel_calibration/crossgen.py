@@ -37,12 +37,40 @@ EXCLUDED_GROUPS: dict[str, frozenset[str]] = {"gemm": frozenset({"fp8_block"})}
 DEFAULT_BACKEND = "vllm"
 
 
-def mean_params(params: list[BaseParams]) -> BaseParams:
-    """Geometric mean of positive parameters, arithmetic mean of the exponent ``g``."""
+#: similarity pooling: a measured GPU's weight in the cross-gen pool is
+#: exp(-(d / SIMILARITY_SCALE)**2), d the Euclidean distance between the target's and its
+#: log figures (bf16 peak, DRAM bandwidth, SM count, L2 size). None: every GPU weighs the
+#: same. Chosen leave-one-GPU-out on the seven measured GPUs (docs/ACCURACY.md): mean MAPE
+#: over (GPU, family) 35.0% with equal weights, 30.7 / 30.6 / 30.4% at scale 1.0 / 0.6 / 0.35.
+SIMILARITY_SCALE: float | None = 0.6
+
+
+def _log_figures(g: GPUFeatures) -> np.ndarray:
+    return np.log([max(g.peak_bf16_tflops, 1e-3), max(g.hbm_bw_gbps, 1e-3), max(g.sm_count, 1), max(g.l2_mb, 1e-3)])
+
+
+def similarity_weights(target: GPUFeatures | None, sources: list[GPUFeatures],
+                       scale: float | None = None) -> list[float]:
+    """Pool weights of ``sources`` for ``target`` (equal when ``scale`` is None)."""
+    scale = SIMILARITY_SCALE if scale is None else scale
+    n = len(sources)
+    if target is None or scale is None or n == 0:
+        return [1.0 / max(n, 1)] * n
+    t = _log_figures(target)
+    w = np.array([math.exp(-float(np.sum((_log_figures(s) - t) ** 2)) / scale ** 2) for s in sources])
+    if not np.isfinite(w).all() or w.sum() < 1e-12:
+        return [1.0 / n] * n
+    return [float(v) for v in w / w.sum()]
+
+
+def mean_params(params: list[BaseParams], weights: list[float] | None = None) -> BaseParams:
+    """(Weighted) geometric mean of positive parameters, arithmetic mean of the exponent ``g``."""
+    w = np.full(len(params), 1.0 / len(params)) if weights is None else np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
     vals = []
     for k in PARAM_NAMES:
-        xs = [getattr(p, k) for p in params]
-        vals.append(float(np.mean(xs)) if k == "g" else float(math.exp(np.mean([math.log(x) for x in xs]))))
+        xs = np.array([getattr(p, k) for p in params], dtype=np.float64)
+        vals.append(float(np.dot(w, xs)) if k == "g" else float(math.exp(np.dot(w, np.log(xs)))))
     return BaseParams(*vals)
 
 
@@ -69,9 +97,15 @@ def _union_ranges(models: list[GroupModel]) -> dict[str, list[float]]:
     return out
 
 
-def source_gpus(cal: Calibration, family: str, backend: str, exclude: str | None = None) -> dict[str, str]:
-    """Measured GPUs (-> the backend used) that the cross-gen model of a family pools."""
+def source_gpus(cal: Calibration, family: str, backend: str, exclude: str | None = None,
+                vendor: str | None = None, vendor_of: Callable[[str], str | None] | None = None) -> dict[str, str]:
+    """Measured GPUs (-> the backend used) that the cross-gen model of a family pools: those
+    of the target's vendor when any was measured (kernels and compilers differ between
+    vendors), else all."""
     gpus = [g for g in sorted(cal.measured) if g != exclude]
+    if vendor and vendor_of is not None:
+        same = [g for g in gpus if (vendor_of(g) or "").lower() == vendor.lower()]
+        gpus = same or gpus
     for b in (backend, DEFAULT_BACKEND):
         found = {g: b for g in gpus if cal.family_model(g, b, family) is not None}
         if found:
@@ -86,23 +120,28 @@ def source_gpus(cal: Calibration, family: str, backend: str, exclude: str | None
 
 
 def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | None = None,
-                    use_residual: bool | None = None) -> FamilyModel | None:
-    """The pooled model of a family for a GPU outside ``cal`` (or for ``exclude``)."""
+                    use_residual: bool | None = None, target: GPUFeatures | None = None,
+                    vendor: str | None = None, vendor_of: Callable[[str], str | None] | None = None
+                    ) -> FamilyModel | None:
+    """The pooled model of a family for a GPU outside ``cal`` (or for ``exclude``); with
+    ``target``, measured GPUs are weighted by similarity (:data:`SIMILARITY_SCALE`)."""
     use_residual = USE_RESIDUAL if use_residual is None else use_residual
-    src = source_gpus(cal, family, backend, exclude)
+    src = source_gpus(cal, family, backend, exclude, vendor, vendor_of)
     if not src:
         return None
-    by_group: dict[str, list[GroupModel]] = {}
+    by_group: dict[str, list[tuple[str, GroupModel]]] = {}
     for g, b in sorted(src.items()):
         fm = cal.family_model(g, b, family)
         assert fm is not None
         for key, gm in fm.groups.items():
             if key not in EXCLUDED_GROUPS.get(family, frozenset()):
-                by_group.setdefault(key, []).append(gm)
+                by_group.setdefault(key, []).append((g, gm))
     groups = {}
-    for key, gms in sorted(by_group.items()):
+    for key, pairs in sorted(by_group.items()):
+        gms = [m for _, m in pairs]
+        weights = similarity_weights(target, [cal.gpus[g] for g, _ in pairs]) if target is not None else None
         gbt = mean_gbt([m.gbt for m in gms if m.gbt is not None]) if use_residual else None
-        groups[key] = GroupModel(mean_params([m.base for m in gms]), gbt, sum(m.rows for m in gms),
+        groups[key] = GroupModel(mean_params([m.base for m in gms], weights), gbt, sum(m.rows for m in gms),
                                  _union_ranges(gms))
     return FamilyModel(family, groups)
 

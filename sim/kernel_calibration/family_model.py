@@ -221,8 +221,9 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any]) ->
         return F.mla_decode(q["batch"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]), gpu.peak("bf16"),
                             gpu, ops, q.get("kv_lora_rank", F.MLA_KV_LORA), q.get("qk_rope_dim", F.MLA_ROPE))
     if family == "mla_bmm":
-        return F.mla_bmm(q["num_tokens"], q["num_heads"], 1.0 if q["op"] == "post" else 0.0, _wbytes(group),
-                         gpu.peak(F.COMPUTE_DTYPE.get(group, "bf16")), gpu, ops,
+        dt = q["dtype"]     # like GEMM: the query's own format, whichever group answers it
+        return F.mla_bmm(q["num_tokens"], q["num_heads"], 1.0 if q["op"] == "post" else 0.0, _wbytes(dt),
+                         gpu.peak(F.COMPUTE_DTYPE.get(dt, F.COMPUTE_DTYPE.get(group, "bf16"))), gpu, ops,
                          q.get("kv_lora_rank", F.MLA_KV_LORA), q.get("qk_nope_dim", F.MLA_NOPE))
     if family in ("gdn_prefill", "gdn_decode"):
         return F.gdn(q["batch"], q.get("seq_len", 1), q["num_tokens"], q["k_heads"], q["head_k_dim"], q["v_heads"],

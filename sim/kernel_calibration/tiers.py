@@ -71,6 +71,7 @@ class TierChoice:
     tier: str                         # measured | sibling | cross-gen
     source_gpu: str | None            # measured GPU whose parameters stand in (None: cross-gen)
     features: GPUFeatures             # figures stand-in models are evaluated with
+    vendor: str | None = None         # the target's vendor (cross-gen pools that vendor's GPUs first)
     _families: dict[tuple[str, str], list[Candidate]] = field(default_factory=dict, repr=False)
     _pool: dict[tuple[str, str], Candidate | None] = field(default_factory=dict, repr=False)
     _collectives: "CollectiveSource | None" = field(default=None, repr=False)
@@ -90,7 +91,8 @@ class TierChoice:
         key = (family, backend)
         if key not in self._pool:
             exclude = None if self.tier == "measured" else self.gpu.key
-            xg = crossgen_family(self.cal, family, backend, exclude=exclude)
+            xg = crossgen_family(self.cal, family, backend, exclude=exclude, target=self.gpu,
+                                 vendor=self.vendor, vendor_of=catalog_vendor)
             self._pool[key] = None if xg is None else Candidate(xg, "cross-gen", self.gpu, "pooled")
         return self._pool[key]
 
@@ -123,17 +125,17 @@ def choose_tier(cal: Calibration, gpu: GPUFeatures, vendor: str | None = None,
     any sibling's parameters (leave-one-GPU-out validation of the cross-gen tier)."""
     if force is not None and force not in FORCEABLE:
         raise ValueError(f"cannot force tier '{force}' (forceable: {', '.join(FORCEABLE)})")
-    if force == "cross-gen":
-        return TierChoice(cal, gpu, "cross-gen", None, gpu)
-    stored = cal.gpus.get(gpu.key)
-    if stored is not None and stored.same_hardware(gpu) and (gpu.key in cal.measured or gpu.key in cal.collectives):
-        return TierChoice(cal, gpu, "measured", gpu.key, stored)
     if vendor is None and vendor_of is not None:
         vendor = vendor_of(gpu.key)
+    if force == "cross-gen":
+        return TierChoice(cal, gpu, "cross-gen", None, gpu, vendor)
+    stored = cal.gpus.get(gpu.key)
+    if stored is not None and stored.same_hardware(gpu) and (gpu.key in cal.measured or gpu.key in cal.collectives):
+        return TierChoice(cal, gpu, "measured", gpu.key, stored, vendor)
     src = sibling_gpu(cal, gpu, vendor, vendor_of)
     if src is not None:
-        return TierChoice(cal, gpu, "sibling", src, gpu)
-    return TierChoice(cal, gpu, "cross-gen", None, gpu)
+        return TierChoice(cal, gpu, "sibling", src, gpu, vendor)
+    return TierChoice(cal, gpu, "cross-gen", None, gpu, vendor)
 
 
 @dataclass
