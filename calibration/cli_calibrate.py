@@ -1,10 +1,13 @@
 """``llmplan calibrate``: fit the kernel latency model to measured kernel tables.
 
     llmplan calibrate --measurements DIR --out FILE [--gpus a,b] [--holdout-gpu NAME]
-                      [--fit-date YYYY-MM-DD] [--no-residuals] [--quiet]
+                      [--fit-date YYYY-MM-DD] [--no-residuals] [--workers N] [--quiet]
 
-Writes a portable JSON calibration (never pickle) with provenance and the validation
-residuals used for error bands, shows progress and prints a summary table.
+Writes a portable JSON calibration (never pickle): the index FILE (provenance, GPU figures,
+collectives, the validation residuals used for error bands) and one section file per
+measured GPU beside it (FILE.<gpu>.json). Checks that FILE can be written before reading
+anything, shows progress and prints a summary table. The output is byte-identical for the
+same input, whatever --workers.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmplan calibrate", description=DESCRIPTION)
     p.add_argument("--measurements", required=True, metavar="DIR",
                    help="folder with one sub-folder per GPU holding <table>.csv[.gz] files")
-    p.add_argument("--out", required=True, metavar="FILE", help="calibration file to write (.json)")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="calibration index to write (.json); per-GPU sections FILE.<gpu>.json go beside it")
     p.add_argument("--gpus", metavar="A,B", help="fit only these GPUs (catalog keys or aliases)")
     p.add_argument("--holdout-gpu", metavar="NAME", help="leave every row of this GPU out of the fit")
     p.add_argument("--fit-date", metavar="YYYY-MM-DD",
