@@ -35,7 +35,7 @@ def _assert_clear(code, out, err, key, needle=None):
 CASES = [
     # keys that do not exist, with and without `+`
     (["plan", "+no_such_key=1"], "no_such_key", "no config group or key"),
-    (["simulate", "+experiment=no_such_experiment"], "experiment", "no config group or key 'experiment'"),
+    (["simulate", "+experiment=no_such_experiment"], "experiment", "unknown option 'no_such_experiment'"),
     (["plan", "slo.ttft_p9_ms=500"], "slo.ttft_p9_ms", "did you mean ttft_p99_ms"),
     (["plan", "slo.ttft_p90=500"], "slo.ttft_p90", "did you mean ttft_p90_ms"),
     (["plan", "search.finalist=2"], "search.finalist", "did you mean finalists"),

@@ -62,6 +62,11 @@ RANGES: dict[str, Rule] = {
     "engine.activation_reserve_gb": NON_NEGATIVE,
     "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1,
     "deployment.replicas": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]"),
+    **{f"deployment.{pool}.{k}": AT_LEAST_1 for pool in ("prefill", "decode")
+       for k in ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens")},
+    **{f"deployment.{pool}.workers": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]")
+       for pool in ("prefill", "decode")},
+    "deployment.kv_transfer.latency_us": NON_NEGATIVE,
     "gpu.max_gpus.*": NON_NEGATIVE, "gpu.usd_per_hour.*": POSITIVE,
     "gpu.spec_overrides.*.*": POSITIVE,
     "whatif.slo_scale": POSITIVE, "whatif.rate_scale": POSITIVE, "whatif.price_scale.*": POSITIVE,
@@ -69,7 +74,7 @@ RANGES: dict[str, Rule] = {
 }
 
 #: keys whose values, or whose mapping keys (".*"), name catalog GPUs
-GPU_NAMES = ("gpu.candidates", "deployment.gpu", "whatif.add_gpus")
+GPU_NAMES = ("gpu.candidates", "deployment.gpu", "deployment.prefill.gpu", "deployment.decode.gpu", "whatif.add_gpus")
 GPU_KEYED = ("gpu.max_gpus", "gpu.usd_per_hour", "gpu.spec_overrides", "gpu.topology", "whatif.gpu_scale",
              "whatif.price_scale")
 
@@ -82,6 +87,8 @@ KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
 def _choices() -> dict[str, tuple[str, ...]]:
     """Named options -> what exists (imported lazily: the simulator's own tables)."""
     from llmplan.sim.router import ROUTERS
+    from llmplan.sim.disaggregated import FIRST_TOKEN_AT
+    from llmplan.sim.kv_transfer import PLACEMENTS
     from llmplan.sim.workload import ARRIVALS, LENGTH_KINDS, TRACE_FORMATS
 
     return {
@@ -89,6 +96,8 @@ def _choices() -> dict[str, tuple[str, ...]]:
         "workload.input_tokens.kind": LENGTH_KINDS, "workload.output_tokens.kind": LENGTH_KINDS,
         "search.kv_cache_dtype": KV_CACHE_DTYPES, "deployment.kv_cache_dtype": KV_CACHE_DTYPES,
         "deployment.router": tuple(ROUTERS), "output.requests_format": ("csv", "parquet"),
+        "deployment.mode": ("aggregated", "disagg"), "deployment.kv_transfer.placement": tuple(PLACEMENTS),
+        "deployment.first_token_at": FIRST_TOKEN_AT,
     }
 
 

@@ -76,6 +76,37 @@ SearchConfig = _mutable_mirror(SearchSpace, "SearchConfig")
 
 
 @dataclass
+class PoolConfig:
+    """One pool of a disaggregated deployment; null = the deployment-level value (or the engine's)."""
+
+    # catalog GPU key of this pool's workers
+    gpu: Optional[str] = None
+    tp: Optional[int] = None
+    pp: Optional[int] = None
+    ep: Optional[int] = None
+    # weights/GEMM precision: bf16 | fp8 | fp4
+    precision: Optional[str] = None
+    # engine batch limits of one worker (null: engine.max_num_seqs / engine.max_num_batched_tokens)
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    # number of workers (each one replica of gpu x tp x pp x ep)
+    workers: int = 1
+
+
+@dataclass
+class KVTransferConfig:
+    """The link that carries the KV cache from the prefill pool to the decode pool (sim/kv_transfer.py)."""
+
+    # auto (NVLink when both pools fit one scale-up domain of one GPU type, else the network)
+    # | same_domain | network
+    placement: str = "auto"
+    # per-transfer latency, microseconds; null = the link's catalog figure
+    latency_us: Optional[float] = None
+    # send the KV layer by layer while the prefill runs (only the last layer's share is exposed)
+    layerwise: bool = False
+
+
+@dataclass
 class DeploymentConfig:
     """One deployment, for `llmplan simulate`."""
 
@@ -92,6 +123,61 @@ class DeploymentConfig:
     replicas: int = 1
     # request router across replicas: round_robin | least_outstanding | prefix_aware
     router: str = "least_outstanding"
+    # aggregated: `replicas` identical replicas (the keys above); disagg: a prefill pool and a
+    # decode pool (`prefill`, `decode`, `kv_transfer`; docs/DISAGG.md). gpu/tp/pp/ep/precision
+    # above are then the defaults of both pools.
+    mode: str = "aggregated"
+    prefill: PoolConfig = field(default_factory=PoolConfig)
+    decode: PoolConfig = field(default_factory=PoolConfig)
+    kv_transfer: KVTransferConfig = field(default_factory=KVTransferConfig)
+    # disagg TTFT convention: decode (first token seen when the decode worker takes the
+    # request, as the engines' front ends stream it) | prefill (at the end of the prefill)
+    first_token_at: str = "decode"
+
+
+@dataclass
+class ExperimentConfig:
+    """Set by a `+experiment=NAME` bundle (conf/experiment/): what the scenario measures."""
+
+    # experiment name (conf/experiment/<name>.yaml); null = no experiment
+    name: Optional[str] = None
+    # the summary.json value the scenario asks for, dotted, e.g. e2e_ms.mean or output_tokens_per_s
+    target_metric: Optional[str] = None
+    # the scenario's question, printed with the metric
+    description: str = ""
+
+
+@dataclass
+class EnergyConfig:
+    """Energy of the chosen deployment (optimizer/energy.py, docs/ENERGY.md)."""
+
+    # power usage effectiveness of the facility (>= 1): facility power = PUE x GPU power
+    pue: float = 1.0
+    # electricity price in $/kWh; null = energy is reported without a cost
+    usd_per_kwh: Optional[float] = None
+
+
+@dataclass
+class DayConfig:
+    """A day of traffic (optimizer/day_plan.py, docs/AUTOSCALING.md); off while profile is null."""
+
+    # CSV with columns t_start_s,rate_rps (e.g. conf/day/diurnal_24h.csv); null = no day plan
+    profile: Optional[str] = None
+    # seconds a new replica takes to start serving (it is paid from then)
+    scale_up_s: float = 300.0
+    # replicas kept serving in every interval
+    min_replicas: int = 1
+    # per GPU type tier prices in $/GPU-hour, e.g. {h100_sxm: {reserved_usd_per_gpu_hour: 2.2,
+    # spot_usd_per_gpu_hour: 1.9, spot_interruption_rate: 0.05}}; absent = catalog on-demand only
+    price_tiers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class ReportConfig:
+    """Extra files of `plan` beyond plan.json/candidates.csv (docs/REPORT.md)."""
+
+    # write report.html (self-contained) and the PNG plots (pareto.png, day.png) it embeds
+    html: bool = False
 
 
 @dataclass
@@ -131,6 +217,10 @@ class AppConfig:
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    day: DayConfig = field(default_factory=DayConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     # kernel calibration: null = shipped default fit; "spec" = roofline defaults; or a file path
     calibration: Optional[str] = None
     # seed for workload generation and simulation

@@ -32,6 +32,9 @@ from llmplan.paths import conf_dir
 MAX_SWEEP_JOBS = 256
 #: groups whose option may also be a catalog name (no YAML file needed)
 SHORTCUT_GROUPS = ("model", "gpu")
+#: groups no primary config chooses by default: added with `+group=option` (a bare
+#: `group=option` gets the `+`); conf/experiment/ holds `# @package _global_` bundles
+ADDED_GROUPS = ("experiment",)
 
 
 # --------------------------------------------------------------------------- config groups
@@ -197,6 +200,12 @@ def check_job(overrides: list[str], dirs: list[Path]) -> list[str]:
             out.append(line)  # group@package: Hydra checks it
             continue
         value = o.value()
+        if key in ADDED_GROUPS and key in known_groups:
+            if not isinstance(value, str) or value not in group_options(key, dirs):
+                raise ConfigError(f"unknown option '{value}'; {suggest(str(value), group_options(key, dirs))}", key=key,
+                                  fix=f"pick one of conf/{key}/*.yaml: +{key}=<name>")
+            out.append(f"+{key}={value}")
+            continue
         if key in known_groups:
             if o.is_add() and key in groups():  # every group in conf/ is in the primary configs' defaults
                 raise ConfigError(f"'+' adds a new entry, but {key} is already chosen", key=key,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -14,13 +12,11 @@ from rich.table import Table
 from llmplan.cli import hydra_app
 from llmplan.errors import EXIT_OK, ConfigError, InfeasibleDeployment
 from llmplan.progress import make_console
-from llmplan.cli.resolve import (check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app,
-                             workload_sample)
+from llmplan.cli.resolve import check_engine, check_search, resolve_gpu, resolve_model, resolve_slos, to_app
 from llmplan.optimizer.enumerate import kv_dtype_for
 from llmplan.optimizer.evaluate import ReplicaAnalyzer
 from llmplan.sim.deployment import Deployment, build, parallelism_problem
 from llmplan.sim.types import Parallelism, Precision, StepShape
-from llmplan.sim.workload import validate_spec
 
 SUMMARY = ("Simulate one deployment (the `deployment` group: gpu, tp, pp, ep, precision, replicas,\n"
            "router) under a workload: TTFT/TPOT/E2E percentiles, throughput, goodput, SLO attainment,\n"
@@ -82,19 +78,16 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     model = resolve_model(app)
     check_engine(app.engine)
     slos = resolve_slos(app)
+    if app.deployment.mode == "disagg":
+        from llmplan.cli.simulate_disagg import run_disagg
+
+        return run_disagg(app, model, slos, out_dir or _output_dir(), console, t0)
     dep, step, mem = resolve_deployment(app, model)
-    from llmplan.cli.simulate_run import run_des  # the discrete-event part
+    from llmplan.cli.simulate_run import experiment_result, length_stats, render_tail, run_des, write_summary
 
     # analytical view (capacity, latency at the load) from the workload's own length sample
     wl_spec = app.workload
-    validate_spec(wl_spec)  # the workload as given, before the probe below changes its arrivals
-    probe = app if wl_spec.rate_rps or wl_spec.arrival in ("trace", "closed_loop") else \
-        replace(app, workload=replace(wl_spec, rate_rps=1.0))
-    if wl_spec.arrival in ("closed_loop", "offline"):
-        probe = replace(app, workload=replace(wl_spec, arrival="poisson", rate_rps=1.0))
-    if wl_spec.arrival != "trace":  # length moments: 2,000 draws are plenty
-        probe = replace(probe, workload=replace(probe.workload, num_requests=min(wl_spec.num_requests, 2000)))
-    stats, _ = workload_sample(probe, model, need_rate=False)
+    stats = length_stats(app, model)
     mean_in, mean_out = stats.mean_input_tokens, stats.mean_output_tokens
     an = ReplicaAnalyzer(step, stats, app.engine.max_num_seqs, app.engine.max_num_batched_tokens,
                          mem.kv_capacity_tokens, app.engine.chunked_prefill)
@@ -113,7 +106,9 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     decode_shape = StepShape.build([], [int(mean_in + mean_out / 2)] * max(1, min(app.engine.max_num_seqs, 32)))
     prefill_shape = StepShape.build([(int(min(mean_in, app.engine.max_num_batched_tokens)), 0)], [])
     summary = dict(sim_summary)
+    summary["mode"] = "aggregated"
     summary["deployment"] = {
+        "mode": "aggregated",
         "model": model.key, "gpu": dep.gpu.key, "tp": dep.par.tp, "pp": dep.par.pp, "ep": dep.par.ep,
         "precision": dep.prec.weights, "kv_cache_dtype": dep.prec.kv_cache, "replicas": dep.replicas,
         "gpus": dep.total_gpus, "engine": app.engine.name, "router": app.deployment.router,
@@ -139,9 +134,9 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
                 notes.append(f"{name} step: kernel queries outside the calibrated shape range: {', '.join(b.extrapolated)}")
     summary["error_band"] = bands
     summary["notes"] = notes + summary.get("notes", [])
+    summary["experiment"] = experiment_result(app, summary)
     out = out_dir or _output_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_summary(out, summary)
     from llmplan.cli.simulate_run import render_summary
 
     render_summary(console, summary, slos)
@@ -150,10 +145,7 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
                       f"median ±{b['p50_pct']:.1f}%, p90 ±{b['p90_pct']:.1f}%")
     console.print(breakdown_table(f"Prefill step ({prefill_shape.prefill_tokens} tokens)", step, prefill_shape))
     console.print(breakdown_table(f"Decode step ({decode_shape.decode_seqs} sequences)", step, decode_shape))
-    for n in summary["notes"]:
-        console.print(f"[yellow]note:[/yellow] {n}")
-    console.print(f"Wrote {out / 'summary.json'}" + "".join(f", {f}" for f in extra_files))
-    console.print(f"[dim]simulated in {time.perf_counter() - t0:.1f} s[/dim]")
+    render_tail(console, summary, out, extra_files, t0)
     return EXIT_OK
 
 

@@ -75,6 +75,12 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
     else:
         res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
                                steady_state=spec.steady_state)
+    return des_summary(app, res, spec, slos, out, offline)
+
+
+def des_summary(app, res, spec, slos: list[SLOTarget], out: Path, offline: dict | None = None) -> tuple[dict, list[str]]:
+    """summary.json fields of a simulation result (aggregated or disaggregated), and the
+    files written (requests table, plots)."""
     out.mkdir(parents=True, exist_ok=True)
     ext = "parquet" if app.output.requests_format == "parquet" else "csv"
     files = [str(res.write_requests(out / f"requests.{ext}"))]
@@ -144,11 +150,94 @@ def window_notes(w: dict | None, res, throughput_rps: float | None) -> list[str]
     return notes
 
 
+def length_stats(app, model):
+    """Length moments and the longest request of the configured workload (2,000 draws at most;
+    a closed-loop or offline workload is drawn as Poisson arrivals, only its lengths count)."""
+    from dataclasses import replace
+
+    from llmplan.cli.resolve import workload_sample
+    from llmplan.sim.workload import validate_spec
+
+    wl_spec = app.workload
+    validate_spec(wl_spec)  # the workload as given, before the probe below changes its arrivals
+    probe = app if wl_spec.rate_rps or wl_spec.arrival in ("trace", "closed_loop") else \
+        replace(app, workload=replace(wl_spec, rate_rps=1.0))
+    if wl_spec.arrival in ("closed_loop", "offline"):
+        probe = replace(app, workload=replace(wl_spec, arrival="poisson", rate_rps=1.0))
+    if wl_spec.arrival != "trace":  # length moments: 2,000 draws are plenty
+        probe = replace(probe, workload=replace(probe.workload, num_requests=min(wl_spec.num_requests, 2000)))
+    stats, _ = workload_sample(probe, model, need_rate=False)
+    return stats
+
+
+def experiment_result(app, summary: dict) -> dict | None:
+    """The experiment's target metric read from summary.json's fields (dotted key), or None
+    when no experiment is set. ConfigError naming experiment.target_metric if it names nothing."""
+    from llmplan.errors import ConfigError, suggest
+
+    ex = app.experiment
+    if not ex.target_metric:
+        return None
+    node = summary
+    for part in ex.target_metric.split("."):
+        if not isinstance(node, dict) or part not in node:
+            choices = [k for k in node] if isinstance(node, dict) else []
+            raise ConfigError(f"'{ex.target_metric}' is not a summary.json value ({suggest(part, choices)})",
+                              key="experiment.target_metric", fix="a dotted summary.json key, e.g. e2e_ms.mean")
+        node = node[part]
+    if not isinstance(node, (int, float)) or isinstance(node, bool):
+        raise ConfigError(f"'{ex.target_metric}' is not a number in summary.json (got {node!r})",
+                          key="experiment.target_metric", fix="name a numeric value, e.g. e2e_ms.mean")
+    return {"name": ex.name, "target_metric": ex.target_metric, "value": float(node), "description": ex.description}
+
+
+def write_summary(out: Path, summary: dict) -> Path:
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+def render_tail(console: Console, summary: dict, out: Path, files: list[str], t0: float) -> None:
+    """The notes, the experiment's headline (its target metric) and the files written."""
+    import time
+
+    for n in summary["notes"]:
+        console.print(f"[yellow]note:[/yellow] {n}")
+    ex = summary.get("experiment")
+    if ex:
+        console.print(f"[bold]experiment {ex['name']}[/bold]: {ex['target_metric']} = {ex['value']:.4g}"
+                      + (f"  ({ex['description']})" if ex["description"] else ""))
+    console.print(f"Wrote {out / 'summary.json'}" + "".join(f", {f}" for f in files))
+    console.print(f"[dim]simulated in {time.perf_counter() - t0:.1f} s[/dim]")
+
+
+def _headline(console: Console, d: dict) -> None:
+    if d.get("mode") != "disaggregated":
+        console.print(f"[bold]llmplan simulate[/bold] {d['model']} on {d['replicas']}x {d['gpu']} TP{d['tp']} "
+                      f"PP{d['pp']} EP{d['ep']} {d['precision']} ({d['engine']}, calibration tier "
+                      f"{d['calibration_tier']}), ${d['usd_per_hour']:.2f}/h")
+        return
+    console.print(f"[bold]llmplan simulate[/bold] {d['model']} disaggregated: {d['prefill']['workers']}P + "
+                  f"{d['decode']['workers']}D, {d['total_gpus']} GPUs ({d['engine']}), ${d['usd_per_hour']:.2f}/h")
+    for name in ("prefill", "decode"):
+        p = d[name]
+        console.print(f"  {name} pool: {p['workers']}x {p['worker']} {p['precision']} ({p['gpus']} GPUs), "
+                      f"max_num_seqs {p['max_num_seqs']}, max_num_batched_tokens {p['max_num_batched_tokens']}, "
+                      f"KV {p['kv_capacity_tokens_per_worker']:,} tokens/worker")
+    k = d["kv_transfer"]
+    if k.get("model") == "kv_link":
+        console.print(f"  KV link: {k['link']}, send {k['send_bw_gbps']:g} / receive {k['recv_bw_gbps']:g} GB/s, "
+                      f"latency {k['latency_us']:g} us{', layer-wise' if k['layerwise'] else ''}; TTFT stamped at "
+                      f"{d['first_token_at']}")
+    else:
+        console.print(f"  KV link: {k}")
+
+
 def render_summary(console: Console, summary: dict, slos: list[SLOTarget]) -> None:
-    d = summary["deployment"]
-    console.print(f"[bold]llmplan simulate[/bold] {d['model']} on {d['replicas']}x {d['gpu']} TP{d['tp']} PP{d['pp']} "
-                  f"EP{d['ep']} {d['precision']} ({d['engine']}, calibration tier {d['calibration_tier']}), "
-                  f"${d['usd_per_hour']:.2f}/h")
+    _headline(console, summary["deployment"])
     t = Table(title="Latency (ms) over measured requests", title_justify="left")
     t.add_column("metric")
     for p in PCTS:
