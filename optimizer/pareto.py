@@ -15,8 +15,9 @@ lower load, lower latency, higher cost: the trade-off the frontier shows):
 * ``gpu_power_w`` / ``joules_per_output_token``: board power of the option's GPUs and
   energy per generated token at that load (``optimizer/energy.py``, no PUE; NaN when the
   GPU has no TDP figure or no replica model);
-* ``meets_slo``: the predicted TTFT/TPOT are within the targets at those percentiles (a row
-  can miss when the simulator-corrected capacity exceeds the analytical one).
+* ``meets_slo``: every SLO target is met at its own percentile and limit
+  (``optimizer/slo_check.py``, the planner's check; a row can miss when the
+  simulator-corrected capacity exceeds the analytical one).
 
 :func:`pareto_front` keeps the non-dominated rows for a set of objectives (a row is dropped
 when another is at least as good on every objective and better on one); ties and order are
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from llmplan.optimizer.slo_check import misses, target_values
 from llmplan.optimizer.types import Evaluation, SLOTarget, WorkloadStats
 
 #: frontier name -> ((column, "min"|"max"), ...)
@@ -57,6 +59,7 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
 
     slos = slos or []
     tq, pq = _percentile(slos, "ttft"), _percentile(slos, "tpot")
+    pcts = sorted({tq, pq} | {s.percentile for s in slos})
     rows = []
     for e in evals:
         cap = e.effective_capacity_rps
@@ -68,12 +71,14 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
         for n in range(n_min, n_min + (1 + max(0, extra_replicas) if an else 1)):
             share = wl.rate_rps / n
             if an is not None:
-                op = an.operating_point(share, sorted({tq, pq}))
+                op = an.operating_point(share, pcts)
                 if not op.stable:
                     continue
                 ttft, tpot, basis = op.ttft_ms[tq], op.tpot_ms[pq], "operating_point"
+                values = target_values(op.ttft_ms, op.tpot_ms, slos)
             else:
                 ttft, tpot, basis = e.ttft_ms, e.tpot_ms, "capacity"
+                values = dict(e.at_capacity)
             if not (math.isfinite(tpot) and tpot > 0):
                 continue
             usd_h = n * c.usd_per_replica_hour
@@ -89,8 +94,7 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
                 "output_tokens_per_s_per_gpu": out_tok_s / (n * c.gpus_per_replica),
                 "output_tokens_per_s_per_user": 1000.0 / tpot, "capacity_rps_per_replica": cap,
                 "latency_basis": basis,
-                "meets_slo": all((ttft if s.metric == "ttft" else tpot) <= s.limit_ms for s in slos
-                                 if s.percentile == (tq if s.metric == "ttft" else pq)),
+                "meets_slo": all(s.key in values for s in slos) and not misses(values, slos),
                 "gpu_power_w": power, "joules_per_output_token": power / out_tok_s,
             })
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -22,6 +22,9 @@ def _num(x: float, nd: int = 2) -> float | None:
     return None if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))) else round(float(x), nd)
 
 
+#: hours in an average month (8760 h / 12): monthly cost = $/h x 730, always on
+HOURS_PER_MONTH = 730.0
+
 WIDE_BAND_PCT = 30.0  # a chosen deployment whose p90 step-time error band is wider than this is flagged
 
 
@@ -86,6 +89,8 @@ def selection_dict(sel: Selection, res: PlanResult) -> dict:
     return {
         "feasible": sel.feasible,
         "total_usd_per_hour": _num(sel.total_usd_per_hour, 4),
+        "total_usd_per_month": _num(sel.total_usd_per_hour * HOURS_PER_MONTH, 2),
+        "hours_per_month": HOURS_PER_MONTH,
         "total_gpus": sel.total_gpus,
         "usd_per_million_output_tokens": _num(sel.total_usd_per_hour / out_tok_per_h * 1e6, 4) if out_tok_per_h else None,
         "deployments": [allocation_dict(a, res.slos) for a in sel.allocations],
@@ -224,7 +229,8 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     if sel.feasible:
         band = d["error_band"]
         console.print(_deploy_table(
-            f"Cheapest deployment: ${sel.total_usd_per_hour:.2f}/h, {sel.total_gpus} GPUs, "
+            f"Cheapest deployment: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
+            f"at {HOURS_PER_MONTH:g} h), {sel.total_gpus} GPUs, "
             f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
         if band["wide"]:
             console.print(f"[bold yellow]Low confidence:[/bold yellow] the chosen deployment's step-time error band is "

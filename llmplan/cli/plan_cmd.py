@@ -14,13 +14,18 @@ from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK
 from llmplan.progress import make_console, stage_progress
 from llmplan.cli.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
+from llmplan.cli import plan_outputs
+from llmplan.model_catalog.derived import checkpoint_precision_note
 from llmplan.optimizer import report
+from llmplan.optimizer.day_plan import DayInfeasible
 from llmplan.optimizer.planner import SearchSpace, check_space, plan
 
 SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
            "finalists in the serving simulator, and solve an ILP for the cheapest deployment\n"
            "(possibly mixing GPU types) that serves the request rate within the SLOs.\n"
-           "Writes plan.json and candidates.csv to the output directory (hydra.run.dir).")
+           "Writes plan.json, candidates.csv, pareto.csv and deploy/ (launch.sh, k8s.yaml, bench.sh per\n"
+           "pool) to the output directory (hydra.run.dir); report.html=true adds report.html and the\n"
+           "PNG plots; day.profile=FILE.csv plans a day of traffic (day.csv).")
 
 
 def output_dir() -> Path:
@@ -32,6 +37,21 @@ def output_dir() -> Path:
         return Path.cwd()
 
 
+def checkpoint_precisions(model, requested: list[str]) -> tuple[list[str], list[str]]:
+    """(precisions to search, notes). A quantized checkpoint (``model.quant``) is served in its
+    shipped format: engines load the checkpoint's weights as they are, so only that precision
+    is searched; a requested precision it does not hold is named in a note."""
+    if model.quant is None:
+        return requested, []
+    ckpt = model.quant.precision
+    other = [p for p in requested if p != ckpt]
+    if not other or ckpt in requested:
+        return [ckpt], ([f"{model.hf_id} is a {ckpt} checkpoint: only {ckpt} weights are searched "
+                         f"(search.precision {', '.join(other)} left out)"] if other else [])
+    why = checkpoint_precision_note(model, other[0])
+    return [ckpt], [f"search.precision={requested}: {why}; planned at {ckpt}, the checkpoint's format"]
+
+
 def plan_from_app(app, console: Console, show_progress: bool = True):
     """Resolve, screen, verify, select. Returns (PlanResult, ModelSpec)."""
     model = resolve_model(app)
@@ -40,9 +60,7 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     check_engine(app.engine)
     check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
     wl, _ = workload_sample(app, model)
-    precisions = list(app.search.precision)
-    if model.native_dtype in ("fp4", "int4") and model.native_dtype not in precisions:
-        precisions.append(model.native_dtype)  # 4-bit checkpoints are served as shipped
+    precisions, notes = checkpoint_precisions(model, list(app.search.precision))
     space = SearchSpace(**{f.name: getattr(app.search, f.name) for f in fields(SearchSpace)} | {"precision": precisions})
     check_space(space)
     avail = max_gpus(app, gpus)
@@ -54,6 +72,7 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
             verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed, progress)
         res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                    app.calibration, progress, verifier)
+        res.notes[:0] = notes
         if res.selection.feasible and space.finalists > 0:
             from llmplan.optimizer.verify import simulate_selection
 
@@ -66,12 +85,20 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     console = console or make_console()
     t0 = time.perf_counter()
     app = to_app(cfg)
+    plan_outputs.check_energy(app)
     res, model = plan_from_app(app, console)
     out = out_dir or output_dir()
     context = {"model": model.key, "engine": app.engine.name, "calibration": app.calibration or "default",
                "seed": app.seed}
     d = report.write(res, out, context)
-    report.render(res, d, console, out)
+    report.render(res, d, console, None)
+    try:
+        d = plan_outputs.add_blocks(res, model, app, out, d)
+    except DayInfeasible as exc:
+        console.print(f"[bold red]No day plan:[/bold red] {exc}")
+        return EXIT_INFEASIBLE
+    finally:
+        plan_outputs.render(d, console, out)
     console.print(f"[dim]planned in {time.perf_counter() - t0:.1f} s[/dim]")
     return EXIT_OK if res.selection.feasible else EXIT_INFEASIBLE
 

@@ -1,0 +1,156 @@
+"""The files and plan.json blocks `plan` adds after the selection: energy, launch artifacts,
+the Pareto frontier, the KV budget, a day of traffic and report.html.
+
+Each block is computed once from the PlanResult; PNGs (matplotlib, Agg) are drawn only with
+``report.html=true`` (the page embeds them), so the default run stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+
+from llmplan.errors import ConfigError
+from llmplan.paths import conf_dir
+from llmplan.optimizer.day_plan import DayInfeasible
+
+
+
+def check_energy(app) -> None:
+    pue, price = app.energy.pue, app.energy.usd_per_kwh
+    if not (isinstance(pue, (int, float)) and math.isfinite(pue) and pue >= 1.0):
+        raise ConfigError(f"must be a number >= 1 (facility power / IT power), got {pue!r}", key="energy.pue",
+                          fix="e.g. energy.pue=1.2 (1.0 = GPU power only)")
+    if price is not None and not (math.isfinite(price) and price >= 0):
+        raise ConfigError(f"must be >= 0 $/kWh or null, got {price!r}", key="energy.usd_per_kwh", fix="e.g. 0.12")
+
+
+def energy_block(res, app) -> dict | None:
+    from llmplan.optimizer.energy import selection_energy
+
+    if not res.selection.feasible:
+        return None
+    return selection_energy(res.selection, res.workload, pue=float(app.energy.pue), usd_per_kwh=app.energy.usd_per_kwh)
+
+
+def kv_budget_block(res, model, engine) -> list[dict]:
+    """The engine's KV budget of each chosen pool (sim/memory.py plan_memory)."""
+    from llmplan.sim.memory import plan_memory
+
+    out = []
+    for a in res.selection.allocations if res.selection.feasible else []:
+        c = a.evaluation.candidate
+        mem = plan_memory(model, c.gpu, c.par, c.prec, engine, int(res.workload.max_request_tokens))
+        if mem.budget is not None:
+            out.append({"pool": c.name, **mem.budget.to_dict(), "lines": mem.budget.lines()})
+    return out
+
+
+def deploy_block(res, model, app, out: Path) -> dict | None:
+    from llmplan.optimizer import artifacts
+
+    if not res.selection.feasible:
+        return None
+    arts = artifacts.build(res.selection, model, app.engine, res.workload, res.slos, app.seed,
+                           arrival=app.workload.arrival)
+    index = artifacts.write(arts, out)
+    return {"dir": "deploy", "index": "deploy/deploy.json", "pools": index["pools"]}
+
+
+def pareto_block(res, app, model, out: Path, png: bool) -> dict:
+    from llmplan.optimizer import pareto
+
+    title = f"{model.key}: {res.workload.rate_rps:g} req/s, " + ", ".join(s.label for s in res.slos)
+    front = pareto.write(res.evaluations, res.workload, res.slos, out, max_load=app.search.max_load, title=title,
+                         png=png)
+    files = ["pareto.csv"] + (["pareto.png"] if png and (out / "pareto.png").exists() else [])
+    return {"files": files, "rows": int(len(front)),
+            "frontiers": sorted(set(front["frontier"])) if len(front) else []}
+
+
+def profile_path(text: str) -> Path:
+    """``day.profile`` as given (relative to the working directory), else the shipped profiles:
+    ``day/diurnal_24h.csv`` or ``conf/day/diurnal_24h.csv`` name conf/day/diurnal_24h.csv."""
+    p = Path(text)
+    if p.exists() or p.is_absolute():
+        return p
+    for cand in (conf_dir() / p, conf_dir() / Path(*p.parts[1:]) if p.parts[:1] == ("conf",) else None):
+        if cand is not None and cand.exists():
+            return cand
+    return p  # read_profile_csv names the missing file
+
+
+def day_block(res, app, out: Path, png: bool) -> dict | None:
+    """Replicas per interval over ``day.profile`` (raises day_plan.DayInfeasible: exit 3)."""
+    from llmplan.optimizer import day_plan, price_tiers
+
+    if not app.day.profile:
+        return None
+    profile = day_plan.read_profile_csv(profile_path(str(app.day.profile)), key="day.profile")
+    ok = [e for e in res.evaluations if e.verdict == "ok"]
+    cands = day_plan.candidates_from_evaluations(ok)
+    defaults = {c.gpu: c.usd_per_gpu_hour for c in cands}
+    tiers = price_tiers.from_mapping(dict(app.day.price_tiers), defaults, key="day.price_tiers")
+    day = day_plan.plan_day(profile, cands, tiers, scale_up_s=float(app.day.scale_up_s),
+                            min_replicas=int(app.day.min_replicas), max_load=float(app.search.max_load),
+                            max_gpus=dict(app.gpu.max_gpus))
+    day.frame().to_csv(out / "day.csv", index=False, float_format="%.6g")
+    files = ["day.csv"]
+    if png:
+        day.plot(out / "day.png")
+        files.append("day.png")
+    return {"profile": Path(app.day.profile).name, "files": files, **day.as_dict()}
+
+
+def add_blocks(res, model, app, out: Path, d: dict) -> dict:
+    """Compute every block, add it to the plan dict ``d`` and rewrite plan.json."""
+    html = bool(app.report.html)
+    d["energy"] = energy_block(res, app)
+    d["kv_budget"] = kv_budget_block(res, model, app.engine)
+    d["deploy"] = deploy_block(res, model, app, out)
+    d["pareto"] = pareto_block(res, app, model, out, png=html)
+    try:
+        d["day"] = day_block(res, app, out, png=html)
+    except DayInfeasible as exc:
+        d["day"] = {"infeasible": str(exc)}
+        raise
+    finally:
+        (out / "plan.json").write_text(json.dumps(d, indent=2, sort_keys=False) + "\n")
+    if html:
+        from llmplan.optimizer import html_report
+
+        images = {k: out / f"{k}.png" for k in ("pareto", "day") if (out / f"{k}.png").exists()}
+        html_report.write(d, out / "report.html", images=images, artifacts_dir=out)
+    return d
+
+
+def render(d: dict, console: Console, out: Path) -> None:
+    """The console lines of the added blocks (after the plan's own table)."""
+    for kv in d.get("kv_budget") or []:
+        console.print(f"{kv['pool']}: {kv['lines'][0]}")
+    e = d.get("energy")
+    if e:
+        if e.get("gpu_power_w") is not None:
+            cost = (f", electricity ${e['electricity_usd_per_hour']:.2f}/h" if e.get("electricity_usd_per_hour")
+                    is not None else "")
+            console.print(f"Energy: {e['gpu_power_w'] / 1000:.2f} kW GPU power (PUE {e['pue']:g}: "
+                          f"{e['facility_power_w'] / 1000:.2f} kW), {e['joules_per_output_token']:.3g} J per output "
+                          f"token{cost} (docs/ENERGY.md)")
+        else:
+            console.print("Energy: unknown (" + "; ".join(e.get("unknown") or []) + ")")
+    dep = d.get("deploy")
+    if dep and dep.get("pools"):
+        console.print(f"Launch: {len(dep['pools'])} pool(s), launch.sh / k8s.yaml / bench.sh under {out / 'deploy'}/")
+    day = d.get("day")
+    if day and "infeasible" not in day:
+        console.print(f"Day ({day['profile']}, {day['intervals']} intervals, peak {day['peak_rps']:g} req/s): "
+                      f"${day['cost_usd']:,.2f} with autoscaling vs ${day['static_peak_cost_usd']:,.2f} static for "
+                      f"the peak ({day['saving_pct']:.0f}% saved); replicas per interval in day.csv")
+    files = ["plan.json", "candidates.csv", *(d.get("pareto") or {}).get("files", []),
+             *((day or {}).get("files") or [])]
+    if (out / "report.html").exists():
+        files.append("report.html")
+    console.print(f"Wrote {', '.join(files)}" + (", deploy/" if dep and dep.get("pools") else "") + f" to {out}")
