@@ -2,7 +2,8 @@
 
     llmplan validate kernels --measurements DIR --gpu NAME [--calibration FILE]
                              [--holdout-gpu NAME] [--split random:0.5:SEED | grouped:0.5:SEED]
-                             [--out FILE.csv] [--family F[,G]] [--max-rows N] [--no-roofline]
+                             [--tier auto|cross-gen] [--out FILE.csv] [--family F[,G]]
+                             [--max-rows N] [--no-roofline]
     llmplan validate serving ...     (see ``llmplan validate serving --help``)
 """
 

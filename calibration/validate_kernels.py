@@ -1,15 +1,20 @@
 """Kernel-level validation: predict every measured kernel row of one GPU and score it.
 
-Three honest modes besides scoring a calibration file as is (in-sample for its own GPUs):
+Predictions come from :func:`llmplan.sim.kernel_calibration.predict.predict_frame`, the table
+form of the kernel model ``plan`` uses: each row is answered by the tier users get for the GPU
+(:mod:`llmplan.sim.kernel_calibration.tiers`), unless ``force_tier="cross-gen"`` asks for the
+pooled model of the other measured GPUs (leave-one-GPU-out when scoring a measured GPU).
+Modes besides scoring a calibration file as is (in-sample for its own GPUs):
 
-* ``holdout``: refit with every row of one GPU removed, then predict that GPU from its
-  specification only (cross-gen tier);
+* ``holdout``: refit with every row of one GPU removed, then predict that GPU (the tier it
+  then gets: sibling when a GPU with the same silicon remains, else cross-gen);
 * ``split random:F:S``: refit the target GPU on a random (1-F) share of its rows and test on
   the rest; ``split grouped:F:S``: hold out whole shape groups (see :mod:`calibration.splits`).
 
 Every family is also scored with the specification-only :class:`sim.kernels.RooflineKernelModel`
-on the same rows. Tables above ``max_rows`` rows per family are subsampled deterministically
-for scoring (the report says so).
+on the same rows, and with the stated p90 band of the tier that answered each row (its
+coverage: the share of rows inside it). Tables above ``max_rows`` rows per family are
+subsampled deterministically for scoring (the report says so).
 """
 
 from __future__ import annotations
