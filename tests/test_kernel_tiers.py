@@ -190,3 +190,20 @@ def test_similarity_weights_and_vendor_pool():
     one = crossgen.source_gpus(cal, "gemm", "vllm", vendor="x",
                                vendor_of=lambda k: "x" if k == only else "nvidia")
     assert set(one) <= {only}
+
+
+def test_every_catalog_gpu_gets_one_tier_on_both_paths():
+    from llmplan.hardware_catalog.loader import load_catalog
+
+    cal = load_calibration(None)
+    df = _rows("gemm", "vllm")
+    df = df[df["dtype"] == "bf16"]
+    seen = set()
+    for key in sorted(load_catalog()):
+        spec = get_gpu(key)
+        gf = GPUFeatures.from_spec(spec)
+        m = CalibratedKernelModel(spec, "vllm", cal)
+        _, tiers = predict_frame(cal, "gemm", df, gf, spec=spec)
+        assert set(tiers) == {m.tier} == {m.gemm(64, 4096, 4096, "bf16").tier}, key
+        seen.add(m.tier)
+    assert {"measured", "cross-gen"} <= seen
