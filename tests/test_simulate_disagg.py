@@ -75,6 +75,8 @@ def test_aggregated_default_unchanged(tmp_path):
     (["model=llama3_1_70b", "deployment.decode.gpu=l4", "deployment.decode.tp=1"], "deployment.decode",
      InfeasibleDeployment),
     (["deployment.mode=disag"], "deployment.mode", UserError),
+    (["deployment.replicas=2"], "deployment.replicas", UserError),
+    (["deployment.mode=aggregated"], "deployment.prefill.gpu", UserError),  # pool keys need mode=disagg
 ])
 def test_bad_input_names_the_key(tmp_path, extra, key, cls):
     with pytest.raises(cls) as exc:

@@ -21,7 +21,10 @@ from llmplan.sim.types import Parallelism, Precision, StepShape
 SUMMARY = ("Simulate one deployment (the `deployment` group: gpu, tp, pp, ep, precision, replicas,\n"
            "router) under a workload: TTFT/TPOT/E2E percentiles, throughput, goodput, SLO attainment,\n"
            "and a per-operator breakdown of a prefill and a decode step. Writes summary.json,\n"
-           "requests.csv (and plots with output.plots=true) to the output directory.")
+           "requests.csv (and plots with output.plots=true) to the output directory.\n"
+           "deployment.mode=disagg (or deployment=disagg_example): a prefill and a decode pool,\n"
+           "deployment.{prefill,decode}.{gpu,tp,pp,ep,precision,workers,...} (docs/DISAGG.md).\n"
+           "+experiment=NAME: a survey scenario from conf/experiment/ (docs/EXPERIMENTS.md).")
 
 from llmplan.sim.serving import DEFAULT_RATE_FRACTION as LOAD_FRACTION  # load when workload.rate_rps is null
 
@@ -78,9 +81,10 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     model = resolve_model(app)
     check_engine(app.engine)
     slos = resolve_slos(app)
-    if app.deployment.mode == "disagg":
-        from llmplan.cli.simulate_disagg import run_disagg
+    from llmplan.cli.simulate_disagg import check_mode_keys, run_disagg
 
+    check_mode_keys(app)
+    if app.deployment.mode == "disagg":
         return run_disagg(app, model, slos, out_dir or _output_dir(), console, t0)
     dep, step, mem = resolve_deployment(app, model)
     from llmplan.cli.simulate_run import experiment_result, length_stats, render_tail, run_des, write_summary

@@ -32,6 +32,31 @@ def _rekey(exc: UserError) -> UserError:
     return type(exc)(str(exc), key=key, fix=exc.fix)
 
 
+def check_mode_keys(app) -> None:
+    """Keys of the other mode are refused, never silently ignored."""
+    from dataclasses import fields
+
+    from llmplan.cli.config_schema import DeploymentConfig
+
+    d, default = app.deployment, DeploymentConfig()
+    if d.mode == "disagg":
+        for k, fix in (("replicas", "set the pools' sizes: deployment.prefill.workers / deployment.decode.workers"),
+                       ("router", "drop it (prefill: fewest unfinished requests; decode: most free KV, docs/DISAGG.md)")):
+            if getattr(d, k) != getattr(default, k):
+                raise ConfigError(f"applies to aggregated deployments only, got {getattr(d, k)!r} with "
+                                  f"deployment.mode=disagg", key=f"deployment.{k}", fix=fix)
+        return
+    for name in ("prefill", "decode", "kv_transfer"):
+        node, base = getattr(d, name), getattr(default, name)
+        for f in fields(node):
+            if getattr(node, f.name) != getattr(base, f.name):
+                raise ConfigError(f"applies to disaggregated deployments only (deployment.mode={d.mode})",
+                                  key=f"deployment.{name}.{f.name}", fix="add deployment.mode=disagg, or drop it")
+    if d.first_token_at != default.first_token_at:
+        raise ConfigError(f"applies to disaggregated deployments only (deployment.mode={d.mode})",
+                          key="deployment.first_token_at", fix="add deployment.mode=disagg, or drop it")
+
+
 def resolve_pool(app, model, name: str) -> Deployment:
     """One pool's worker as a Deployment (its `replicas` is the worker count): pool keys first,
     then the deployment-level keys, then the engine's batch limits."""
