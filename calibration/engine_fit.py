@@ -1,42 +1,55 @@
 """Engine-level terms fitted to measured serving runs.
 
-Per engine (vllm, sglang, trtllm) we fit the per-iteration host overhead
-``host_overhead_ms`` (h0), the per-running-sequence overhead ``host_overhead_per_seq_ms``
-(h1), optionally a multiplicative correction ``prefill_scale`` (s) on the marginal cost of
-the prefill chunks of a step, and the engine's *desynchronisation* ``osl_jitter`` (chosen
-from :data:`JITTER_GRID`), by minimising the squared log error of the mean TTFT and mean
-TPOT over that engine's simulable aggregated rows (robust ``soft_l1`` loss, so the few runs
-that exhaust the KV cache do not dominate).
+Step time of a replica (``sim/step_model.py``, terms documented in ``sim/engine_terms.py``)::
+
+    step = max(device_ms, c x seqs) + h0 + h1 x seqs   (+ (s - 1) x prefill device time)
+
+Per engine (vllm, sglang, trtllm) and, where enough deployments were measured, per engine
+version family (:func:`version_family`), we fit
+
+* ``host_overhead_ms`` (h0): per-step host time not hidden behind the GPU;
+* ``host_overlap_per_seq_ms`` (c): per-sequence CPU work overlapped with the device step
+  (asynchronous / overlap schedulers), chosen from :data:`OVERLAP_GRID`;
+* ``osl_jitter`` (j): the engine's *desynchronisation*, chosen from :data:`JITTER_GRID`;
+
+by minimising the squared log error of mean TTFT and mean TPOT (robust ``soft_l1``).
+``host_overhead_per_seq_ms`` (h1, per-sequence work *not* overlapped) is the older linear
+form: ``--form linear`` fits (h0, h1) with c = 0 for comparison; the shipped form is
+``overlap`` (h1 = 0), because a linear per-sequence term grows without bound outside the
+fitted batch range (issue 12: 0.031 ms x 4,000 sequences = 124 ms per step), while the
+overlapped term only shows where the CPU work is longer than the device step, which also
+grows with the batch. A ``prefill_scale`` (s) can be added with ``--prefill-scale``.
 
 Desynchronisation: N identical closed-loop clients stay in lock-step forever in a
-deterministic simulator (they arrive, prefill and finish together), while a real engine
-and client drift apart to a degree that depends on the engine's request intake. The
-simulator breaks lock-step by drawing output lengths uniformly in ``osl x [1 - j, 1 + j]``
-(mean unchanged); ``j`` is picked per engine on the training rows.
+deterministic simulator, while a real engine and client drift apart. The simulator breaks
+lock-step by drawing output lengths uniformly in ``osl x [1 - j, 1 + j]`` (mean unchanged).
 
-Scheduling policy: SGLang does not mix prefill chunks into decode batches unless started
-with ``--enable-mixed-chunk`` (off by default); it runs prefill batches first. That is the
-simulator's ``chunked_prefill: false`` policy, set here for sglang (:data:`SCHEDULER`)
-and written to the profile file with the fitted terms.
+Scheduling policy of the measured runs (:data:`SCHEDULER`, engines' documented defaults):
+SGLang does not mix prefill chunks into decode batches unless started with
+``--enable-mixed-chunk`` (off by default), so it runs prefill batches first; TensorRT-LLM's
+``enable_chunked_prefill`` is off by default (TorchLlmArgs), so whole prompts join the
+in-flight batch next to the decodes (``whole_prompts``).
 
 Method (exact, and fast): in a closed loop without think time, one replica with ``pp=1``
 makes the same scheduling decisions whatever the step durations are: requests arrive
 only when others finish, i.e. at step boundaries, so the sequence of batches depends on
-step counts alone. Every request's TTFT and TPOT is therefore a *linear* function of the
-step-time function, and so are their means. The step time under parameters ``(h0, h1, s)``
-is ``base(shape) + (s - 1) * prefill(shape) + h0 + h1 * seqs(shape)``, so four DES runs per
-row with probe cost models (``base``; 1 ms per step; 1 ms per sequence; ``prefill`` + 1 ms)
-give coefficients from which the DES result for any parameters is a dot product. The fit
-then costs nothing per evaluation; ``tests/test_validate_serving.py`` checks the identity
-against direct simulation.
+step counts alone. Every request's TTFT and TPOT is a *linear* function of the step-time
+function, and so are their means. For each overlap value c of the grid one DES run with
+step time ``max(device, c x seqs)`` gives the base, and probe runs (1 ms per step; 1 ms per
+sequence; prefill device time) give the coefficients of h0, h1 and s: the DES result for any
+parameters on the grid is a dot product (``tests/test_validate_serving.py`` checks the
+identity against direct simulation).
 
-Hold-out: the rows of each engine are split at random (``seed``) into halves; the terms
-fitted on one half (jitter included) are scored on the other, before (the conf/engine
-placeholders, no jitter) and after. The values written to
-``calibration/data/engine_profiles.json`` are then fitted on all rows of the engine.
+Hold-out: rows are split into halves *by deployment* (:func:`deployment_half`: every row of a
+deployment, i.e. the same engine, version, model, GPU, precision, parallelism, isl and osl at
+any concurrency, lies in the same half; a keyed hash of the deployment and the seed decides).
+Terms fitted on the training half are scored on the other half; the shipped values are then
+fitted on all rows. The served-latency bands (:mod:`calibration.serving_bands`) come from the
+held-out residuals.
 
-Run: ``python -m llmplan.calibration.engine_fit --measurements FILE.csv --out calibration/data/engine_profiles.json``
-(or ``llmplan validate serving --measurements FILE.csv --fit-engines``).
+Run: ``python -m llmplan.calibration.engine_fit --measurements DIR_OR_FILES... --out FILE``
+(``--out sim/data/engine_profiles.json`` updates the shipped fit), or
+``llmplan validate serving --measurements ... --fit-engines``.
 """
 
 from __future__ import annotations
@@ -52,20 +65,55 @@ from typing import Any, Callable
 
 import numpy as np
 
-from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, ServingCase, SimOptions, engine_profiles, map_row,
-                                      map_rows, parallel_map, read_serving_csv, resolve_calibration, simulate_case)
+from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, ServingCase, SimOptions, concurrency_of,
+                                              engine_profiles, map_row, map_rows, parallel_map,
+                                              read_serving_files, resolve_calibration, serving_files, simulate_case)
 from llmplan.errors import UserError
+from llmplan.sim.engine_terms import PATH as SHIPPED_PROFILES
 from llmplan.sim.types import StepShape
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "data" / "engine_profiles.json"
+#: the file the runtime reads (written only when named with --out / --fit-out)
+SHIPPED = SHIPPED_PROFILES
 #: (lower, upper) bounds of (h0 ms, h1 ms, prefill scale)
 BOUNDS = ((0.0, 50.0), (0.0, 2.0), (0.25, 4.0))
 #: soft_l1 scale of the log residuals (about 25% error before the loss turns linear)
 F_SCALE = 0.25
 #: desynchronisation values tried per engine (osl_jitter, see the module docstring)
-JITTER_GRID = (0.0, 0.01, 0.02, 0.04)
+JITTER_GRID = (0.0, 0.02)
+#: overlapped per-sequence CPU times tried (ms per sequence per step)
+OVERLAP_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 #: scheduling policy of the measured engine versions where it differs from conf/engine
-SCHEDULER: dict[str, dict[str, Any]] = {"sglang": {"chunked_prefill": False}}
+SCHEDULER: dict[str, dict[str, Any]] = {"sglang": {"chunked_prefill": False}, "trtllm": {"whole_prompts": True}}
+#: scheduler fields a profile file may set
+SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
+#: bumped whenever the simulated coefficients change meaning (invalidates --bases-cache files)
+BASIS_VERSION = 2
+#: model forms: which terms are free
+FORMS = ("overlap", "linear")
+#: a version family gets its own terms when its training rows span at least this many deployments
+FAMILY_MIN_DEPLOYMENTS = 6
+
+
+def version_family(backend: str, version: str) -> str:
+    """Engine-version family of a served row. Numbered releases split where the measured
+    versions change behaviour (vLLM 0.11-0.12 / 0.16+, SGLang 0.5.1-0.5.6 / 0.5.8+,
+    TRT-LLM 1.0-1.1 / 1.2+); non-numeric builds (``gpt-oss-dev``, ``glm5-hopper``) are ``dev``."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", str(version or ""))
+    if not m:
+        return "dev"
+    v = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    split = {"vllm": (0, 14, 0), "sglang": (0, 5, 7), "trtllm": (1, 2, 0)}.get(backend)
+    if split is None:
+        return "all"
+    lo = ".".join(str(x) for x in split[:2]) if split[2] == 0 else ".".join(str(x) for x in split)
+    return f"<{lo}" if v < split else f">={lo}"
+
+
+def deployment_half(deployment: str, seed: int) -> int:
+    """0 (train) or 1 (test): a keyed hash of the deployment key and the seed (independent of
+    row order, the same for every run)."""
+    h = hashlib.sha256(f"{seed}:{deployment}".encode()).digest()
+    return h[0] & 1
 
 
 @dataclass(frozen=True)
@@ -73,31 +121,22 @@ class EngineParams:
     """The fitted engine-level terms."""
 
     host_overhead_ms: float
-    host_overhead_per_seq_ms: float
+    host_overhead_per_seq_ms: float = 0.0
+    host_overlap_per_seq_ms: float = 0.0
     prefill_scale: float = 1.0
     osl_jitter: float = 0.0
-
-    def vector(self) -> np.ndarray:
-        return np.array([self.host_overhead_ms, self.host_overhead_per_seq_ms, self.prefill_scale])
 
 
 # ----------------------------------------------------------------------------- cost models
 
 
-def _host_ms(step: Any, shape: StepShape) -> float:
-    e = step.engine
-    return e.host_overhead_ms + e.host_overhead_per_seq_ms * (shape.decode_seqs + shape.prefill_seqs)
-
-
 def prefill_extra_ms(step: Any, shape: StepShape) -> float:
     """Marginal device time of a step's prefill chunks: the step minus its decode part
-    (host overhead excluded)."""
+    (host time excluded; the step model's engine must have zero host terms)."""
     if not shape.prefill_seqs:
         return 0.0
     dec = StepShape(0, 0, 0.0, 0, shape.decode_seqs, shape.decode_kv_tokens)
-    full = step.step_time_ms(shape) - _host_ms(step, shape)
-    rest = step.step_time_ms(dec) - _host_ms(step, dec)
-    return max(0.0, full - rest)
+    return max(0.0, step.step_time_ms(shape) - step.step_time_ms(dec))
 
 
 class PrefillScaled:
@@ -105,15 +144,24 @@ class PrefillScaled:
 
     def __init__(self, step: Any, scale: float):
         self.step, self.scale, self.pp = step, float(scale), step.pp
+        self._bare = _bare(step)
 
     def step_time_ms(self, shape: StepShape) -> float:
-        return self.step.step_time_ms(shape) + (self.scale - 1.0) * prefill_extra_ms(self.step, shape)
+        return self.step.step_time_ms(shape) + (self.scale - 1.0) * prefill_extra_ms(self._bare, shape)
 
     def stage_time_ms(self, shape: StepShape) -> float:
-        return self.step.stage_time_ms(shape) + (self.scale - 1.0) * prefill_extra_ms(self.step, shape) / self.pp
+        return self.step.stage_time_ms(shape) + (self.scale - 1.0) * prefill_extra_ms(self._bare, shape) / self.pp
 
     def breakdown(self, shape: StepShape) -> Any:
         return self.step.breakdown(shape)
+
+
+def _bare(step: Any) -> Any:
+    """The analytical step model with zero host terms (same kernels)."""
+    from llmplan.sim.step_model import AnalyticalStepModel
+
+    e = replace(step.engine, host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.0)
+    return AnalyticalStepModel(step.model, step.gpu, step.par, step.prec, e, step.kernels)
 
 
 def corrected(scale: float) -> Callable[[Any], Any] | None:
@@ -146,62 +194,113 @@ class _Probe:
 
 @dataclass(frozen=True)
 class Basis:
-    """Linear coefficients of one row: mean = c[0] + h0 c[1] + h1 c[2] + (s - 1) c[3]."""
+    """Linear coefficients of one row. For overlap value ``OVERLAP_GRID[k]``:
+    mean = base[k] + h0 steps + h1 seqs + (s - 1) prefill (TTFT and TPOT alike)."""
 
     index: int
     backend: str
+    family: str
+    deployment: str
     model: str
     dense: bool
+    gpu: str
+    concurrency: int
+    isl: int
+    osl: int
     measured_ttft_ms: float
     measured_tpot_ms: float
-    ttft: tuple[float, float, float, float]
-    tpot: tuple[float, float, float, float]
+    ttft_base: tuple[float, ...]
+    tpot_base: tuple[float, ...]
+    ttft: tuple[float, float, float]     # (steps, seqs, prefill) coefficients
+    tpot: tuple[float, float, float]
     tier: str
+    grid: tuple[float, ...] = OVERLAP_GRID
+
+    def base(self, c: float) -> tuple[float, float]:
+        """Base means at overlap ``c`` (linear interpolation between grid values)."""
+        g = self.grid
+        k = int(np.searchsorted(g, c))
+        if k < len(g) and abs(g[k] - c) < 1e-12:
+            return self.ttft_base[k], self.tpot_base[k]
+        k = min(max(k, 1), len(g) - 1)
+        w = (c - g[k - 1]) / (g[k] - g[k - 1])
+        return ((1 - w) * self.ttft_base[k - 1] + w * self.ttft_base[k],
+                (1 - w) * self.tpot_base[k - 1] + w * self.tpot_base[k])
 
     def predict(self, p: EngineParams) -> tuple[float, float]:
-        x = np.array([1.0, p.host_overhead_ms, p.host_overhead_per_seq_ms, p.prefill_scale - 1.0])
-        return float(np.dot(self.ttft, x)), float(np.dot(self.tpot, x))
+        t0, p0 = self.base(p.host_overlap_per_seq_ms)
+        x = np.array([p.host_overhead_ms, p.host_overhead_per_seq_ms, p.prefill_scale - 1.0])
+        return t0 + float(np.dot(self.ttft, x)), p0 + float(np.dot(self.tpot, x))
 
 
 def zero_host(case: ServingCase) -> ServingCase:
-    """The case with the engine's host overhead removed (the ``base`` probe)."""
-    e = replace(case.dep.engine, host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0)
+    """The case with the engine's host terms removed (the ``base`` probe)."""
+    e = replace(case.dep.engine, host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.0)
     return replace(case, dep=replace(case.dep, engine=e))
 
 
-def basis_for(case: ServingCase, opts: SimOptions) -> Basis | str:
-    """Four DES runs of one case -> its linear coefficients, or a status string."""
+def basis_for(case: ServingCase, opts: SimOptions, grid: tuple[float, ...] = OVERLAP_GRID,
+              prefill: bool = False) -> Basis | str:
+    """DES runs of one case (one per overlap value, two or three probes) -> its linear
+    coefficients, or a status string."""
     if case.dep.par.pp != 1:
         return "invalid: pipeline parallel rows are not used by the engine fit (schedule depends on timing)"
     base = zero_host(case)
-    runs = [simulate_case(base, opts)]
-    for kind in ("steps", "seqs", "prefill"):
+    runs = []
+    floor = _decode_floor_ms(base, opts)
+    for c in grid:
+        if c * case.concurrency <= floor and runs:
+            runs.append(runs[0])   # the overlapped CPU work never exceeds a step: same run as c = 0
+        elif c == 0.0:
+            runs.append(simulate_case(base, opts))
+        else:
+            e = replace(base.dep.engine, host_overlap_per_seq_ms=c)
+            runs.append(simulate_case(replace(base, dep=replace(base.dep, engine=e)), opts))
+    kinds = ("steps", "seqs", "prefill") if prefill else ("steps", "seqs")
+    for kind in kinds:
         runs.append(simulate_case(base, opts, wrap=lambda s, k=kind: _Probe(s, k)))
     for r in runs:
         if r.status != SIMULATED:
             return r.status
+    n = len(grid)
     t = [r.ttft_ms for r in runs]
     p = [r.tpot_ms for r in runs]
-    t[3] -= t[1]
-    p[3] -= p[1]
-    return Basis(case.index, case.backend, case.dep.model.key, case.dense, case.measured_ttft_ms,
-                 case.measured_tpot_ms, (t[0], t[1], t[2], t[3]), (p[0], p[1], p[2], p[3]), runs[0].tier)
+    pf_t = t[n + 2] - t[n] if prefill else 0.0
+    pf_p = p[n + 2] - p[n] if prefill else 0.0
+    return Basis(case.index, case.backend, version_family(case.backend, case.version), case.deployment,
+                 case.dep.model.key, case.dense, case.dep.gpu.key, case.concurrency, case.isl, case.osl,
+                 case.measured_ttft_ms, case.measured_tpot_ms, tuple(t[:n]), tuple(p[:n]),
+                 (t[n], t[n + 1], pf_t), (p[n], p[n + 1], pf_p), runs[0].tier, tuple(grid))
 
 
-def _basis_task(task: tuple[dict, int, dict, SimOptions]) -> Basis | str:
-    row, index, overrides, opts = task
+def _decode_floor_ms(case: ServingCase, opts: SimOptions) -> float:
+    """Device time of a decode step of ``concurrency`` sequences at the prompt length: no step
+    of the run with n <= concurrency sequences is shorter than n / concurrency of it (a step's
+    device time is affine in its sequences with a positive weight-read intercept, and prefill
+    and longer KV only add), so an overlapped CPU term c x n <= c x concurrency below it never
+    shows."""
+    from llmplan.calibration.serving_rows import step_model
+
+    n = case.concurrency
+    step = step_model(case, opts.calibration)
+    return float(step.step_time_ms(StepShape(0, 0, 0.0, 0, n, n * case.isl)))
+
+
+def _basis_task(task: tuple[dict, int, dict, SimOptions, tuple[float, ...], bool]) -> Basis | str:
+    row, index, overrides, opts, grid, prefill = task
     m = map_row(row, index, engine_profiles(overrides))
     if m.case is None:
         return m.status
-    return basis_for(m.case, opts)
+    return basis_for(m.case, opts, grid, prefill)
 
 
 def compute_bases(rows: list[dict], indices: list[int], opts: SimOptions, workers: int = 2,
                   progress: Callable[[int, int], None] | None = None,
-                  overrides: dict[str, dict[str, Any]] | None = None) -> list[Basis | str]:
+                  overrides: dict[str, dict[str, Any]] | None = None, grid: tuple[float, ...] = OVERLAP_GRID,
+                  prefill: bool = False) -> list[Basis | str]:
     """Bases of the given rows (parallel); ``overrides`` as for :func:`engine_profiles`."""
     ov = SCHEDULER if overrides is None else overrides
-    return parallel_map(_basis_task, [(rows[i], i, ov, opts) for i in indices], workers, progress)
+    return parallel_map(_basis_task, [(rows[i], i, ov, opts, grid, prefill) for i in indices], workers, progress)
 
 
 # ----------------------------------------------------------------------------- fit and scores
@@ -229,98 +328,187 @@ def ape_stats(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float, float]:
     return float(e.mean()), float(np.median(e)), float(np.quantile(e, 0.9))
 
 
-def score(bases: list[Basis], p: EngineParams) -> Errors:
+def score(bases: list[Basis], p: EngineParams | Callable[[Basis], EngineParams]) -> Errors:
+    """Errors of ``bases`` under fixed terms, or under ``p(basis)`` (per-family terms)."""
     if not bases:
         nan = math.nan
         return Errors(0, nan, nan, nan, nan, nan, nan)
-    pred = np.array([b.predict(p) for b in bases])
+    pick = p if callable(p) else (lambda b: p)
+    pred = np.array([b.predict(pick(b)) for b in bases])
     mt = np.array([b.measured_ttft_ms for b in bases])
     mp = np.array([b.measured_tpot_ms for b in bases])
     return Errors(len(bases), *ape_stats(pred[:, 0], mt), *ape_stats(pred[:, 1], mp))
 
 
-def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False) -> EngineParams:
-    """Least-squares fit of (h0, h1[, s]) to the log errors of mean TTFT and TPOT."""
-    return fit_with_cost(bases, start, prefill_scale)[0]
+def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False,
+               form: str = "overlap") -> EngineParams:
+    """Best terms over the overlap grid (``form`` overlap) or the linear form."""
+    return _fit_form(bases, start, prefill_scale, form)[0]
 
 
-def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False
-                  ) -> tuple[EngineParams, float]:
-    """:func:`fit_params` and the final robust cost (comparable between bases of the same rows)."""
+def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str
+              ) -> tuple[EngineParams, float]:
+    if form not in FORMS:
+        raise UserError(f"unknown engine-term form '{form}'", key="--form", fix=f"one of {', '.join(FORMS)}")
+    if not bases:
+        return start, math.inf
+    grid = bases[0].grid if form == "overlap" else (0.0,)
+    best: tuple[EngineParams, float] | None = None
+    for c in grid:
+        p, cost = fit_with_cost(bases, start, prefill_scale, overlap=c, per_seq=(form == "linear"))
+        if best is None or cost < best[1] - 1e-12:
+            best = (p, cost)
+    assert best is not None
+    return best
+
+
+def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False, overlap: float = 0.0,
+                  per_seq: bool = True) -> tuple[EngineParams, float]:
+    """Least-squares fit of h0[, h1][, s] at a fixed overlap value; returns the terms and the
+    final robust cost (comparable between fits of the same rows)."""
     from scipy.optimize import least_squares
 
     if not bases:
         return start, math.inf
+    B = np.array([b.base(overlap) for b in bases])
     T = np.array([b.ttft for b in bases])
     P = np.array([b.tpot for b in bases])
     y = np.log(np.concatenate([[b.measured_ttft_ms for b in bases], [b.measured_tpot_ms for b in bases]]))
-    k = 3 if prefill_scale else 2
-    lo = np.array([BOUNDS[i][0] for i in range(k)])
-    hi = np.array([BOUNDS[i][1] for i in range(k)])
+    free = [0] + ([1] if per_seq else []) + ([2] if prefill_scale else [])
+    lo = np.array([BOUNDS[i][0] for i in free])
+    hi = np.array([BOUNDS[i][1] for i in free])
+    scale = np.array([1.0, 0.01, 0.1])[free]
+
+    def full(v: np.ndarray) -> np.ndarray:
+        x = np.zeros(3)
+        for i, k in enumerate(free):
+            x[k] = v[i] - (1.0 if k == 2 else 0.0)
+        return x
 
     def resid(v: np.ndarray) -> np.ndarray:
-        x = np.array([1.0, v[0], v[1], (v[2] - 1.0) if k == 3 else 0.0])
-        pred = np.concatenate([T @ x, P @ x])
+        x = full(v)
+        pred = np.concatenate([B[:, 0] + T @ x, B[:, 1] + P @ x])
         return np.log(np.maximum(pred, 1e-9)) - y
 
-    x0 = np.clip(start.vector()[:k], lo + 1e-9, hi - 1e-9)
+    s0 = np.array([start.host_overhead_ms, start.host_overhead_per_seq_ms, start.prefill_scale])
     best = None
-    for guess in (x0, np.clip(np.array([1.0, 0.01, 1.0])[:k], lo, hi), np.clip(np.array([10.0, 0.1, 1.0])[:k], lo, hi)):
-        r = least_squares(resid, guess, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=[1.0, 0.01, 0.1][:k])
+    for guess in (s0, np.array([1.0, 0.01, 1.0]), np.array([10.0, 0.1, 1.0])):
+        g = np.clip(guess[free], lo + 1e-9, hi - 1e-9)
+        r = least_squares(resid, g, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=scale)
         if best is None or r.cost < best.cost:
             best = r
-    v = best.x
-    return EngineParams(float(v[0]), float(v[1]), float(v[2]) if k == 3 else 1.0), float(best.cost)
+    x = full(best.x)
+    return EngineParams(float(x[0]), float(x[1]), float(overlap), float(x[2] + 1.0)), float(best.cost)
 
 
-def random_halves(bases: list[Basis], seed: int) -> tuple[list[Basis], list[Basis]]:
-    """Deterministic random split into (train, test) halves."""
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(bases))
-    half = (len(bases) + 1) // 2
-    return [bases[i] for i in sorted(order[:half])], [bases[i] for i in sorted(order[half:])]
+def grouped_halves(bases: list[Basis], seed: int) -> tuple[list[Basis], list[Basis]]:
+    """(train, test) halves by deployment (:func:`deployment_half`)."""
+    train = [b for b in bases if deployment_half(b.deployment, seed) == 0]
+    test = [b for b in bases if deployment_half(b.deployment, seed) == 1]
+    return train, test
 
 
 @dataclass
 class EngineFit:
-    """Fit of one engine: parameters, hold-out and in-sample scores."""
+    """Fit of one engine: parameters (engine-wide and per version family), scores."""
 
     backend: str
-    start: EngineParams                 # conf/engine values, no jitter (before)
+    start: EngineParams                 # no host time, no jitter (before)
     holdout: EngineParams               # fitted on the training half
     final: EngineParams                 # fitted on all rows (written to the profile file)
     rows: int
     scores: dict[str, Errors] = field(default_factory=dict)  # before/after x train/test/all/dense
+    families: dict[str, EngineParams] = field(default_factory=dict)          # final, per family
+    holdout_families: dict[str, EngineParams] = field(default_factory=dict)  # training half, per family
+    linear: dict[str, Errors] = field(default_factory=dict)   # the linear form on the same halves
+    linear_holdout: EngineParams | None = None
+    ranges: dict[str, list[float]] = field(default_factory=dict)   # fitted range per row feature
 
 
-def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scale: bool) -> EngineParams:
-    """Best (h0, h1[, s]) for each jitter; the jitter with the lowest cost wins."""
+def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scale: bool,
+          form: str = "overlap") -> EngineParams:
+    """Best terms for each jitter; the jitter with the lowest cost wins."""
     best: tuple[float, EngineParams] | None = None
     for j, bases in sorted(by_jitter.items()):
-        p, cost = fit_with_cost(bases, start, prefill_scale)
+        p, cost = _fit_form(bases, start, prefill_scale, form)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, replace(p, osl_jitter=j))
     assert best is not None
     return best[1]
 
 
+def _families(by_jitter: dict[float, list[Basis]], engine: EngineParams, prefill_scale: bool
+              ) -> dict[str, EngineParams]:
+    """Terms per version family with at least :data:`FAMILY_MIN_DEPLOYMENTS` deployments
+    (jitter fixed to the engine's)."""
+    j = engine.osl_jitter
+    out = {}
+    for fam in sorted({b.family for b in by_jitter[j]}):
+        mine = [b for b in by_jitter[j] if b.family == fam]
+        if len({b.deployment for b in mine}) >= FAMILY_MIN_DEPLOYMENTS:
+            out[fam] = replace(_fit_form(mine, engine, prefill_scale, "overlap")[0], osl_jitter=j)
+    return out
+
+
+def terms_for(b: Basis, engine: EngineParams, families: dict[str, EngineParams]) -> EngineParams:
+    return families.get(b.family, engine)
+
+
+def row_ranges(bases: list[Basis]) -> dict[str, list[float]]:
+    """[min, max] of concurrency, isl and osl over the fitted rows (for out-of-range warnings)."""
+    if not bases:
+        return {}
+    return {k: [float(min(getattr(b, k) for b in bases)), float(max(getattr(b, k) for b in bases))]
+            for k in ("concurrency", "isl", "osl")}
+
+
 def fit_engine(backend: str, by_jitter: dict[float, list[Basis]], start: EngineParams, seed: int,
                prefill_scale: bool) -> EngineFit:
-    """Hold-out fit on random halves, then the final fit on all rows. ``by_jitter`` maps each
-    desynchronisation value to the bases of the same rows (in the same order)."""
+    """Hold-out fit on deployment-grouped halves, then the final fit on all rows.
+    ``by_jitter`` maps each desynchronisation value to the bases of the same rows (same order)."""
     j0 = min(by_jitter)
-    halves = {j: random_halves(b, seed) for j, b in by_jitter.items()}
-    hold = _pick({j: h[0] for j, h in halves.items()}, start, prefill_scale)
+    halves = {j: grouped_halves(b, seed) for j, b in by_jitter.items()}
+    train_by_j = {j: h[0] for j, h in halves.items()}
+    hold = _pick(train_by_j, start, prefill_scale)
+    hold_fam = _families(train_by_j, hold, prefill_scale)
     final = _pick(by_jitter, start, prefill_scale)
+    fams = _families(by_jitter, final, prefill_scale)
+    lin = _pick(train_by_j, start, prefill_scale, "linear")
     train0, test0 = halves[j0]
     train, test = halves[hold.osl_jitter]
     every0, every = by_jitter[j0], by_jitter[final.osl_jitter]
+    pick_hold = lambda b: terms_for(b, hold, hold_fam)  # noqa: E731
+    pick_final = lambda b: terms_for(b, final, fams)  # noqa: E731
     sc = {"before/train": score(train0, start), "before/test": score(test0, start),
-          "after/train": score(train, hold), "after/test": score(test, hold),
-          "before/all": score(every0, start), "final/all": score(every, final),
+          "after/train": score(train, pick_hold), "after/test": score(test, pick_hold),
+          "before/all": score(every0, start), "final/all": score(every, pick_final),
           "before/dense": score([b for b in every0 if b.dense], start),
-          "final/dense": score([b for b in every if b.dense], final)}
-    return EngineFit(backend, start, hold, final, len(every), sc)
+          "final/dense": score([b for b in every if b.dense], pick_final)}
+    lt, ls = halves[lin.osl_jitter]
+    linear = {"after/train": score(lt, lin), "after/test": score(ls, lin)}
+    return EngineFit(backend, start, hold, final, len(every), sc, fams, hold_fam, linear, lin, row_ranges(every))
+
+
+def bands_from_fit(res: "FitResult") -> dict[str, Any]:
+    """Served p90 bands of every engine (:mod:`calibration.serving_bands`) from two folds of
+    held-out residuals: the fit's own hold-out (terms fitted on half 0, residuals on half 1)
+    and the reverse (fitted here on half 1, residuals on half 0)."""
+    from llmplan.calibration.serving_bands import METRICS, engine_bands, log_residuals
+
+    seed = int(res.provenance.get("seed", 0))
+    out: dict[str, Any] = {}
+    for be, f in res.fits.items():
+        halves = {j: grouped_halves([b for b in bs if b.backend == be], seed) for j, bs in res.bases.items()}
+        fold_a = log_residuals(halves[f.holdout.osl_jitter][1], lambda b: terms_for(b, f.holdout, f.holdout_families))
+        other = {j: h[1] for j, h in halves.items()}
+        if other[min(other)]:
+            p1 = _pick(other, f.start, False)
+            fam1 = _families(other, p1, False)
+            fold_b = log_residuals(halves[p1.osl_jitter][0], lambda b: terms_for(b, p1, fam1))
+        else:
+            fold_b = {m: np.zeros(0) for m in METRICS}
+        out[be] = engine_bands(fold_a, fold_b)
+    return out
 
 
 # ----------------------------------------------------------------------------- provenance, files
@@ -346,21 +534,34 @@ def _calibration_sha(calibration: str | None) -> str | None:
     return _sha256(p) if p.is_file() else None
 
 
-def write_profiles(path: Path, fits: dict[str, EngineFit], provenance: dict[str, Any]) -> Path:
-    """Write fitted values and provenance as JSON (stable key order)."""
+def _terms(p: EngineParams) -> dict[str, float]:
+    return {"host_overhead_ms": round(p.host_overhead_ms, 4),
+            "host_overhead_per_seq_ms": round(p.host_overhead_per_seq_ms, 5),
+            "host_overlap_per_seq_ms": round(p.host_overlap_per_seq_ms, 5),
+            "prefill_scale": round(p.prefill_scale, 4), "osl_jitter": p.osl_jitter}
+
+
+def write_profiles(path: Path, fits: dict[str, EngineFit], provenance: dict[str, Any],
+                   bands: dict[str, Any] | None = None) -> Path:
+    """Write fitted values, hold-out scores, fitted ranges and provenance as JSON (stable order)."""
     engines = {}
     for b, f in fits.items():
-        engines[b] = {"host_overhead_ms": round(f.final.host_overhead_ms, 4),
-                      "host_overhead_per_seq_ms": round(f.final.host_overhead_per_seq_ms, 5),
-                      "prefill_scale": round(f.final.prefill_scale, 4),
-                      "osl_jitter": f.final.osl_jitter,
-                      **SCHEDULER.get(b, {}),
-                      "rows": f.rows,
-                      "holdout": {"fitted_on_half": {k: round(v, 5) for k, v in asdict(f.holdout).items()},
-                                  **{k: _rounded(asdict(v)) for k, v in f.scores.items()}}}
-    doc = {"_provenance": provenance, "engines": engines}
+        engines[b] = {**_terms(f.final), **SCHEDULER.get(b, {}), "rows": f.rows,
+                      "families": {k: _terms(v) for k, v in f.families.items()},
+                      "fitted_range": f.ranges,
+                      "holdout": {"fitted_on_half": _terms(f.holdout),
+                                  "families_on_half": {k: _terms(v) for k, v in f.holdout_families.items()},
+                                  **{k: _rounded(asdict(v)) for k, v in f.scores.items()},
+                                  "linear_form_on_half": _terms(f.linear_holdout) if f.linear_holdout else None,
+                                  **{f"linear/{k}": _rounded(asdict(v)) for k, v in f.linear.items()}}}
+    doc: dict[str, Any] = {"_provenance": provenance, "engines": engines}
+    if bands:
+        doc["bands"] = bands
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    from llmplan.sim import engine_terms
+
+    engine_terms.load.cache_clear()
     return path
 
 
@@ -370,18 +571,24 @@ def _rounded(d: dict) -> dict:
 
 
 #: numeric per-engine keys of the profile file
-NUMERIC_KEYS = ("host_overhead_ms", "host_overhead_per_seq_ms", "prefill_scale", "osl_jitter")
+NUMERIC_KEYS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms", "prefill_scale",
+                "osl_jitter")
+#: host terms all zero (``--engine-profiles none``)
+NO_HOST = {"host_overhead_ms": 0.0, "host_overhead_per_seq_ms": 0.0, "host_overlap_per_seq_ms": 0.0}
 
 
-def load_engine_overrides(spec: str | None) -> tuple[dict[str, dict[str, Any]], str]:
-    """Engine overrides from ``--engine-profiles``: ``default`` (the packaged fit, when
-    present), ``none`` (conf/engine values) or a JSON file. Returns (overrides, description)."""
+def load_engine_overrides(spec: str | None, holdout: bool = False) -> tuple[dict[str, dict[str, Any]], str]:
+    """Engine overrides from ``--engine-profiles``: ``default`` (the shipped fit,
+    ``sim/data/engine_profiles.json``), ``none`` (no host time) or a JSON file. Returns
+    ({backend: {field: value, "families": {family: {field: value}}, "fitted_range": ...}},
+    description)."""
     if spec is None or spec == "default":
-        if not DEFAULT_OUT.is_file():
-            return dict(SCHEDULER), "conf/engine placeholders (no fitted engine_profiles.json installed)"
-        path = DEFAULT_OUT
+        if not SHIPPED.is_file():
+            return ({b: {**NO_HOST, **SCHEDULER.get(b, {})} for b in BACKENDS},
+                    "no host time (no fitted engine_profiles.json installed)")
+        path = SHIPPED
     elif spec == "none":
-        return {}, "conf/engine values (--engine-profiles none)"
+        return {b: dict(NO_HOST) for b in BACKENDS}, "no host time (--engine-profiles none)"
     else:
         path = Path(spec).expanduser()
         if not path.is_file():
@@ -389,15 +596,40 @@ def load_engine_overrides(spec: str | None) -> tuple[dict[str, dict[str, Any]], 
                             fix="give a file written by `python -m llmplan.calibration.engine_fit`, 'default' or 'none'")
     try:
         doc = json.loads(path.read_text())
-        engines = doc["engines"]
         out: dict[str, dict[str, Any]] = {}
-        for b, v in engines.items():
-            out[b] = {k: float(v[k]) for k in NUMERIC_KEYS if k in v}
-            if "chunked_prefill" in v:
-                out[b]["chunked_prefill"] = bool(v["chunked_prefill"])
+        for b, v in doc["engines"].items():
+            terms, fams = v, v.get("families") or {}
+            if holdout:
+                terms, fams = v["holdout"]["fitted_on_half"], v["holdout"].get("families_on_half") or {}
+            out[b] = {**NO_HOST, **{k: float(terms[k]) for k in NUMERIC_KEYS if k in terms}}
+            for k in SCHEDULER_KEYS:
+                if k in v:
+                    out[b][k] = bool(v[k])
+            out[b]["families"] = {f: {**NO_HOST, **{k: float(t[k]) for k in NUMERIC_KEYS if k in t}}
+                                  for f, t in fams.items()}
+            if v.get("fitted_range"):
+                out[b]["fitted_range"] = {k: [float(x) for x in r] for k, r in v["fitted_range"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"cannot read engine profiles {path}: {e}", key="--engine-profiles") from e
     return out, str(path)
+
+
+def profile_seed(path: str | Path) -> int:
+    """Seed of the deployment split a profile file was fitted with (0 when not recorded)."""
+    try:
+        return int(json.loads(Path(path).read_text())["_provenance"].get("seed", 0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
+
+
+def overrides_for(overrides: dict[str, dict[str, Any]], backend: str, version: str) -> dict[str, Any]:
+    """The terms of one row: its version family's where fitted, else the engine's."""
+    mine = dict(overrides.get(backend, {}))
+    fam = mine.pop("families", {}).get(version_family(backend, version))
+    mine.pop("fitted_range", None)
+    if fam:
+        mine.update(fam)
+    return mine
 
 
 def staleness_note(profiles: str, calibration: str | None) -> str:
@@ -426,30 +658,80 @@ class FitResult:
     bases: dict[float, list[Basis]] = field(default_factory=dict)   # jitter -> bases
 
 
-def run_fit(measurements: str | Path, opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
+def run_fit(measurements: list[str | Path], opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
             backends: tuple[str, ...] = BACKENDS, workers: int = 2,
             progress: Callable[[int, int], None] | None = None,
-            jitters: tuple[float, ...] = JITTER_GRID) -> FitResult:
-    """Read a measurements file and fit every engine in it (see :func:`fit_frame`)."""
-    path = Path(measurements).expanduser()
-    return fit_frame(read_serving_csv(path), path, opts, seed, prefill_scale, backends, workers, progress, jitters)
+            jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
+            cache: Path | None = None) -> FitResult:
+    """Read measurement files and fit every engine in them (see :func:`fit_frame`)."""
+    paths = serving_files(list(measurements))
+    return fit_frame(read_serving_files(paths), paths, opts, seed, prefill_scale, backends, workers, progress,
+                     jitters, limit, cache)
 
 
-def fit_frame(df: Any, path: Path, opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
+def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
               backends: tuple[str, ...] = BACKENDS, workers: int = 2,
               progress: Callable[[int, int], None] | None = None,
-              jitters: tuple[float, ...] = JITTER_GRID) -> FitResult:
-    """Bases for every simulable row of ``df`` (read from ``path``) at each jitter of
-    ``jitters`` (:func:`collect_bases`), then a fit per engine (:func:`fit_bases`)."""
-    by_j, skipped = collect_bases(df, opts, backends, workers, progress, jitters)
-    return fit_bases(by_j, skipped, df, path, opts, seed, prefill_scale)
+              jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
+              cache: Path | None = None) -> FitResult:
+    """Bases for the simulable rows of ``df`` (read from ``paths``) at each jitter of
+    ``jitters`` (:func:`collect_bases`; reused from ``cache`` when it was written for the same
+    inputs), then a fit per engine (:func:`fit_bases`)."""
+    key = _cache_key(df, opts, backends, jitters, limit, prefill_scale)
+    got = _read_cache(cache, key) if cache else None
+    if got is None:
+        got = collect_bases(df, opts, backends, workers, progress, jitters, limit=limit, prefill=prefill_scale)
+        if cache:
+            _write_cache(cache, key, *got)
+    by_j, skipped = got
+    return fit_bases(by_j, skipped, df, paths, opts, seed, prefill_scale)
+
+
+def _cache_key(df: Any, opts: SimOptions, backends: tuple[str, ...], jitters: tuple[float, ...],
+               limit: int | None, prefill: bool) -> str:
+    """Everything the bases depend on: rows, options, grids, kernel calibration, scheduler policy
+    and :data:`BASIS_VERSION`."""
+    h = hashlib.sha256()
+    h.update(df.to_csv(index=False).encode())
+    h.update(repr((asdict(opts), backends, sorted(jitters), OVERLAP_GRID, limit, prefill,
+                   _calibration_sha(opts.calibration), SCHEDULER, BASIS_VERSION)).encode())
+    return h.hexdigest()
+
+
+def _read_cache(path: Path, key: str) -> tuple[dict[float, list[Basis]], dict[str, int]] | None:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("key") != key:
+        return None
+    by_j = {float(j): [Basis(**{k: tuple(v) if isinstance(v, list) else v for k, v in b.items()}) for b in bs]
+            for j, bs in doc["bases"].items()}
+    return by_j, dict(doc["skipped"])
+
+
+def _write_cache(path: Path, key: str, by_j: dict[float, list[Basis]], skipped: dict[str, int]) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    doc = {"key": key, "skipped": skipped, "bases": {str(j): [asdict(b) for b in bs] for j, bs in by_j.items()}}
+    Path(path).write_text(json.dumps(doc))
+
+
+def subsample(indices: list[int], limit: int | None) -> list[int]:
+    """At most ``limit`` indices spread evenly over the list (deterministic)."""
+    if limit is None or limit >= len(indices):
+        return indices
+    if limit <= 0:
+        return []
+    pos = np.unique(np.linspace(0, len(indices) - 1, limit).round().astype(int))
+    return [indices[i] for i in pos]
 
 
 def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKENDS, workers: int = 2,
                   progress: Callable[[int, int], None] | None = None,
-                  jitters: tuple[float, ...] = JITTER_GRID) -> tuple[dict[float, list[Basis]], dict[str, int]]:
+                  jitters: tuple[float, ...] = JITTER_GRID, grid: tuple[float, ...] = OVERLAP_GRID,
+                  limit: int | None = None, prefill: bool = False) -> tuple[dict[float, list[Basis]], dict[str, int]]:
     """{jitter: bases of the same rows, in order} and {reason: rows not used}. Rows without
-    a basis at some jitter are left out at every jitter."""
+    a basis at some jitter are left out at every jitter. ``limit``: a deterministic subsample."""
     if not jitters:
         raise UserError("no desynchronisation values to try", key="--jitter-grid")
     maps = map_rows(df, engine_profiles(SCHEDULER))
@@ -457,53 +739,58 @@ def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKEND
     for m in maps:
         if m.case is None:
             skipped[m.reason] = skipped.get(m.reason, 0) + 1
-    idx = [m.index for m in maps if m.case is not None and m.case.backend in backends]
+    idx = subsample([m.index for m in maps if m.case is not None and m.case.backend in backends], limit)
     rows = df.to_dict("records")
-    grid = sorted(set(float(j) for j in jitters))
+    jgrid = sorted(set(float(j) for j in jitters))
     per_j: dict[float, list[Basis | str]] = {}
-    for k, j in enumerate(grid):
-        prog = (lambda d, t, k=k: progress(k * t + d, len(grid) * t)) if progress else None
-        per_j[j] = compute_bases(rows, idx, replace(opts, osl_jitter=j), workers, prog)
+    for k, j in enumerate(jgrid):
+        prog = (lambda d, t, k=k: progress(k * t + d, len(jgrid) * t)) if progress else None
+        per_j[j] = compute_bases(rows, idx, replace(opts, osl_jitter=j), workers, prog, grid=grid, prefill=prefill)
     bad: dict[int, str] = {}
-    for j in grid:
+    for j in jgrid:
         for i, b in zip(idx, per_j[j]):
             if isinstance(b, str) and i not in bad:
                 bad[i] = b.split(":", 1)[0]
     for r in bad.values():
         skipped[r] = skipped.get(r, 0) + 1
     keep = [n for n, i in enumerate(idx) if i not in bad]
-    by_j: dict[float, list[Basis]] = {j: [per_j[j][n] for n in keep] for j in grid}  # type: ignore[misc]
+    by_j: dict[float, list[Basis]] = {j: [per_j[j][n] for n in keep] for j in jgrid}  # type: ignore[misc]
     return by_j, skipped
 
 
-def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, path: Path, opts: SimOptions,
-              seed: int = 0, prefill_scale: bool = False) -> FitResult:
-    """Fit every engine present in the bases; provenance from the measurements ``df``/``path``."""
-    base = engine_profiles(SCHEDULER)
+def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, paths: list[Path],
+              opts: SimOptions, seed: int = 0, prefill_scale: bool = False) -> FitResult:
+    """Fit every engine present in the bases; provenance from the measurements ``df``/``paths``."""
     grid = sorted(by_j)
     fits = {}
     for be in BACKENDS:
         mine = {j: [b for b in bs if b.backend == be] for j, bs in by_j.items()}
         if not mine[grid[0]]:
             continue
-        e = base[be]
-        fits[be] = fit_engine(be, mine, EngineParams(e.host_overhead_ms, e.host_overhead_per_seq_ms), seed,
-                              prefill_scale)
+        fits[be] = fit_engine(be, mine, EngineParams(0.5, 0.0), seed, prefill_scale)
     first, last = data_dates(df["silicon_data_source"].tolist())
-    prov = {"data_file": path.name, "data_sha256": _sha256(path) if path.is_file() else None,
-            "rows_in_file": int(len(df)),
+    prov = {"data_files": [{"file": f"{p.parent.name}/{p.name}", "sha256": _sha256(p) if p.is_file() else None}
+                           for p in paths],
+            "rows_in_files": int(len(df)),
             "rows_fitted": {b: f.rows for b, f in fits.items()}, "rows_not_used": dict(sorted(skipped.items())),
             "measured_from": first, "measured_to": last, "gpus": sorted(df["system"].astype(str).unique().tolist()),
             "kernel_calibration": opts.calibration or "default",
             "kernel_calibration_sha256": _calibration_sha(opts.calibration),
             "kernel_tiers": sorted({b.tier for b in by_j[grid[0]]}),
             "sim_options": {k: v for k, v in asdict(opts).items() if k != "osl_jitter"},
-            "jitter_grid": grid, "scheduler": SCHEDULER, "split": f"random halves per engine, seed {seed}",
+            "jitter_grid": grid, "overlap_grid": list(by_j[grid[0]][0].grid) if by_j[grid[0]] else [],
+            "scheduler": SCHEDULER, "family_min_deployments": FAMILY_MIN_DEPLOYMENTS,
+            "seed": seed, "split": f"halves by deployment (sha256 of seed and deployment key), seed {seed}",
             "method": ("least squares on log(mean TTFT) and log(mean TPOT), soft_l1 loss (f_scale "
-                       f"{F_SCALE}) per desynchronisation value, lowest cost wins; exact linear decomposition "
-                       "of closed-loop DES runs (calibration/engine_fit.py)"),
+                       f"{F_SCALE}), per desynchronisation and overlap value, lowest cost wins; exact linear "
+                       "decomposition of closed-loop DES runs (calibration/engine_fit.py)"),
             "prefill_scale_fitted": prefill_scale}
     return FitResult(fits, skipped, prov, by_j)
+
+
+def _fmt(p: EngineParams) -> str:
+    return (f"h0 {p.host_overhead_ms:.3f}, c {p.host_overlap_per_seq_ms:.3f}, h1 {p.host_overhead_per_seq_ms:.4f}, "
+            f"s {p.prefill_scale:.2f}, j {p.osl_jitter:.2f}")
 
 
 def print_fit(res: FitResult, console: Any = None) -> None:
@@ -513,22 +800,18 @@ def print_fit(res: FitResult, console: Any = None) -> None:
     from llmplan.progress import make_console
 
     console = console or make_console()
-    t = Table(title="Engine terms (before: conf/engine; half: fitted on the training half; final: all rows)")
-    for c in ("engine", "rows", "h0 ms before", "h1 ms before", "h0 half", "h1 half", "s half", "j half",
-              "h0 final", "h1 final", "s final", "j final"):
-        t.add_column(c, justify="right" if c != "engine" else "left")
+    t = Table(title="Engine terms (h0 ms/step, c overlapped ms/seq, h1 ms/seq, s prefill scale, j jitter)")
+    for c in ("engine", "rows", "fitted on the training half", "fitted on all rows", "version families (all rows)"):
+        t.add_column(c)
     for b, f in res.fits.items():
-        t.add_row(b, str(f.rows), f"{f.start.host_overhead_ms:.3f}", f"{f.start.host_overhead_per_seq_ms:.4f}",
-                  f"{f.holdout.host_overhead_ms:.3f}", f"{f.holdout.host_overhead_per_seq_ms:.4f}",
-                  f"{f.holdout.prefill_scale:.3f}", f"{f.holdout.osl_jitter:.2f}", f"{f.final.host_overhead_ms:.3f}",
-                  f"{f.final.host_overhead_per_seq_ms:.4f}", f"{f.final.prefill_scale:.3f}",
-                  f"{f.final.osl_jitter:.2f}")
+        fam = "; ".join(f"{k}: {_fmt(v)}" for k, v in f.families.items()) or "-"
+        t.add_row(b, str(f.rows), _fmt(f.holdout), _fmt(f.final), fam)
     console.print(t)
-    e = Table(title="Errors of mean TTFT / TPOT (MAPE, median APE, p90 APE, %)")
+    e = Table(title="Errors of mean TTFT / TPOT (MAPE, median APE, p90 APE, %); halves by deployment")
     for c in ("engine", "set", "rows", "TTFT MAPE", "TTFT med", "TTFT p90", "TPOT MAPE", "TPOT med", "TPOT p90"):
         e.add_column(c, justify="left" if c in ("engine", "set") else "right")
     for b, f in res.fits.items():
-        for k, s in f.scores.items():
+        for k, s in list(f.scores.items()) + [(f"linear form {k}", v) for k, v in f.linear.items()]:
             e.add_row(b, k, str(s.rows), *(f"{100 * x:.1f}" for x in (s.ttft_mape, s.ttft_median, s.ttft_p90,
                                                                      s.tpot_mape, s.tpot_median, s.tpot_p90)))
     console.print(e)
@@ -579,11 +862,17 @@ def main(argv: list[str] | None = None) -> int:
     from llmplan.progress import make_console, stage_progress
 
     ap = argparse.ArgumentParser(prog="python -m llmplan.calibration.engine_fit", description=__doc__.split("\n")[0])
-    ap.add_argument("--measurements", required=True, help="serving runs in the e2e_serving.csv layout")
-    ap.add_argument("--out", default=str(DEFAULT_OUT), help="fitted profiles JSON (default: %(default)s)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the random hold-out split")
+    ap.add_argument("--measurements", required=True, nargs="+",
+                    help="served runs in the e2e_serving.csv layout: files, or folders holding */e2e_serving.csv")
+    ap.add_argument("--out", required=True,
+                    help=f"fitted profiles JSON (the shipped file the runtime reads: {SHIPPED.name} in sim/data)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the deployment-grouped hold-out split")
     ap.add_argument("--prefill-scale", action="store_true", help="also fit a per-engine prefill-time multiplier")
     ap.add_argument("--backend", action="append", choices=BACKENDS, help="engines to fit (default: all)")
+    ap.add_argument("--limit", type=int, default=None, help="fit on a deterministic subsample of N rows")
+    ap.add_argument("--bases-cache", default=None,
+                    help="JSON file keeping the simulated coefficients; reused when rows, options, kernel "
+                         "calibration and code are unchanged (refits then take seconds)")
     add_jitter_arg(ap)
     add_sim_args(ap)
     a = ap.parse_args(argv)
@@ -595,12 +884,12 @@ def main(argv: list[str] | None = None) -> int:
         with stage_progress(console) as upd:
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
             res = run_fit(a.measurements, opts, a.seed, a.prefill_scale, tuple(a.backend or BACKENDS), a.workers, prog,
-                          parse_grid(a.jitter_grid))
+                          parse_grid(a.jitter_grid), a.limit, Path(a.bases_cache) if a.bases_cache else None)
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR
     print_fit(res, console)
-    out = write_profiles(Path(a.out), res.fits, res.provenance)
+    out = write_profiles(Path(a.out), res.fits, res.provenance, bands_from_fit(res))
     console.print(f"wrote {out}")
     return 0
 

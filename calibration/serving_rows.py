@@ -86,6 +86,8 @@ class ServingCase:
     osl: int                   # output tokens per request
     measured_ttft_ms: float
     measured_tpot_ms: float
+    version: str = ""          # backend_version as written in the file
+    deployment: str = ""       # deployment key: the row without its concurrency (deployment_key)
 
     @property
     def dense(self) -> bool:
@@ -130,12 +132,56 @@ def read_serving_csv(path: str | Path) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def serving_files(paths: list[str | Path]) -> list[Path]:
+    """Measurement files named by ``paths``: files as given, a folder -> every
+    ``*/e2e_serving.csv`` and ``e2e_serving.csv`` under it (sorted)."""
+    out: list[Path] = []
+    for x in paths:
+        p = Path(x).expanduser()
+        if p.is_dir():
+            found = sorted(p.glob("e2e_serving.csv")) + sorted(p.glob("*/e2e_serving.csv"))
+            if not found:
+                raise UserError(f"no e2e_serving.csv in {p} or its sub-folders", key="measurements")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def read_serving_files(paths: list[str | Path]) -> pd.DataFrame:
+    """Rows of several measurement files, in order, with a ``source_file`` column
+    (``<folder>/<name>``, e.g. ``h200_sxm/e2e_serving.csv``)."""
+    frames = []
+    for p in serving_files(paths):
+        df = read_serving_csv(p)
+        df.insert(0, "source_file", f"{p.parent.name}/{p.name}")
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+#: columns that together name a deployment (everything but the concurrency and the results)
+DEPLOYMENT_COLUMNS = ("backend", "backend_version", "model_path", "system", "precision", "gemm_quant_mode",
+                      "moe_quant_mode", "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size",
+                      "moe_tp_size", "moe_ep_size")
+
+
+def deployment_key(row: Mapping[str, Any]) -> str:
+    """The deployment a row measures: its rows at other concurrencies share the key."""
+    return "|".join(_text(row.get(c)) if not isinstance(row.get(c), (int, float)) or _text(row.get(c)) == ""
+                    else _n(row.get(c)) for c in DEPLOYMENT_COLUMNS)
+
+
+def _n(v: Any) -> str:
+    x = _num(v)
+    return "" if not math.isfinite(x) else (str(int(x)) if x == int(x) else str(x))
+
+
 # ----------------------------------------------------------------------------- engines
 
 
 @lru_cache(maxsize=None)
 def base_engine(backend: str) -> EngineProfile:
-    """The engine profile of ``conf/engine/<backend>.yaml`` (placeholder host overheads)."""
+    """The engine profile of ``conf/engine/<backend>.yaml`` (host terms: the shipped fit)."""
     from omegaconf import OmegaConf
 
     from llmplan.paths import conf_dir
@@ -250,7 +296,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
 
     mode = _text(row.get("mode"))
     if mode != "agg":
-        return skip(f"disagg: mode '{mode}' (disaggregated prefill/decode is not modelled)" if mode == "disagg"
+        return skip(f"disagg: mode '{mode}' (disaggregated prefill/decode is not replayed yet: the disaggregation "
+                    "work adds it)" if mode == "disagg"
                     else f"invalid: unknown mode '{mode}'")
     adp = _int(row.get("attention_dp_size"), 1)
     if adp > 1:
@@ -290,7 +337,7 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     rid = row.get("id")
     case = ServingCase(index, str(rid) if rid is not None and _text(rid) else str(index), backend,
                        str(row.get("model_path")), mode, Deployment(model, gpu, par, prec, engine), conc, isl, osl,
-                       ttft, tpot)
+                       ttft, tpot, _text(row.get("backend_version")), deployment_key(row))
     return RowMapping(index, case, SIMULATED)
 
 
@@ -408,9 +455,15 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
     lo, hi = opts.osl_range(case.osl)
-    if not case.dep.engine.chunked_prefill and case.dep.engine.max_num_batched_tokens < case.isl + hi:
+    e = case.dep.engine
+    if not e.chunked_prefill and e.max_num_batched_tokens < case.isl + hi:
         # a prefill-first engine must take a whole prompt (plus recomputed output) in one step
-        e = replace(case.dep.engine, max_num_batched_tokens=case.isl + hi)
+        e = replace(e, max_num_batched_tokens=case.isl + hi)
+    elif e.chunked_prefill and e.whole_prompts and e.max_num_batched_tokens < case.isl + hi + case.concurrency:
+        # whole prompts mixed with decodes: a benchmark configures max_num_tokens so that a prompt
+        # fits next to the running decodes (TensorRT-LLM refuses prompts longer than the budget)
+        e = replace(e, max_num_batched_tokens=case.isl + hi + case.concurrency)
+    if e is not case.dep.engine:
         case = replace(case, dep=replace(case.dep, engine=e))
     dep = case.dep
     step = step_model(case, opts.calibration)

@@ -66,11 +66,12 @@ def validate_replica(spec: ReplicaSpec, i: int) -> None:
     need(e.max_num_batched_tokens >= e.max_num_seqs,
          f"max_num_batched_tokens ({e.max_num_batched_tokens}) must be >= max_num_seqs ({e.max_num_seqs})",
          "engine.max_num_batched_tokens", "as vLLM requires; raise the budget or lower max_num_seqs")
-    if not e.chunked_prefill:
+    if not e.chunked_prefill or e.whole_prompts:
         need(e.max_num_batched_tokens >= spec.max_model_len,
-             f"without chunked prefill the token budget ({e.max_num_batched_tokens}) must cover max_model_len "
+             f"without chunked prefill (or with whole_prompts) the token budget ({e.max_num_batched_tokens}) "
+             f"must cover max_model_len "
              f"({spec.max_model_len})", "engine.max_num_batched_tokens",
-             "enable chunked_prefill or raise max_num_batched_tokens (vLLM refuses this configuration)")
+             "enable chunked_prefill (whole_prompts off) or raise max_num_batched_tokens (the engines refuse this)")
     blocks = spec.kv_capacity_tokens // e.block_size // pp
     need(blocks >= 1, f"KV cache of {spec.kv_capacity_tokens} tokens holds no {e.block_size}-token block "
          f"per pipeline virtual engine", "kv_capacity_tokens", "use more or larger GPUs, or a smaller model",

@@ -1,12 +1,15 @@
 """Continuous-batching scheduler of one engine (one vLLM "virtual engine").
 
-Two policies, chosen by ``EngineProfile.chunked_prefill``:
+Three policies, chosen by ``EngineProfile.chunked_prefill`` and ``whole_prompts``:
 
 * **chunked prefill** (vLLM v1 ``Scheduler.schedule``): running requests first: every
   decoding sequence gets its one token, then a partially prefilled request continues
   with as much of its prompt as the remaining token budget allows; then, if nothing was
   preempted this step, waiting requests are admitted in FCFS order, each with a chunk of
   its prompt, until the token budget, ``max_num_seqs`` or free KV blocks run out.
+* **in-flight batching with whole prompts** (``whole_prompts``; TensorRT-LLM's default,
+  ``enable_chunked_prefill=False``): as chunked prefill, but a waiting prompt joins a step
+  only if all of it fits in the token budget left after the decodes; otherwise it waits.
 * **prefill-first** (vLLM v0 default without chunking): if waiting prompts fit (whole
   prompts only, within the token budget), the step is prefill-only and decodes wait;
   otherwise the step decodes every running sequence.
@@ -87,6 +90,7 @@ class EngineState:
         self.budget = engine.max_num_batched_tokens
         self.max_seqs = max_seqs
         self.chunked = engine.chunked_prefill
+        self.whole = engine.whole_prompts
         self.prefix_caching = engine.enable_prefix_caching
         self.pool = KVBlockPool(total_blocks, engine.block_size, self.ub, engine.enable_prefix_caching)
         self.watermark_blocks = int(engine.watermark * total_blocks)
@@ -221,6 +225,8 @@ class EngineState:
                 hit_units, evict_blocks = self._match(seq)
                 hit = hit_units * U
                 n = min(seq.target - hit, budget)
+                if self.whole and n < seq.target - hit:
+                    break   # in-flight batching without chunking: the prompt waits for room
                 new_blocks = -(-(hit + n) // B) - hit_units * ub
                 if pool.free - new_blocks - evict_blocks < self.watermark_blocks:
                     break

@@ -84,11 +84,11 @@ class AnalyticalStepModel:
     # ------------------------------------------------------------------ public protocol
     def step_time_ms(self, shape: StepShape) -> float:
         stage, comm = self._stage_and_comm(shape)
-        return stage * self.pp + comm + self._host(shape)
+        return self._with_host(stage * self.pp + comm, shape)
 
     def stage_time_ms(self, shape: StepShape) -> float:
         stage, comm = self._stage_and_comm(shape)
-        return stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0) + self._host(shape)
+        return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape)
 
     def breakdown(self, shape: StepShape) -> StepTiming:
         ops = list(self._linear(self._token_key(shape.tokens), self._logit_rows(shape)))
@@ -103,8 +103,18 @@ class AnalyticalStepModel:
         return StepTiming(self.step_time_ms(shape), self.stage_time_ms(shape), tuple(ops))
 
     # ------------------------------------------------------------------ internals
+    def _with_host(self, device_ms: float, shape: StepShape) -> float:
+        """Device time plus the engine's host time (sim/engine_terms.py): per-sequence CPU work
+        overlapped with the device step shows only where it is longer; the rest adds."""
+        e, n = self.engine, shape.decode_seqs + shape.prefill_seqs
+        return (max(device_ms, e.host_overlap_per_seq_ms * n) + e.host_overhead_ms
+                + e.host_overhead_per_seq_ms * n)
+
     def _host(self, shape: StepShape) -> float:
-        return self.engine.host_overhead_ms + self.engine.host_overhead_per_seq_ms * (shape.decode_seqs + shape.prefill_seqs)
+        """Host time of a step beyond its device time."""
+        stage, comm = self._stage_and_comm(shape)
+        device = stage * self.pp + comm
+        return self._with_host(device, shape) - device
 
     @staticmethod
     def _logit_rows(shape: StepShape) -> int:

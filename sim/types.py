@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
+from llmplan.sim.engine_terms import FIELDS, fitted_terms
+
 
 @dataclass(frozen=True)
 class Parallelism:
@@ -109,12 +111,18 @@ class EngineProfile:
     max_num_seqs: int = 256            # running sequences per replica
     max_num_batched_tokens: int = 8192  # token budget per iteration
     chunked_prefill: bool = True       # vLLM v1 semantics: decodes first, then prefill chunks
+    # with chunked_prefill: prompts join a step only whole, never split over steps (TensorRT-LLM
+    # in-flight batching without enable_chunked_prefill, its default)
+    whole_prompts: bool = False
     block_size: int = 16               # KV cache block, tokens
     gpu_memory_utilization: float = 0.9  # vLLM: fraction of device memory the engine may use (default 0.9)
     watermark: float = 0.01            # free-block fraction kept when admitting new requests
     enable_prefix_caching: bool = True
-    host_overhead_ms: float = 4.0      # per-iteration scheduler + launch overhead (CUDA graphs on)
-    host_overhead_per_seq_ms: float = 0.01  # per running sequence per iteration (sampling, bookkeeping)
+    # host time per step (sim/engine_terms.py); None = the engine's fitted value from
+    # sim/data/engine_profiles.json (the single source; conf/engine leaves them unset)
+    host_overhead_ms: Optional[float] = None          # per step, not hidden behind the GPU
+    host_overhead_per_seq_ms: Optional[float] = None  # per running sequence, not overlapped
+    host_overlap_per_seq_ms: Optional[float] = None   # per sequence, overlapped with the GPU step
     # Memory (sim/kv_budget.py). Activations, CUDA graphs and runtime are modelled per engine;
     # this is an extra per-GPU reserve on top of them (GB), 0 by default.
     activation_reserve_gb: float = 0.0
@@ -122,3 +130,10 @@ class EngineProfile:
     mem_fraction_static: Optional[float] = None
     # TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction (--kv_cache_free_gpu_memory_fraction), default 0.9
     kv_cache_free_gpu_mem_fraction: float = 0.9
+
+    def __post_init__(self) -> None:
+        if any(getattr(self, f) is None for f in FIELDS):
+            vals, _ = fitted_terms(self.name)
+            for f in FIELDS:
+                if getattr(self, f) is None:
+                    object.__setattr__(self, f, vals[f])

@@ -174,3 +174,30 @@ def test_trace_longer_than_context_is_rejected():
     with pytest.raises(UserError, match="max_model_len") as e:
         simulate_serving(spec, [make_replica(max_model_len=2048)])
     assert e.value.fix
+
+
+def test_whole_prompts_wait_for_room_instead_of_splitting(checked):
+    """TensorRT-LLM in-flight batching without chunked context: a prompt joins a step next to
+    the decodes only whole; with chunking it is split over steps at once."""
+    cost = LinearStepCost(base_ms=10, per_seq_ms=0, per_decode_kv_token_ms=0, per_prefill_token_ms=0.01,
+                          per_attn_pair_ms=0)
+    reqs = [Request(0.0, 100, 400), Request(5.0, 900, 2)]
+    whole = simulate_serving(reqs, [make_replica(cost, max_num_batched_tokens=1000, max_model_len=1000,
+                                                 whole_prompts=True)],
+                             window=MeasureWindow(0, 0))
+    split = simulate_serving(reqs, [make_replica(cost, max_num_batched_tokens=512)], window=MeasureWindow(0, 0))
+    # whole: 900 prompt tokens + 1 decode fit in 1000, so the prompt runs in one step next to the decode
+    assert whole.requests.loc[1, "ttft_ms"] == pytest.approx(6 + 10 + 9)
+    # chunked with a 512 budget: 511 + 389 tokens over two steps
+    assert split.requests.loc[1, "ttft_ms"] > whole.requests.loc[1, "ttft_ms"]
+    three = [Request(0.0, 100, 400)] * 3 + [Request(5.0, 898, 2)]
+    tight = simulate_serving(three, [make_replica(cost, max_num_batched_tokens=900, max_model_len=900,
+                                                  whole_prompts=True)], window=MeasureWindow(0, 0))
+    # 898 prompt tokens + 3 decodes do not fit in 900: the prompt waits until the decodes finish
+    assert tight.requests.loc[3, "ttft_ms"] > tight.requests.loc[0, "e2e_ms"] - 5.0
+
+
+def test_whole_prompts_need_a_budget_covering_the_longest_request():
+    spec = WorkloadSpec(num_requests=10, rate_rps=1.0)
+    with pytest.raises(UserError, match="max_model_len"):
+        simulate_serving(spec, [make_replica(max_num_batched_tokens=4096, max_model_len=8192, whole_prompts=True)])

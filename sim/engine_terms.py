@@ -1,0 +1,57 @@
+"""Fitted engine terms the runtime uses (host time per step), from one file.
+
+``sim/data/engine_profiles.json`` is written by ``calibration.engine_fit`` (fitted to the
+served runs in ``shared/measurements``) and is the only source of the host-time terms of
+:class:`sim.types.EngineProfile`: a profile whose ``host_*`` fields are left unset (None,
+the dataclass default and what ``conf/engine/*.yaml`` leaves them at) takes the fitted
+values of its engine here. An explicit value (a config override, a test) wins.
+
+Step time with these terms (``sim.step_model``)::
+
+    step = max(device_ms, host_overlap_per_seq_ms x seqs) + host_overhead_ms + host_overhead_per_seq_ms x seqs
+
+* ``host_overhead_ms``: per-step host time that is *not* hidden behind the GPU (scheduler
+  decision, input preparation, launch of the captured graph, output processing);
+* ``host_overlap_per_seq_ms``: per-sequence CPU work of a step that engines with an
+  asynchronous / overlap scheduler (vLLM async scheduling, SGLang overlap schedule,
+  TensorRT-LLM overlap scheduler) run while the GPU computes the previous step, so it only
+  shows where it exceeds the device time;
+* ``host_overhead_per_seq_ms``: per-sequence work that is not overlapped (older, synchronous
+  engines such as vLLM v0; the fit keeps it at 0, because a linear per-sequence term grows
+  without bound: 0.03 ms x 4,000 sequences = 120 ms per step).
+
+Engines missing from the file fall back to the mean of the fitted engines (said in
+:func:`fitted_terms`' ``source``); with no file at all every term is 0.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+PATH = Path(__file__).resolve().parent / "data" / "engine_profiles.json"
+#: EngineProfile fields this file supplies
+FIELDS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms")
+
+
+@lru_cache(maxsize=4)
+def load(path: str | None = None) -> dict[str, Any]:
+    """The parsed profile file ({} when absent)."""
+    p = Path(path) if path else PATH
+    if not p.is_file():
+        return {}
+    return json.loads(p.read_text())
+
+
+def fitted_terms(engine: str, path: str | None = None) -> tuple[dict[str, float], str]:
+    """({field: value} for :data:`FIELDS`, source) of one engine name."""
+    engines = load(path).get("engines", {})
+    if engine in engines:
+        e = engines[engine]
+        return {f: float(e.get(f, 0.0)) for f in FIELDS}, f"fitted ({engine})"
+    if not engines:
+        return {f: 0.0 for f in FIELDS}, "none (no engine_profiles.json)"
+    vals = {f: sum(float(e.get(f, 0.0)) for e in engines.values()) / len(engines) for f in FIELDS}
+    return vals, f"mean of fitted engines ({', '.join(sorted(engines))}); '{engine}' has no fit"

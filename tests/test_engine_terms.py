@@ -1,0 +1,122 @@
+"""Engine host terms at run time: one source (sim/data/engine_profiles.json), the overlapped
+form of the step model, and the served-latency bands."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from omegaconf import OmegaConf
+
+from llmplan.paths import conf_dir
+from llmplan.sim import engine_terms
+from llmplan.sim.serving_bands import ServedBand, served_band
+from llmplan.sim.step_model import AnalyticalStepModel
+from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
+
+
+def _shipped() -> dict:
+    return json.loads(engine_terms.PATH.read_text())
+
+
+@pytest.mark.parametrize("name", ["vllm", "sglang", "trtllm"])
+def test_profile_defaults_come_from_the_fitted_file_only(name):
+    fitted = _shipped()["engines"][name]
+    e = EngineProfile(name=name)
+    for f in engine_terms.FIELDS:
+        assert getattr(e, f) == pytest.approx(fitted[f])
+    # the engine YAML does not restate them (one source of truth)
+    raw = OmegaConf.to_container(OmegaConf.load(conf_dir() / "engine" / f"{name}.yaml"))
+    assert not set(engine_terms.FIELDS) & set(raw)
+    # an explicit value wins
+    assert EngineProfile(name=name, host_overhead_ms=7.5).host_overhead_ms == 7.5
+
+
+def test_unknown_engine_takes_the_mean_of_the_fitted_engines():
+    engines = _shipped()["engines"]
+    vals, source = engine_terms.fitted_terms("some_new_engine")
+    mean = sum(e["host_overhead_ms"] for e in engines.values()) / len(engines)
+    assert vals["host_overhead_ms"] == pytest.approx(mean) and "mean" in source
+
+
+def test_shipped_terms_have_no_unbounded_per_sequence_term():
+    """Issue 12: the non-overlapped per-sequence term grows without bound with the batch; the
+    shipped fit uses the overlapped form instead."""
+    for name, e in _shipped()["engines"].items():
+        assert e["host_overhead_per_seq_ms"] == 0.0, name
+        for fam in e.get("families", {}).values():
+            assert fam["host_overhead_per_seq_ms"] == 0.0, name
+
+
+def _step(engine: EngineProfile) -> AnalyticalStepModel:
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.sim.kernels import RooflineKernelModel
+
+    gpu = get_gpu("h100_sxm")
+    return AnalyticalStepModel(load_model("llama3_1_8b"), gpu, Parallelism(1), Precision(), engine,
+                               RooflineKernelModel(gpu))
+
+
+def test_overlapped_cpu_work_only_shows_beyond_the_device_step():
+    bare = _step(EngineProfile(host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.0))
+    small, big = StepShape.build([], [1000] * 4), StepShape.build([], [1000] * 4096)
+    dev_small, dev_big = bare.step_time_ms(small), bare.step_time_ms(big)
+    e = EngineProfile(host_overhead_ms=0.5, host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.05)
+    s = _step(e)
+    # 4 x 0.05 ms of CPU work hides behind the device step: only the non-overlapped 0.5 ms adds
+    assert s.step_time_ms(small) == pytest.approx(dev_small + 0.5)
+    # at 4,096 sequences the step is the longer of the two, never their sum
+    assert s.step_time_ms(big) == pytest.approx(max(dev_big, 0.05 * 4096) + 0.5)
+    host = [o for o in s.breakdown(big).ops if o.family == "host"][0]
+    assert host.latency_ms == pytest.approx(s.step_time_ms(big) - dev_big)
+    # the linear form adds per sequence whatever the device does
+    lin = _step(replace(e, host_overhead_per_seq_ms=0.05, host_overlap_per_seq_ms=0.0))
+    assert lin.step_time_ms(big) == pytest.approx(dev_big + 0.5 + 0.05 * 4096)
+
+
+def test_served_band_reads_the_shipped_bands():
+    bands = _shipped().get("bands", {})
+    for name in ("vllm", "sglang", "trtllm"):
+        for metric in ("ttft", "tpot"):
+            b = served_band(name, metric)
+            if name not in bands:
+                assert b is None
+                continue
+            assert isinstance(b, ServedBand) and 0 < b.lo <= 1.0 <= b.hi
+            assert b.apply(100.0) == pytest.approx((100.0 * b.lo, 100.0 * b.hi))
+    assert served_band("no_such_engine", "ttft") is None
+    with pytest.raises(ValueError):
+        served_band("vllm", "e2e")
+
+
+def test_band_from_one_fold_covers_about_ninety_percent_of_the_other():
+    import numpy as np
+
+    from llmplan.calibration.serving_bands import covered, engine_bands, interval
+
+    rng = np.random.default_rng(0)
+    a = {"ttft": rng.normal(0.1, 0.2, 4000), "tpot": rng.normal(0.0, 0.05, 4000)}
+    b = {"ttft": rng.normal(0.1, 0.2, 4000), "tpot": rng.normal(0.0, 0.05, 4000)}
+    bands = engine_bands(a, b)
+    assert 0.88 <= bands["ttft"]["cross_fold_coverage"] <= 0.92 and bands["ttft"]["rows"] == 8000
+    lo, hi = bands["ttft"]["lo"], bands["ttft"]["hi"]
+    assert lo == pytest.approx(np.exp(0.1 - 1.645 * 0.2), rel=0.03) and hi == pytest.approx(np.exp(0.1 + 1.645 * 0.2), rel=0.03)
+    assert bands["ttft"]["level"] == 0.9         # same spread in both folds: no widening
+    lo, hi = interval(a["tpot"])
+    assert covered(a["tpot"], lo, hi).mean() == pytest.approx(0.9, abs=0.002)
+
+
+def test_band_is_widened_until_held_out_coverage_reaches_85_percent():
+    import numpy as np
+
+    from llmplan.calibration.serving_bands import TARGET_LOW, engine_bands
+
+    rng = np.random.default_rng(1)
+    # the two folds differ in spread (different deployments): a 90% interval of one covers too little
+    a = {"ttft": rng.normal(0.0, 0.10, 3000), "tpot": rng.normal(0.0, 0.1, 3000)}
+    b = {"ttft": rng.normal(0.0, 0.16, 3000), "tpot": rng.normal(0.0, 0.1, 3000)}
+    bands = engine_bands(a, b)
+    assert bands["ttft"]["level"] > 0.9 and bands["ttft"]["cross_fold_coverage"] >= TARGET_LOW
+    assert bands["tpot"]["level"] == 0.9          # same spread: the 90% interval is right
