@@ -78,7 +78,8 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
                 values = target_values(op.ttft_ms, op.tpot_ms, slos)
             else:
                 ttft, tpot, basis = e.ttft_ms, e.tpot_ms, "capacity"
-                values = dict(e.at_capacity)
+                # per target at capacity; without them, the binding target's figure per metric
+                values = dict(e.at_capacity) or {s.key: e.ttft_ms if s.metric == "ttft" else e.tpot_ms for s in slos}
             if not (math.isfinite(tpot) and tpot > 0):
                 continue
             usd_h = n * c.usd_per_replica_hour
@@ -109,18 +110,31 @@ def pareto_front(df: pd.DataFrame, objectives: tuple[tuple[str, str], ...], name
         return df.copy()
     # minimise everything: negate the maximised columns
     vals = [[(-1.0 if s == "max" else 1.0) * float(r[c]) for c, s in objectives] for _, r in df.iterrows()]
-    keep = []
-    for i, v in enumerate(vals):
-        if any(not math.isfinite(x) for x in v):
-            continue
-        dominated = any(all(a <= b for a, b in zip(w, v)) and any(a < b for a, b in zip(w, v))
-                        for j, w in enumerate(vals) if j != i and all(math.isfinite(x) for x in w))
-        if not dominated:
-            keep.append(i)
+    finite = [i for i, v in enumerate(vals) if all(math.isfinite(x) for x in v)]
+    keep = _front_2d(vals, finite) if len(objectives) == 2 else [
+        i for i in finite if not any(all(a <= b for a, b in zip(vals[j], vals[i])) and vals[j] != vals[i]
+                                     for j in finite if j != i)]
     out = df.iloc[keep].copy()
     keys = [c for c, _ in objectives] + ([name_col] if name_col in out.columns else [])
     asc = [s == "min" for _, s in objectives] + ([True] if name_col in out.columns else [])
     return out.sort_values(keys, ascending=asc, kind="mergesort").reset_index(drop=True)
+
+
+def _front_2d(vals: list[list[float]], idx: list[int]) -> list[int]:
+    """Non-dominated indices for two minimised objectives in O(n log n): sorted by the first,
+    a row survives when its second is below every row with a smaller first, and is the
+    smallest second among rows with its first (equal rows are all kept)."""
+    order = sorted(idx, key=lambda i: (vals[i][0], vals[i][1]))
+    keep, best_prev, k = [], math.inf, 0
+    while k < len(order):
+        a = vals[order[k]][0]
+        group = [i for i in order[k:] if vals[i][0] == a]
+        low = vals[group[0]][1]  # the group's smallest second objective (sorted)
+        if low < best_prev:
+            keep.extend(i for i in group if vals[i][1] == low)
+        best_prev = min(best_prev, low)
+        k += len(group)
+    return sorted(keep)
 
 
 def frontiers(df: pd.DataFrame) -> pd.DataFrame:

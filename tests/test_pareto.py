@@ -65,6 +65,16 @@ def test_candidate_metrics_hand_computed():
     assert pareto.candidate_metrics([_eval(2, "ok", 2.0, 300.0, 40.0)], wl, slos, max_load=0.8)["replicas"][0] == 4
 
 
+def test_meets_slo_checks_every_target_at_its_own_percentile():
+    wl = WorkloadStats(rate_rps=5.0, mean_input_tokens=1000, mean_output_tokens=200, max_request_tokens=4000)
+    slos = [SLOTarget("ttft", 50, 300), SLOTarget("ttft", 99, 2000), SLOTarget("tpot", 90, 50)]
+    e = _eval(2, "ok", 2.0, 250.0, 40.0)
+    e.at_capacity.update({"ttft_p50": 250.0, "ttft_p99": 1500.0, "tpot_p90": 40.0})
+    assert pareto.candidate_metrics([e], wl, slos)["meets_slo"].all()
+    e.at_capacity["ttft_p99"] = 2500.0   # the second TTFT percentile misses: the row does not meet the SLOs
+    assert not pareto.candidate_metrics([e], wl, slos)["meets_slo"].any()
+
+
 def test_more_replicas_cost_more_and_wait_less():
     from llmplan.model_catalog.loader import load_model
     from llmplan.optimizer.planner import evaluate_candidates
