@@ -247,6 +247,13 @@ class CalibratedKernelModel:
         return self._c_gated_delta_net(phase, int(batch), int(seq_len) if phase == "prefill" else 1,
                                        int(num_k_heads), int(head_k_dim), int(num_v_heads), int(head_v_dim))
 
+    def gdn(self, phase: str, batch: int, q_len: int, num_k_heads: int, num_v_heads: int, head_k_dim: int,
+            head_v_dim: int, conv_kernel: int = 4, state_dtype: str = "fp32") -> KernelTime:
+        """The step model's optional ``gdn`` operator (sim.kernels.OPTIONAL_OPS; phases
+        "context"/"generation"), answered by the measured Gated DeltaNet tables."""
+        return self.gated_delta_net("prefill" if phase == "context" else "decode", batch, q_len, num_k_heads,
+                                    head_k_dim, num_v_heads, head_v_dim)
+
     def _gated_delta_net(self, phase: str, batch: int, seq_len: int, num_k_heads: int, head_k_dim: int,
                          num_v_heads: int, head_v_dim: int) -> KernelTime:
         if batch <= 0 or seq_len <= 0 or num_v_heads <= 0:

@@ -422,9 +422,10 @@ def _median_ratio(gpu_key: str, folder: str, table: str, phase: str) -> float:
         acc: dict[tuple, float] = defaultdict(float)
         for r in rows:
             if r["backend"] == "sglang" and r["phase"] == phase:
-                acc[tuple(int(r[c]) for c in ("batch_size", "seq_len", "num_k_heads", "num_v_heads", "head_k_dim",
-                                              "head_v_dim", "d_conv"))] += float(r["latency_ms"])
-        for (b, s, nk, nv, dk, dv, dc), ms in acc.items():
+                # per model as well: the same head shape is measured for several Qwen3.5 sizes
+                acc[(r["model_name"],) + tuple(int(r[c]) for c in ("batch_size", "seq_len", "num_k_heads", "num_v_heads",
+                                                                   "head_k_dim", "head_v_dim", "d_conv"))] += float(r["latency_ms"])
+        for (_, b, s, nk, nv, dk, dv, dc), ms in acc.items():
             q = s if phase == "context" else 1
             ratios.append(k.gdn(phase, b, q, nk, nv, dk, dv, dc, "fp32").latency_ms / ms)
     else:  # glm5_dsa_attn_module: isl new tokens after `step` cached ones

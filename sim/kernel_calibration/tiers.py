@@ -219,15 +219,12 @@ def spec_mla_bmm(roof: Any, num_tokens: int, num_heads: int, dtype: str, kv_lora
 
 
 def spec_gdn(roof: Any, phase: str, batch: int, seq_len: int, k_heads: int, head_k_dim: int, v_heads: int,
-             head_v_dim: int) -> Any:
-    """Specification roofline of a Gated DeltaNet layer's token mixing."""
-    from llmplan.sim.kernel_calibration.features import PY, gdn
-    from llmplan.sim.kernels import ATTN_PREFILL_ETA, MEM_ETA
-
-    gf = GPUFeatures.from_spec(roof.gpu)
-    phys = gdn(batch, seq_len, batch * seq_len, max(k_heads, 1), head_k_dim, v_heads, head_v_dim,
-               phase == "decode", gf.peak("bf16"), gf, PY)
-    return roof._roof(phys.flops, phys.nbytes, "bf16", ATTN_PREFILL_ETA, MEM_ETA)
+             head_v_dim: int, conv_kernel: int = 4) -> Any:
+    """Specification tier of a Gated DeltaNet layer's token mixing: the roofline model's own
+    ``gdn`` (``roof``: a RooflineKernelModel; one implementation, constants documented there).
+    ``phase`` is "prefill" or "decode"."""
+    return roof.gdn("context" if phase == "prefill" else "generation", batch, seq_len if phase == "prefill" else 1,
+                    max(k_heads, 1), v_heads, head_k_dim, head_v_dim, conv_kernel)
 
 
 def _a2a_nearest(own: GPUCollectives, row: dict[str, Any], n: int) -> tuple[float, bool] | None:
