@@ -305,3 +305,22 @@ def test_stale_profile_is_noted(tmp_path):
     cal, _ = sr.resolve_calibration(None)
     if cal != "spec":
         assert "refit" in ef.staleness_note(str(p), None)
+
+
+def test_holdout_scores_only_the_held_out_deployments(tmp_path):
+    src = tmp_path / "runs.csv"
+    rows = [row(id=str(i), isl=isl, osl=16, batch_size=n, silicon_data_source=f"silicon_concurrency={n}")
+            for i, (isl, n) in enumerate((isl, n) for isl in (128, 256, 512, 1024) for n in (2, 4))]
+    pd.DataFrame(rows).to_csv(src, index=False)
+    prof, out = tmp_path / "p.json", tmp_path / "pred.csv"
+    common = ["--calibration", "spec", "--no-progress", "--workers", "1", "--waves", "2", "--jitter-grid", "0"]
+    assert vs.main(["--measurements", str(src), "--fit-engines", "--fit-out", str(prof)] + common) == 0
+    assert vs.main(["--measurements", str(src), "--engine-profiles", str(prof), "--holdout", "--out", str(out)]
+                   + common) == 0
+    df = pd.read_csv(out)
+    halves = [ef.deployment_half(sr.deployment_key(r), 0) for r in df.to_dict("records")]
+    for h, status in zip(halves, df["status"]):
+        assert status.startswith("train") == (h == 0) and (status == sr.SIMULATED) == (h == 1)
+    # a deployment's two concurrencies share a half; both halves are used
+    assert all(halves[2 * k] == halves[2 * k + 1] for k in range(4)) and set(halves) == {0, 1}
+    assert vs.main(["--measurements", str(src), "--engine-profiles", "none", "--holdout"] + common) == 2
