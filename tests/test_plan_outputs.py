@@ -159,3 +159,18 @@ def test_missing_profile_names_the_key(tmp_path):
     with pytest.raises(UserError) as exc:
         run_plan(compose("plan", SMALL + [f"day.profile={tmp_path / 'nope.csv'}"]), tmp_path)
     assert exc.value.key == "day.profile"
+
+
+def test_checkpoint_no_gpu_can_serve_is_refused(tmp_path):
+    from llmplan.errors import UserError
+
+    with pytest.raises(UserError) as exc:
+        run_plan(compose("plan", ["model=nvidia/Llama-3.1-8B-Instruct-FP8", "gpu=a100_sxm", "search=fast"]), tmp_path)
+    assert exc.value.key == "gpu.candidates" and "fp8" in str(exc.value)
+
+
+def test_fp8_checkpoint_drops_bf16_with_a_note(tmp_path):
+    code, d = _plan(tmp_path, ["model=nvidia/Llama-3.1-8B-Instruct-FP8"])
+    assert code == EXIT_OK
+    assert {p.split()[0] for p in _ok_precisions(tmp_path)} == {"fp8"}
+    assert any("bf16 left out" in n for n in d["notes"])

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from llmplan.cli import hydra_app
-from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK
+from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, UserError
 from llmplan.progress import make_console, stage_progress
 from llmplan.cli.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
@@ -49,7 +49,19 @@ def checkpoint_precisions(model, requested: list[str]) -> tuple[list[str], list[
         return [ckpt], ([f"{model.hf_id} is a {ckpt} checkpoint: only {ckpt} weights are searched "
                          f"(search.precision {', '.join(other)} left out)"] if other else [])
     why = checkpoint_precision_note(model, other[0])
-    return [ckpt], [f"search.precision={requested}: {why}; planned at {ckpt}, the checkpoint's format"]
+    return [ckpt], [f"search.precision=[{', '.join(requested)}]: {why}; planned at {ckpt}, the checkpoint's format"]
+
+
+def check_checkpoint_servable(model, res, gpu_keys: list[str]) -> None:
+    """A quantized checkpoint that no candidate GPU type can serve in its format is refused
+    (exit 2): planning it at another precision would answer for another checkpoint."""
+    if model.quant is None or not res.evaluations or any(e.verdict != "precision" for e in res.evaluations):
+        return
+    ckpt = model.quant.precision
+    raise UserError(f"{model.hf_id} ships {model.quant.main.name} ({ckpt}) weights and none of the GPU types "
+                    f"{', '.join(gpu_keys)} serves {ckpt}: {res.evaluations[0].reason}", key="gpu.candidates",
+                    fix=f"choose GPU types with {ckpt} support (see `llmplan catalog gpus`), or a bf16 checkpoint "
+                        "of the model")
 
 
 def plan_from_app(app, console: Console, show_progress: bool = True):
@@ -73,6 +85,7 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
         res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                    app.calibration, progress, verifier)
         res.notes[:0] = notes
+        check_checkpoint_servable(model, res, [g.key for g in gpus])
         if res.selection.feasible and space.finalists > 0:
             from llmplan.optimizer.verify import simulate_selection
 
