@@ -123,6 +123,24 @@ def profile_from_table(t_start_s: Sequence[float], rate_rps: Sequence[float], ho
     return _check_profile(LoadProfile(tuple(starts), tuple(e - s for s, e in zip(starts, ends)), tuple(rates), "table"), key)
 
 
+#: load profiles shipped with llmplan (``day.profile=diurnal_24h`` names diurnal_24h.csv here)
+SHIPPED_PROFILES = Path(__file__).resolve().parent / "day_profiles"
+
+
+def shipped_profiles() -> list[str]:
+    return sorted(p.stem for p in SHIPPED_PROFILES.glob("*.csv"))
+
+
+def resolve_profile(text: str) -> Path:
+    """``day.profile`` as a path (relative to the working directory), else the name of a
+    shipped profile (with or without ``.csv``); a missing file is named by read_profile_csv."""
+    p = Path(text)
+    if p.exists() or p.is_absolute() or len(p.parts) > 1:
+        return p
+    shipped = SHIPPED_PROFILES / (p.name if p.suffix == ".csv" else f"{p.name}.csv")
+    return shipped if shipped.exists() else p
+
+
 def read_profile_csv(path: Path, horizon_s: float | None = None, key: str = "day.profile") -> LoadProfile:
     """A CSV with header columns ``t_start_s`` and ``rate_rps`` (others ignored)."""
     path = Path(path)
@@ -130,7 +148,8 @@ def read_profile_csv(path: Path, horizon_s: float | None = None, key: str = "day
         with path.open(newline="") as fh:
             rows = list(csv.DictReader(fh))
     except OSError as err:
-        raise UserError(f"cannot read {path.name}: {err.strerror}", key=key, fix="give an existing CSV file") from None
+        raise UserError(f"cannot read {path.name}: {err.strerror}", key=key,
+                        fix="give an existing CSV file or a shipped profile: " + ", ".join(shipped_profiles())) from None
     if not rows or not {"t_start_s", "rate_rps"} <= set(rows[0]):
         raise UserError(f"{path.name} needs the columns t_start_s and rate_rps", key=key, fix="add a header line: t_start_s,rate_rps")
     try:

@@ -14,7 +14,7 @@ from llmplan.cli.resolve import to_app
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, ConfigError
 from llmplan.optimizer import pareto
 from llmplan.optimizer.types import SLOTarget
-from llmplan.paths import conf_dir
+from llmplan.optimizer.day_plan import SHIPPED_PROFILES
 from llmplan.progress import make_console
 
 SMALL = ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast"]
@@ -129,9 +129,9 @@ def test_bf16_checkpoint_keeps_the_requested_precisions(tmp_path):
 
 def test_day_profile_plans_replicas_per_interval(tmp_path):
     tiers = "day.price_tiers={h100_sxm: {reserved_usd_per_gpu_hour: 2.6, spot_usd_per_gpu_hour: 2.0, spot_interruption_rate: 0.05}}"
-    code, d = _plan(tmp_path, ["day.profile=conf/day/diurnal_24h.csv", "day.scale_up_s=600", tiers])
+    code, d = _plan(tmp_path, ["day.profile=diurnal_24h", "day.scale_up_s=600", tiers])
     assert code == EXIT_OK
-    profile = list(csv.DictReader((conf_dir() / "day" / "diurnal_24h.csv").open()))
+    profile = list(csv.DictReader((SHIPPED_PROFILES / "diurnal_24h.csv").open()))
     rows = list(csv.DictReader((tmp_path / "day.csv").open()))
     assert len(rows) == len(profile) == d["day"]["intervals"] == 24
     for p, r in zip(profile, rows):

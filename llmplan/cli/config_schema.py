@@ -161,40 +161,7 @@ class EnergyConfig:
 class DayConfig:
     """A day of traffic (optimizer/day_plan.py, docs/AUTOSCALING.md); off while profile is null."""
 
-    # CSV with columns t_start_s,rate_rps (e.g. conf/day/diurnal_24h.csv); null = no day plan
-    profile: Optional[str] = None
-    # seconds a new replica takes to start serving (it is paid from then)
-    scale_up_s: float = 300.0
-    # replicas kept serving in every interval
-    min_replicas: int = 1
-    # per GPU type tier prices in $/GPU-hour, e.g. {h100_sxm: {reserved_usd_per_gpu_hour: 2.2,
-    # spot_usd_per_gpu_hour: 1.9, spot_interruption_rate: 0.05}}; absent = catalog on-demand only
-    price_tiers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-
-
-@dataclass
-class ReportConfig:
-    """Extra files of `plan` beyond plan.json/candidates.csv (docs/REPORT.md)."""
-
-    # write report.html (self-contained) and the PNG plots (pareto.png, day.png) it embeds
-    html: bool = False
-
-
-@dataclass
-class EnergyConfig:
-    """Energy of the chosen deployment (optimizer/energy.py, docs/ENERGY.md)."""
-
-    # power usage effectiveness of the facility (>= 1): facility power = PUE x GPU power
-    pue: float = 1.0
-    # electricity price in $/kWh; null = energy is reported without a cost
-    usd_per_kwh: Optional[float] = None
-
-
-@dataclass
-class DayConfig:
-    """A day of traffic (optimizer/day_plan.py, docs/AUTOSCALING.md); off while profile is null."""
-
-    # CSV with columns t_start_s,rate_rps (e.g. conf/day/diurnal_24h.csv); null = no day plan
+    # CSV with columns t_start_s,rate_rps (or a shipped profile: diurnal_24h); null = no day plan
     profile: Optional[str] = None
     # seconds a new replica takes to start serving (it is paid from then)
     scale_up_s: float = 300.0
@@ -250,9 +217,6 @@ class AppConfig:
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
-    energy: EnergyConfig = field(default_factory=EnergyConfig)
-    day: DayConfig = field(default_factory=DayConfig)
-    report: ReportConfig = field(default_factory=ReportConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
     energy: EnergyConfig = field(default_factory=EnergyConfig)
     day: DayConfig = field(default_factory=DayConfig)

@@ -14,7 +14,6 @@ from pathlib import Path
 from rich.console import Console
 
 from llmplan.errors import ConfigError
-from llmplan.paths import conf_dir
 from llmplan.optimizer.day_plan import DayInfeasible
 
 
@@ -71,25 +70,13 @@ def pareto_block(res, app, model, out: Path, png: bool) -> dict:
             "frontiers": sorted(set(front["frontier"])) if len(front) else []}
 
 
-def profile_path(text: str) -> Path:
-    """``day.profile`` as given (relative to the working directory), else the shipped profiles:
-    ``day/diurnal_24h.csv`` or ``conf/day/diurnal_24h.csv`` name conf/day/diurnal_24h.csv."""
-    p = Path(text)
-    if p.exists() or p.is_absolute():
-        return p
-    for cand in (conf_dir() / p, conf_dir() / Path(*p.parts[1:]) if p.parts[:1] == ("conf",) else None):
-        if cand is not None and cand.exists():
-            return cand
-    return p  # read_profile_csv names the missing file
-
-
 def day_block(res, app, out: Path, png: bool) -> dict | None:
     """Replicas per interval over ``day.profile`` (raises day_plan.DayInfeasible: exit 3)."""
     from llmplan.optimizer import day_plan, price_tiers
 
     if not app.day.profile:
         return None
-    profile = day_plan.read_profile_csv(profile_path(str(app.day.profile)), key="day.profile")
+    profile = day_plan.read_profile_csv(day_plan.resolve_profile(str(app.day.profile)), key="day.profile")
     ok = [e for e in res.evaluations if e.verdict == "ok"]
     cands = day_plan.candidates_from_evaluations(ok)
     defaults = {c.gpu: c.usd_per_gpu_hour for c in cands}
