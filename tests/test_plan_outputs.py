@@ -64,6 +64,9 @@ def test_default_style_plan_writes_every_output(tmp_path):
     assert f"{d['total_usd_per_hour']:.2f}" in html
     assert "data:image/png;base64," in html and "<script src=" not in html
     assert (tmp_path / "pareto.png").is_file()
+    for section in ("answer", "frontier", "energy", "artifacts"):
+        assert f"<section id='{section}'" in html
+    assert "vllm serve" in html  # the launch command is in the page
 
 
 def test_default_plan_draws_no_png_without_the_flag(tmp_path):
@@ -142,6 +145,13 @@ def test_day_profile_plans_replicas_per_interval(tmp_path):
     assert day["cost_usd"] == pytest.approx(sum(float(r["cost_usd"]) for r in rows), rel=1e-4)
     assert day["cost_usd"] <= day["static_peak_cost_usd"] + 1e-6
     assert day["peak_rps"] == max(float(p["rate_rps"]) for p in profile)
+    assert day["saving_usd"] > 0  # the trough needs fewer replicas than the peak
+
+
+def test_day_profile_goes_into_the_report(tmp_path):
+    code, d = _plan(tmp_path, ["day.profile=diurnal_24h", "report.html=true"])
+    assert code == EXIT_OK and (tmp_path / "day.png").is_file()
+    assert "<section id='day'" in (tmp_path / "report.html").read_text()
 
 
 def test_day_that_cannot_be_served_exits_3(tmp_path, capsys):
