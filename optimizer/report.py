@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llmplan.optimizer.planner import PlanResult
@@ -259,10 +260,10 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     if sel.feasible and any(a.bands for a in sel.allocations):
         console.print("[dim]± = p90 error of the step time from held-out kernel residuals of the calibration tier "
                       "(docs/ACCURACY.md)[/dim]")
-    for note in res.notes:
+    for note in res.notes:  # notes are plain text: escape "[...]" (lists) from rich markup
         if note.startswith("WARNING: "):
-            console.print(f"[bold red]warning:[/bold red] {note[len('WARNING: '):]}")
+            console.print(f"[bold red]warning:[/bold red] {escape(note[len('WARNING: '):])}")
         else:
-            console.print(f"[yellow]note:[/yellow] {note}")
+            console.print(f"[yellow]note:[/yellow] {escape(note)}")
     if out_dir is not None:
         console.print(f"Wrote {out_dir / 'plan.json'} and {out_dir / 'candidates.csv'}")

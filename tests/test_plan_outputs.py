@@ -122,6 +122,7 @@ def test_asking_a_checkpoint_for_another_precision_prints_the_note(tmp_path, cap
     assert {x["precision"].split()[0] for x in d["deployments"]} == {"fp4"}
     note = next(n for n in d["notes"] if "search.precision" in n)
     assert "openai/gpt-oss-120b" in note and "mxfp4" in note
+    assert "search.precision=[fp8]" in " ".join(capsys.readouterr().out.split())  # printed as text, not markup
 
 
 def test_bf16_checkpoint_keeps_the_requested_precisions(tmp_path):
