@@ -11,7 +11,7 @@
   ``(1 - rate) x n`` replicas of capacity; spot is sized with that headroom.
 
 Prices are $/GPU-hour; a replica of ``g`` GPUs costs ``g`` times that. Public list prices
-with their sources are in ``/work/shared/reference/prices.csv`` (e.g. Hyperstack H100 SXM
+with their sources are in ``../shared/reference/prices.csv`` (e.g. Hyperstack H100 SXM
 on-demand $3.20, reserved-from $2.72, read 2026-08-26; CoreWeave HGX H100 on-demand
 $49.24/instance-h, spot $19.71/instance-h, read 2026-09-20). They move: every tier is
 set from config, and ``source`` travels into the report.

@@ -133,7 +133,8 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
             owner.append(ai)
     n = max(FINAL_REQUESTS, num_requests, 150 * len(reps))
     spec = replace(wl_spec, rate_rps=res.workload.rate_rps, num_requests=n)
-    r = simulate_serving(spec, reps, router="least_outstanding", seed=seed, slo=thresholds(slos))
+    # steady_state: warm-up and drain excluded, the run lengthened as the output length and load need
+    r = simulate_serving(spec, reps, router="least_outstanding", seed=seed, slo=thresholds(slos), steady_state=True)
     df = r.requests
     done = df[df["measured"] & df["finished"]]
     owner_arr = np.asarray(owner)
@@ -164,6 +165,7 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
         "targets": per_target,
         "ttft_ms": {k: s.get(f"ttft_ms_{k}") for k in ("mean", "p50", "p90", "p99")},
         "tpot_ms": {k: s.get(f"tpot_ms_{k}") for k in ("mean", "p50", "p90", "p99")},
+        "window": s.get("window"),
     }
     missed = [f"{k}: {v['simulated_ms']} ms" for k, v in per_target.items() if not v["met"]]
     missed += [f"{a.evaluation.candidate.name} {t.label}: {a.simulated['targets'][t.key]} ms" for a in sel.allocations
