@@ -15,6 +15,7 @@ from rich.table import Table
 from llmplan.optimizer.planner import PlanResult
 from llmplan.optimizer.slo_check import binding_target, worst_miss
 from llmplan.optimizer.types import Allocation, Evaluation, Selection
+from llmplan.sim.serving_bands import served_bands
 
 REJECT_ORDER = ("memory", "parallelism", "precision", "slo", "availability")
 
@@ -148,6 +149,8 @@ def candidates_frame(evals: list[Evaluation]) -> pd.DataFrame:
 def write(res: PlanResult, out_dir: Path, context: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     d = plan_dict(res, context)
+    if res.selection.feasible and context.get("engine"):
+        d["served_band"] = served_bands(context["engine"], (d.get("verification") or {}).get("deployment_simulation"))
     (out_dir / "plan.json").write_text(json.dumps(d, indent=2, sort_keys=False) + "\n")
     candidates_frame(res.evaluations).to_csv(out_dir / "candidates.csv", index=False, float_format="%.6g")
     return d
@@ -260,6 +263,12 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     if sel.feasible and any(a.bands for a in sel.allocations):
         console.print("[dim]± = p90 error of the step time from held-out kernel residuals of the calibration tier "
                       "(docs/ACCURACY.md)[/dim]")
+    sb = d.get("served_band") or {}
+    parts = [f"{m.upper()} mean {v['mean_ms_low']:.1f}-{v['mean_ms_high']:.1f} ms (x{v['factor_low']:.2f}-x{v['factor_high']:.2f})"
+             for m, v in sb.items() if v and v.get("mean_ms_low") is not None]
+    if parts:
+        console.print(f"Served-latency p90 band ({d.get('engine')}, from held-out served runs; docs/ACCURACY.md): "
+                      + ", ".join(parts))
     for note in res.notes:  # notes are plain text: escape "[...]" (lists) from rich markup
         if note.startswith("WARNING: "):
             console.print(f"[bold red]warning:[/bold red] {escape(note[len('WARNING: '):])}")

@@ -44,3 +44,22 @@ def served_band(engine: str, metric: str) -> ServedBand | None:
         return None
     return ServedBand(engine, metric, float(b["lo"]), float(b["hi"]), float(b.get("level", 0.9)),
                       b.get("cross_fold_coverage"), int(b.get("rows", 0)))
+
+
+def served_bands(engine: str, simulation: dict | None) -> dict:
+    """The served-latency p90 bands of ``engine`` (measured on held-out served runs,
+    :func:`served_band`) applied to a simulation summary's mean TTFT/TPOT (``{"ttft_ms": {"mean": ...}, ...}``).
+    An engine without a fitted band is reported as such, never invented."""
+    out = {}
+    for metric in ("ttft", "tpot"):
+        b = served_band(engine, metric)
+        if b is None:
+            out[metric] = None
+            continue
+        mean = ((simulation or {}).get(f"{metric}_ms") or {}).get("mean")
+        lo_hi = b.apply(mean) if mean is not None else None
+        out[metric] = {"factor_low": b.lo, "factor_high": b.hi, "level": b.level, "coverage": b.coverage,
+                       "rows": b.rows, "simulated_mean_ms": mean,
+                       "mean_ms_low": None if lo_hi is None else round(lo_hi[0], 3),
+                       "mean_ms_high": None if lo_hi is None else round(lo_hi[1], 3)}
+    return out

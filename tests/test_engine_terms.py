@@ -120,3 +120,15 @@ def test_band_is_widened_until_held_out_coverage_reaches_85_percent():
     bands = engine_bands(a, b)
     assert bands["ttft"]["level"] > 0.9 and bands["ttft"]["cross_fold_coverage"] >= TARGET_LOW
     assert bands["tpot"]["level"] == 0.9          # same spread: the 90% interval is right
+
+
+def test_served_bands_apply_to_a_simulated_mean_and_never_invent_one():
+    from llmplan.sim.serving_bands import served_band, served_bands
+
+    b = served_band("vllm", "ttft")
+    assert b is not None and b.lo < 1.0 < b.hi and 0.85 <= b.coverage <= 0.95
+    out = served_bands("vllm", {"ttft_ms": {"mean": 100.0}, "tpot_ms": {"mean": 20.0}})
+    assert out["ttft"]["mean_ms_low"] == pytest.approx(100.0 * b.lo, abs=1e-3)
+    assert out["ttft"]["mean_ms_high"] == pytest.approx(100.0 * b.hi, abs=1e-3)
+    assert served_bands("no_such_engine", {"ttft_ms": {"mean": 1.0}}) == {"ttft": None, "tpot": None}
+    assert served_bands("vllm", None)["tpot"]["mean_ms_low"] is None

@@ -137,6 +137,9 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
             if b.extrapolated:
                 notes.append(f"{name} step: kernel queries outside the calibrated shape range: {', '.join(b.extrapolated)}")
     summary["error_band"] = bands
+    from llmplan.sim.serving_bands import served_bands
+
+    summary["served_band"] = served_bands(app.engine.name, summary)
     summary["notes"] = notes + summary.get("notes", [])
     summary["experiment"] = experiment_result(app, summary)
     out = out_dir or _output_dir()
@@ -147,6 +150,11 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     for name, b in bands.items():
         console.print(f"{name.upper()} step-time error band ({b['tier']} tier, held-out kernel residuals): "
                       f"median ±{b['p50_pct']:.1f}%, p90 ±{b['p90_pct']:.1f}%")
+    parts = [f"{m.upper()} mean {v['mean_ms_low']:.1f}-{v['mean_ms_high']:.1f} ms (x{v['factor_low']:.2f}-x{v['factor_high']:.2f})"
+             for m, v in summary["served_band"].items() if v and v.get("mean_ms_low") is not None]
+    if parts:
+        console.print(f"Served-latency p90 band ({app.engine.name}, from held-out served runs; docs/ACCURACY.md): "
+                      + ", ".join(parts))
     console.print(breakdown_table(f"Prefill step ({prefill_shape.prefill_tokens} tokens)", step, prefill_shape))
     console.print(breakdown_table(f"Decode step ({decode_shape.decode_seqs} sequences)", step, decode_shape))
     render_tail(console, summary, out, extra_files, t0)
