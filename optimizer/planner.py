@@ -38,6 +38,7 @@ class SearchSpace:
     verify_requests: int = 600
     alternatives: int = 4
     max_load: float = 0.95
+    uniform: bool = False  # one GPU type and one parallel shape for the whole deployment
 
 
 @dataclass
@@ -50,6 +51,8 @@ class PlanResult:
     verification: dict = field(default_factory=dict)   # filled by optimizer.verify
     notes: list[str] = field(default_factory=list)
     diagnosis: Diagnosis | None = None                  # when infeasible: the cause and the closest candidate
+    uniform: bool = False                               # search.uniform: one candidate for the whole deployment
+    fleet: dict | None = None                           # fleet mode: the maximum rate a given fleet sustains
 
 
 def check_space(space: SearchSpace) -> None:
@@ -67,6 +70,8 @@ def check_space(space: SearchSpace) -> None:
         v = getattr(space, name)
         if not isinstance(v, int) or v < low:
             raise UserError(f"must be an integer >= {low}, got {v!r}", key=f"search.{name}", fix=fixes[name])
+    if not isinstance(space.uniform, bool):
+        raise UserError(f"must be true or false, got {space.uniform!r}", key="search.uniform", fix="search.uniform=true")
     if not 0 < space.max_load <= 1:
         raise UserError(f"must be in (0, 1], got {space.max_load}", key="search.max_load", fix="e.g. 0.95")
 
@@ -156,7 +161,7 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
 
         verification["finalists"] = verifier(pick_finalists(evals, space.finalists))
         verification["correction"] = correct_unverified(evals)
-    sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
+    sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load, space.uniform)
     for _ in range(3 if verifier is not None else 0):
         # the ILP may pick a candidate the simulator has not checked: verify it and re-solve
         unverified = [a.evaluation for a in sel.allocations if a.evaluation.sim_capacity_rps is None]
@@ -164,16 +169,17 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
             break
         verification["finalists"].update(verifier(unverified))
         verification["correction"] = correct_unverified(evals)
-        sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
+        sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load, space.uniform)
     operating_points(sel, wl.rate_rps, slos)
-    alts = alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives, space.max_load) if sel.feasible else []
+    alts = (alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives, space.max_load,
+                         space.uniform) if sel.feasible else [])
     diagnosis = None
     if not sel.feasible:
         diagnosis = diagnose(evals, slos, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
         sel.binding = f"{diagnosis.cause}: {diagnosis.message}"
     for s in alts:
         operating_points(s, wl.rate_rps, slos)
-    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis)
+    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform)
 
 
 def correct_unverified(evals: list[Evaluation]) -> dict[str, float]:

@@ -109,6 +109,7 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
     sel = res.selection
     d = selection_dict(sel, res)
     d.update({
+        "uniform": res.uniform,
         "binding_constraint": sel.binding or None,
         "infeasible": res.diagnosis.as_dict() if res.diagnosis else None,
         "slo": [{"metric": s.metric, "percentile": s.percentile, "limit_ms": s.limit_ms} for s in res.slos],
@@ -233,7 +234,7 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     if sel.feasible:
         band = d["error_band"]
         console.print(_deploy_table(
-            f"Cheapest deployment: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
+            f"Cheapest {'uniform ' if res.uniform else ''}deployment: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
             f"at {HOURS_PER_MONTH:g} h), {sel.total_gpus} GPUs, "
             f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
         if band["wide"]:

@@ -7,6 +7,10 @@
 
 Mixing GPU types is allowed (Melange-style); the router sends each replica a share of
 traffic proportional to its capacity. Solved with PuLP/CBC, deterministic.
+
+uniform=True (search.uniform) adds one binary y_c per candidate, n_c <= max_replicas * y_c and
+sum_c y_c = 1: the whole deployment is integer replicas of ONE candidate (one GPU type, one
+parallel shape), for teams that cannot run a mix.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def prune(evals: list[Evaluation], per_gpu: int = 16) -> list[Evaluation]:
 
 
 def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | None = None,
-          max_replicas: int = 256, max_load: float = 1.0) -> Selection:
+          max_replicas: int = 256, max_load: float = 1.0, uniform: bool = False) -> Selection:
     max_gpus = max_gpus or {}
     pool = prune(evals)
     if not pool:
@@ -56,6 +60,11 @@ def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | N
     # any traffic needs a replica: a tiny rate (1e-9 req/s) is within the solver's feasibility
     # tolerance of 0 and would otherwise be "served" by no GPU at all
     prob += pulp.lpSum(n.values()) >= 1, "at_least_one_replica"
+    if uniform:
+        y = {name: prob.add_variable(f"y{name}", cat="Binary") for name in names}
+        for name in names:
+            prob += n[name] <= max_replicas * y[name], f"one_shape_{name}"
+        prob += pulp.lpSum(y.values()) == 1, "uniform"
     for key, limit in sorted(max_gpus.items()):
         members = [(nm, e) for nm, e in zip(names, pool) if e.candidate.gpu.key == key]
         if members:
@@ -75,7 +84,7 @@ def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | N
 
 
 def alternatives(evals: list[Evaluation], rate_rps: float, chosen: Selection, max_gpus: dict[str, int] | None,
-                 max_replicas: int, limit: int, max_load: float = 1.0) -> list[Selection]:
+                 max_replicas: int, limit: int, max_load: float = 1.0, uniform: bool = False) -> list[Selection]:
     """Runner-ups: the cheapest single-GPU-type plan for each type, then other replica shapes."""
     out: list[Selection] = []
 
@@ -86,14 +95,15 @@ def alternatives(evals: list[Evaluation], rate_rps: float, chosen: Selection, ma
 
     types = sorted({e.candidate.gpu.key for e in evals if e.verdict == "ok" and e.effective_capacity_rps > 0})
     for key in types:
-        sel = solve([e for e in evals if e.candidate.gpu.key == key], rate_rps, max_gpus, max_replicas, max_load)
+        sel = solve([e for e in evals if e.candidate.gpu.key == key], rate_rps, max_gpus, max_replicas, max_load,
+                    uniform)
         if sel.feasible and shape(sel) != shape(chosen):
             out.append(sel)
     # next-best shapes of the chosen GPU types, excluding the chosen shapes
     chosen_shapes = {(a.evaluation.candidate.gpu.key, a.evaluation.candidate.par, a.evaluation.candidate.prec.weights)
                      for a in chosen.allocations}
     rest = [e for e in evals if (e.candidate.gpu.key, e.candidate.par, e.candidate.prec.weights) not in chosen_shapes]
-    sel = solve(rest, rate_rps, max_gpus, max_replicas, max_load)
+    sel = solve(rest, rate_rps, max_gpus, max_replicas, max_load, uniform)
     if sel.feasible and all(shape(s) != shape(sel) for s in out):
         out.append(sel)
     out.sort(key=lambda s: (s.total_usd_per_hour, s.total_gpus))
