@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -158,35 +159,49 @@ def write(res: PlanResult, out_dir: Path, context: dict) -> dict:
 
 
 def _latency_cell(a: Allocation, metric: str, slos, several: bool) -> str:
-    fig, src, an = headline(a, metric, slos)
+    """The headline figure of the binding target (simulated where simulated); '*' marks an analytical one."""
+    fig, src, _ = headline(a, metric, slos)
     key = _binding_key(a, metric, slos)
     if key is None:
         return "-"
     digits = 0 if metric == "ttft" else 1
     txt = (f"{key.split('_')[1]}: " if several else "") + (f"{fig:.{digits}f}" if math.isfinite(fig) else "unstable")
-    if src == "simulated":
-        txt += f" (analytical {an:.{digits}f})" if math.isfinite(an) else " (analytical: unstable)"
-    else:
-        txt += " (analytical)"
-    band = a.bands.get(metric)
-    return txt + (f" ±{band['p90_pct']:.0f}%" if band else "")
+    return txt + ("" if src == "simulated" else "*")
+
+
+def _analytical_line(a: Allocation, slos) -> str:
+    """The analytical figures and p90 error bands of one deployment row (the table's second line)."""
+    parts = []
+    for metric in ("ttft", "tpot"):
+        _, src, an = headline(a, metric, slos)
+        key = _binding_key(a, metric, slos)
+        if key is None:
+            continue
+        digits = 0 if metric == "ttft" else 1
+        txt = f"{key.split('_')[0].upper()} {key.split('_')[1]} " + (f"{an:.{digits}f} ms" if math.isfinite(an) else "unstable")
+        band = a.bands.get(metric)
+        parts.append(txt + (f" ±{band['p90_pct']:.0f}%" if band else ""))
+    return f"{a.evaluation.candidate.name}: analytical " + ", ".join(parts)
 
 
 def _deploy_table(title: str, sel: Selection, res: PlanResult) -> Table:
+    """Fits 100 columns: no vertical rules, two-line headers, the simulated figure only (analytical
+    figures and bands are printed under the table by `_analytical_line`)."""
     heads = {}
     for metric in ("ttft", "tpot"):
         mine = [s for s in res.slos if s.metric == metric]
-        heads[metric] = (f"{metric.upper()} p{mine[0].percentile:g} ms" if len(mine) == 1
-                         else f"{metric.upper()} ms (binding target)" if mine else f"{metric.upper()} ms")
-    t = Table(title=title, title_justify="left", show_lines=False)
-    for col in ("GPU", "replicas", "GPUs", "TP/PP/EP", "precision", "batch", "$/h", "load rps/replica",
+        heads[metric] = (f"{metric.upper()}\np{mine[0].percentile:g} ms" if len(mine) == 1
+                         else f"{metric.upper()} ms\n(binding)" if mine else f"{metric.upper()}\nms")
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)
+    for col in ("GPU", "reps", "GPUs", "TP/PP/EP", "weights\n/kv", "batch", "$/h", "load\nrps/rep",
                 heads["ttft"], heads["tpot"], "tier"):
-        t.add_column(col, justify="right" if col not in ("GPU", "precision", "tier") else "left")
+        t.add_column(col, justify="right" if col not in ("GPU", "weights\n/kv", "tier") else "left", no_wrap=True)
     for a in sel.allocations:
         c = a.evaluation.candidate
         cells = [_latency_cell(a, m, res.slos, sum(s.metric == m for s in res.slos) > 1) for m in ("ttft", "tpot")]
         t.add_row(c.gpu.key, str(a.replicas), str(a.replicas * c.gpus_per_replica),
-                  f"{c.par.tp}/{c.par.pp}/{c.par.ep}", f"{c.precision_label} kv:{c.prec.kv_cache}", str(c.max_num_seqs),
+                  f"{c.par.tp}/{c.par.pp}/{c.par.ep}", f"{c.precision_label}/{c.prec.kv_cache}", str(c.max_num_seqs),
                   f"{a.replicas * c.usd_per_replica_hour:.2f}", f"{a.share_rps:.2f}", *cells, a.evaluation.tier)
     return t
 
@@ -242,7 +257,11 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
                           f"±{band['max_p90_pct']:.0f}% ({band['tier']} calibration tier), wider than "
                           f"±{WIDE_BAND_PCT:.0f}%: its cost and latencies are indicative only")
         if not any(a.simulated for a in sel.allocations):
-            console.print("[dim]latencies are analytical estimates (not simulated: search.finalists=0)[/dim]")
+            console.print("[dim]* = analytical estimate (not simulated: search.finalists=0)[/dim]")
+        elif not all(a.simulated for a in sel.allocations):
+            console.print("[dim]* = analytical estimate (this row was not simulated)[/dim]")
+        for a in sel.allocations:
+            console.print(f"[dim]  {escape(_analytical_line(a, res.slos))}[/dim]")
         if any(a.evaluation.candidate.weight_only for a in sel.allocations):
             console.print("[dim](w4a16) = the 4-bit weights run weight-only on this GPU (dequantised to bf16 in "
                           "the GEMM, bf16 tensor-core throughput): no 4-bit tensor-core path[/dim]")
