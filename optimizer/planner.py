@@ -136,10 +136,8 @@ def _tier(step) -> str:
     return getattr(step.kernels, "tier", "spec")
 
 
-def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,
-         slos: list[SLOTarget], space: SearchSpace, max_gpus: dict[str, int], calibration: str | None,
-         progress: Progress | None = None,
-         verifier: Callable[[list[Evaluation]], dict] | None = None) -> PlanResult:
+def check_inputs(space: SearchSpace, wl: WorkloadStats, slos: list[SLOTarget], gpus: list) -> None:
+    """Refuse a plan with nothing to plan for (UserError names the key)."""
     check_space(space)
     if not wl.rate_rps > 0:
         raise UserError(f"the rate to plan for must be > 0, got {wl.rate_rps}", key="workload.rate_rps")
@@ -147,9 +145,35 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
         raise UserError("no SLO target set", key="slo", fix="set e.g. slo.ttft_p90_ms=1000 slo.tpot_p90_ms=50")
     if not gpus:
         raise UserError("no candidate GPU type", key="gpu", fix="e.g. gpu=h100_sxm or gpu=all")
+
+
+def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,
+         slos: list[SLOTarget], space: SearchSpace, max_gpus: dict[str, int], calibration: str | None,
+         progress: Progress | None = None,
+         verifier: Callable[[list[Evaluation]], dict] | None = None) -> PlanResult:
+    check_inputs(space, wl, slos, gpus)
     for key, limit in sorted(max_gpus.items()):
         if not isinstance(limit, int) or limit < 0:
             raise UserError(f"must be an integer >= 0, got {limit!r}", key=f"gpu.max_gpus.{key}")
+    evals, verification = screen(model, gpus, engine, wl, slos, space, calibration, progress, verifier)
+    sel = select_verified(lambda: solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load,
+                                        space.uniform), evals, verification, verifier)
+    operating_points(sel, wl.rate_rps, slos)
+    alts = (alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives, space.max_load,
+                         space.uniform) if sel.feasible else [])
+    diagnosis = None
+    if not sel.feasible:
+        diagnosis = diagnose(evals, slos, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
+        sel.binding = f"{diagnosis.cause}: {diagnosis.message}"
+    for s in alts:
+        operating_points(s, wl.rate_rps, slos)
+    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform)
+
+
+def screen(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,
+           slos: list[SLOTarget], space: SearchSpace, calibration: str | None, progress: Progress | None = None,
+           verifier: Callable[[list[Evaluation]], dict] | None = None) -> tuple[list[Evaluation], dict]:
+    """Enumerate, screen analytically and (with a verifier) simulate the finalists. Returns (evaluations, verification)."""
     cands, rejected = enumerate_candidates(model, gpus, space.tp, space.pp, space.ep, space.precision,
                                            space.max_batch, space.kv_cache_dtype)
     evals = [Evaluation(c, verdict, reason) for c, verdict, reason in rejected]
@@ -161,25 +185,21 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
 
         verification["finalists"] = verifier(pick_finalists(evals, space.finalists))
         verification["correction"] = correct_unverified(evals)
-    sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load, space.uniform)
+    return evals, verification
+
+
+def select_verified(select: Callable[[], Selection], evals: list[Evaluation], verification: dict,
+                    verifier: Callable[[list[Evaluation]], dict] | None) -> Selection:
+    """Run the ILP `select`; the ILP may pick a candidate the simulator has not checked: verify it and re-solve."""
+    sel = select()
     for _ in range(3 if verifier is not None else 0):
-        # the ILP may pick a candidate the simulator has not checked: verify it and re-solve
         unverified = [a.evaluation for a in sel.allocations if a.evaluation.sim_capacity_rps is None]
         if not unverified:
             break
         verification["finalists"].update(verifier(unverified))
         verification["correction"] = correct_unverified(evals)
-        sel = solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load, space.uniform)
-    operating_points(sel, wl.rate_rps, slos)
-    alts = (alternatives(evals, wl.rate_rps, sel, max_gpus, space.max_replicas, space.alternatives, space.max_load,
-                         space.uniform) if sel.feasible else [])
-    diagnosis = None
-    if not sel.feasible:
-        diagnosis = diagnose(evals, slos, wl.rate_rps, max_gpus, space.max_replicas, space.max_load)
-        sel.binding = f"{diagnosis.cause}: {diagnosis.message}"
-    for s in alts:
-        operating_points(s, wl.rate_rps, slos)
-    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform)
+        sel = select()
+    return sel
 
 
 def correct_unverified(evals: list[Evaluation]) -> dict[str, float]:

@@ -111,6 +111,7 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
     d = selection_dict(sel, res)
     d.update({
         "uniform": res.uniform,
+        "fleet": res.fleet,
         "binding_constraint": sel.binding or None,
         "infeasible": res.diagnosis.as_dict() if res.diagnosis else None,
         "slo": [{"metric": s.metric, "percentile": s.percentile, "limit_ms": s.limit_ms} for s in res.slos],
@@ -246,10 +247,19 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     slo_txt = ", ".join(s.label for s in res.slos)
     console.print(f"[bold]llmplan[/bold] {d.get('model', '')}: {wl.rate_rps:g} req/s, "
                   f"~{wl.mean_input_tokens:.0f} in / {wl.mean_output_tokens:.0f} out tokens; SLO {slo_txt}")
+    if res.fleet:
+        fl = res.fleet
+        gpus_txt = ", ".join(f"{v}x {k}" for k, v in fl["gpus"].items())
+        console.print(f"[bold]Maximum rate of the fleet ({gpus_txt}): {fl['max_rate_rps'] or 0:.2f} req/s[/bold] within "
+                      f"the SLOs (each replica loaded to {fl['max_load']:g} of its capacity)")
+        if fl.get("simulation_meets_slos") is False:
+            console.print("[bold yellow]The whole-deployment simulation at this rate misses an SLO[/bold yellow] "
+                          "(see the warning below): read the rate as an upper bound")
     if sel.feasible:
         band = d["error_band"]
         console.print(_deploy_table(
-            f"Cheapest {'uniform ' if res.uniform else ''}deployment: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
+            f"Deployment on the fleet: ${sel.total_usd_per_hour:.2f}/h, {sel.total_gpus} GPUs used"
+            if res.fleet else f"Cheapest {'uniform ' if res.uniform else ''}deployment: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
             f"at {HOURS_PER_MONTH:g} h), {sel.total_gpus} GPUs, "
             f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
         if band["wide"]:

@@ -207,6 +207,14 @@ class WhatIfConfig:
 
 
 @dataclass
+class FleetConfig:
+    """GPUs on hand: `plan` answers the maximum request rate they sustain within the SLOs."""
+
+    # GPUs per catalog type, e.g. {h100_sxm: 8}; empty = plan the cheapest deployment for workload.rate_rps
+    gpus: Dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class AppConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     gpu: GPUConfig = field(default_factory=GPUConfig)
@@ -221,6 +229,7 @@ class AppConfig:
     energy: EnergyConfig = field(default_factory=EnergyConfig)
     day: DayConfig = field(default_factory=DayConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     # kernel calibration: null = shipped default fit; "spec" = roofline defaults; or a file path
     calibration: Optional[str] = None
     # seed for workload generation and simulation

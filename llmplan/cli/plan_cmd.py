@@ -18,6 +18,7 @@ from llmplan.cli import plan_outputs
 from llmplan.model_catalog.derived import checkpoint_precision_note
 from llmplan.optimizer import report
 from llmplan.optimizer.day_plan import DayInfeasible
+from llmplan.optimizer.fleet import plan_fleet
 from llmplan.optimizer.planner import SearchSpace, check_space, plan
 
 SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
@@ -25,7 +26,8 @@ SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analy
            "(possibly mixing GPU types) that serves the request rate within the SLOs.\n"
            "Writes plan.json, candidates.csv, pareto.csv and deploy/ (launch.sh, k8s.yaml, bench.sh per\n"
            "pool) to the output directory (hydra.run.dir); report.html=true adds report.html and the\n"
-           "PNG plots; day.profile=FILE.csv plans a day of traffic (day.csv).")
+           "PNG plots; day.profile=FILE.csv plans a day of traffic (day.csv). fleet.gpus='{h100_sxm: 8}'\n"
+           "answers instead the maximum request rate that fleet sustains within the SLOs.")
 
 
 def output_dir() -> Path:
@@ -67,7 +69,14 @@ def check_checkpoint_servable(model, res, gpu_keys: list[str]) -> None:
 def plan_from_app(app, console: Console, show_progress: bool = True):
     """Resolve, screen, verify, select. Returns (PlanResult, ModelSpec)."""
     model = resolve_model(app)
+    fleet = dict(app.fleet.gpus)
+    if fleet and app.day.profile:
+        raise UserError("a day profile plans replicas for given rates; fleet.gpus asks the rate of given GPUs",
+                        key="fleet.gpus", fix="run them separately: drop day.profile or fleet.gpus")
+    if fleet:  # fleet mode: only the fleet's GPU types
+        app.gpu.candidates = list(fleet)
     gpus = resolve_gpus(app)
+    fleet = {g.key: fleet[k] for k, g in zip(app.gpu.candidates, gpus)} if fleet else {}
     slos = resolve_slos(app)
     check_engine(app.engine)
     check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
@@ -82,14 +91,22 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
             from llmplan.optimizer.verify import make_verifier
 
             verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed, progress)
-        res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
-                   app.calibration, progress, verifier)
+        if fleet:
+            res = plan_fleet(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, fleet,
+                             app.calibration, progress, verifier)
+        else:
+            res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
+                       app.calibration, progress, verifier)
         res.notes[:0] = notes
         check_checkpoint_servable(model, res, [g.key for g in gpus])
         if res.selection.feasible and space.finalists > 0:
             from llmplan.optimizer.verify import simulate_selection
 
             simulate_selection(res, model, app.engine, app.workload, slos, app.seed, space.verify_requests)
+            if res.fleet:
+                sim = res.verification.get("deployment_simulation") or {}
+                res.fleet["simulation_meets_slos"] = bool(sim) and not sim.get("overloaded") and all(
+                    t["met"] for t in sim.get("targets", {}).values())
     return res, model
 
 
