@@ -47,6 +47,11 @@ Terms fitted on the training half are scored on the other half; the shipped valu
 fitted on all rows. The served-latency bands (:mod:`calibration.serving_bands`) come from the
 held-out residuals.
 
+Regimes: ``--exclude-regimes`` leaves out of the fit the rows :mod:`calibration.serving_regimes`
+flags (cache-served prompts, admission-limited; criteria from the row and the simulator, never
+from the error). Off in the shipped fit: on the measured rows it did not lower the held-out
+errors (docs/ACCURACY.md, "Regime flags").
+
 Run: ``python -m llmplan.calibration.engine_fit --measurements DIR_OR_FILES... --out FILE``
 (``--out sim/data/engine_profiles.json`` updates the shipped fit), or
 ``llmplan validate serving --measurements ... --fit-engines``.
@@ -662,18 +667,18 @@ def run_fit(measurements: list[str | Path], opts: SimOptions, seed: int = 0, pre
             backends: tuple[str, ...] = BACKENDS, workers: int = 2,
             progress: Callable[[int, int], None] | None = None,
             jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
-            cache: Path | None = None) -> FitResult:
+            cache: Path | None = None, exclude: bool = False) -> FitResult:
     """Read measurement files and fit every engine in them (see :func:`fit_frame`)."""
     paths = serving_files(list(measurements))
     return fit_frame(read_serving_files(paths), paths, opts, seed, prefill_scale, backends, workers, progress,
-                     jitters, limit, cache)
+                     jitters, limit, cache, exclude)
 
 
 def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
               backends: tuple[str, ...] = BACKENDS, workers: int = 2,
               progress: Callable[[int, int], None] | None = None,
               jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
-              cache: Path | None = None) -> FitResult:
+              cache: Path | None = None, exclude: bool = False) -> FitResult:
     """Bases for the simulable rows of ``df`` (read from ``paths``) at each jitter of
     ``jitters`` (:func:`collect_bases`; reused from ``cache`` when it was written for the same
     inputs), then a fit per engine (:func:`fit_bases`)."""
@@ -684,7 +689,7 @@ def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefi
         if cache:
             _write_cache(cache, key, *got)
     by_j, skipped = got
-    return fit_bases(by_j, skipped, df, paths, opts, seed, prefill_scale)
+    return fit_bases(by_j, skipped, df, paths, opts, seed, prefill_scale, exclude)
 
 
 def _cache_key(df: Any, opts: SimOptions, backends: tuple[str, ...], jitters: tuple[float, ...],
@@ -759,9 +764,14 @@ def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKEND
 
 
 def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, paths: list[Path],
-              opts: SimOptions, seed: int = 0, prefill_scale: bool = False) -> FitResult:
-    """Fit every engine present in the bases; provenance from the measurements ``df``/``paths``."""
+              opts: SimOptions, seed: int = 0, prefill_scale: bool = False, exclude: bool = False) -> FitResult:
+    """Fit every engine present in the bases; provenance from the measurements ``df``/``paths``.
+    ``exclude``: leave out the rows :func:`exclude_regimes` flags (off by default, see
+    docs/ACCURACY.md: it did not improve the held-out errors on the shipped data)."""
     grid = sorted(by_j)
+    excluded: dict[str, int] | None = None
+    if exclude:
+        by_j, excluded = exclude_regimes(by_j, df)
     fits = {}
     for be in BACKENDS:
         mine = {j: [b for b in bs if b.backend == be] for j, bs in by_j.items()}
@@ -785,7 +795,25 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
                        f"{F_SCALE}), per desynchronisation and overlap value, lowest cost wins; exact linear "
                        "decomposition of closed-loop DES runs (calibration/engine_fit.py)"),
             "prefill_scale_fitted": prefill_scale}
+    if excluded is not None:
+        prov["rows_excluded_by_regime"] = excluded
     return FitResult(fits, skipped, prov, by_j)
+
+
+def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float, list[Basis]], dict[str, int]]:
+    """The bases without the rows :mod:`calibration.serving_regimes` flags (regimes the replay
+    does not reproduce; criteria from the row and the simulator, never from the error), and
+    {flag: rows excluded}."""
+    from llmplan.calibration.serving_regimes import flags_of
+
+    first = by_j[min(by_j)] if by_j else []
+    flags = flags_of(df.to_dict("records"), [b.index for b in first], engine_profiles(SCHEDULER))
+    counts: dict[str, int] = {}
+    for f in flags.values():
+        for k in f:
+            counts[k] = counts.get(k, 0) + 1
+    keep = {j: [b for b in bs if not flags.get(b.index)] for j, bs in by_j.items()}
+    return keep, dict(sorted(counts.items()))
 
 
 def _fmt(p: EngineParams) -> str:
@@ -870,6 +898,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-scale", action="store_true", help="also fit a per-engine prefill-time multiplier")
     ap.add_argument("--backend", action="append", choices=BACKENDS, help="engines to fit (default: all)")
     ap.add_argument("--limit", type=int, default=None, help="fit on a deterministic subsample of N rows")
+    ap.add_argument("--exclude-regimes", action="store_true",
+                    help="leave out of the fit the rows in a regime the replay does not reproduce "
+                         "(calibration/serving_regimes.py: cache-served prompts, admission-limited)")
     ap.add_argument("--bases-cache", default=None,
                     help="JSON file keeping the simulated coefficients; reused when rows, options, kernel "
                          "calibration and code are unchanged (refits then take seconds)")
@@ -884,7 +915,8 @@ def main(argv: list[str] | None = None) -> int:
         with stage_progress(console) as upd:
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
             res = run_fit(a.measurements, opts, a.seed, a.prefill_scale, tuple(a.backend or BACKENDS), a.workers, prog,
-                          parse_grid(a.jitter_grid), a.limit, Path(a.bases_cache) if a.bases_cache else None)
+                          parse_grid(a.jitter_grid), a.limit, Path(a.bases_cache) if a.bases_cache else None,
+                          a.exclude_regimes)
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR

@@ -41,6 +41,7 @@ from llmplan.calibration.engine_fit import (add_jitter_arg, add_sim_args, ape_st
 from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, Prediction, SimOptions, concurrency_of,
                                               engine_profiles, map_row, map_rows, parallel_map,
                                               read_serving_files, serving_files)
+from llmplan.calibration.serving_regimes import regime_flags
 from llmplan.errors import EXIT_USER_ERROR, UserError
 
 #: accuracy targets per engine for aggregated rows (issue 9: median APE of mean TTFT / TPOT)
@@ -49,7 +50,7 @@ TARGET_TPOT = 0.05
 #: closed-loop concurrency buckets of the flatness table (issue 12), upper bounds inclusive
 BUCKETS = (1, 4, 16, 64, 256, 1024, 4096)
 ADDED_COLUMNS = ("predicted_ttft_ms", "predicted_tpot_ms", "tier", "status", "outside_fit", "in_band_ttft",
-                 "in_band_tpot")
+                 "in_band_tpot", "regime")
 HELPER_COLUMNS = ("model_key", "dense", "gpu", "ttft_ape", "tpot_ape", "concurrency")
 
 
@@ -144,6 +145,7 @@ def validate_serving(df: pd.DataFrame, opts: SimOptions, overrides: dict[str, di
             else:
                 inside.append(bool(pred[k] * b["lo"] <= meas[k] <= pred[k] * b["hi"]))
         out[f"in_band_{metric}"] = inside
+    out["regime"] = ["; ".join(regime_flags(m.case)) if m.case else "" for m in maps]
     return out
 
 
@@ -286,6 +288,10 @@ def print_report(res: pd.DataFrame, console: Any, notes: list[str], engines: str
         table(aggregate(res, ["backend"]), "Per engine", ["backend"])
         table(aggregate(res, ["backend", "model_key"]), "Per engine and model", ["backend", "model_key"])
         table(aggregate(res, ["mode"]), "Per mode", ["mode"])
+        reg = res.assign(regime=res["regime"].replace("", "replayed regime"))
+        table(aggregate(reg, ["backend", "regime"]),
+              "Per engine and regime (calibration/serving_regimes.py; flagged rows: a regime the replay does "
+              "not reproduce)", ["backend", "regime"])
         tg = targets(res)
         if len(tg):
             which = ("held-out half (terms fitted on the other half)" if holdout

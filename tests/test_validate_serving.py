@@ -112,6 +112,7 @@ def test_validate_serving_end_to_end_writes_added_columns(tmp_path):
     assert (df["predicted_ttft_ms"][:2] > 0).all() and (df["predicted_tpot_ms"][:2] > 0).all()
     assert np.isnan(df["predicted_ttft_ms"][2])
     assert list(df["tier"][:2]) == ["spec", "spec"]
+    assert df["regime"].isna().all()   # ordinary rows: no regime flag (empty in the CSV)
 
 
 def test_aggregates_and_limit():
