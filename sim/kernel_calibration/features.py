@@ -146,6 +146,14 @@ def _wave_eff(tiles: Any, sm: int, ops: Any) -> Any:
     return tiles / (ops.ceil(tiles / sm) * sm)
 
 
+def _prefill_ctas(batch: Any, heads: Any, q_len: Any, sm: int, ops: Any) -> tuple[Any, Any, Any]:
+    """Prefill attention grid: one CTA per (sequence, head, 128-query tile); returns the CTA
+    count, the wave efficiency over ``sm`` SMs and the share of the last tile's queries used."""
+    qt = ops.ceil(q_len / 128)
+    ctas = batch * heads * qt
+    return ctas, _wave_eff(ctas, sm, ops), q_len / (qt * 128)
+
+
 def causal_pairs(q_len: Any, ctx: Any, window: Any, ops: Any) -> Any:
     """Sum over the ``q_len`` new queries (after ``ctx`` earlier tokens) of the keys each sees,
     with a sliding window of ``window`` keys (0 = full causal attention)."""
@@ -228,10 +236,7 @@ def attention_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_heads:
     nbytes = batch * (2.0 * q_len * heads * head_dim * 2.0 + 2.0 * kv_len * kv_heads * head_dim * kv_bytes)
     t_c = _us_compute(flops, peak)
     t_m = _us_memory(nbytes, gpu)
-    qt = ops.ceil(q_len / 128)
-    ctas = batch * heads * qt
-    eff_w = _wave_eff(ctas, sm, ops)
-    eff_t = q_len / (qt * 128)
+    ctas, eff_w, eff_t = _prefill_ctas(batch, heads, q_len, sm, ops)
     # critical path: the CTA of the last 128 queries of a sequence sees every key (or the
     # window); with few CTAs it, not the total work spread over the SMs, sets the time
     keys = ops.where(window > 0, ops.minimum(kv_len, window + 128), kv_len)
@@ -297,10 +302,7 @@ def mla_prefill(batch: Any, q_len: Any, kv_len: Any, heads: Any, kv_bytes: Any, 
     nbytes = batch * heads * (q_len * (qk + v_dim) * 2.0 + kv_len * (qk + v_dim) * kv_bytes)
     t_c = _us_compute(flops, peak)
     t_m = _us_memory(nbytes, gpu)
-    qt = ops.ceil(q_len / 128)
-    ctas = batch * heads * qt
-    eff_w = _wave_eff(ctas, sm, ops)
-    eff_t = q_len / (qt * 128)
+    ctas, eff_w, eff_t = _prefill_ctas(batch, heads, q_len, sm, ops)
     crit = 2.0 * ops.minimum(q_len, 128) * kv_len * (qk + v_dim) * sm / ops.maximum(flops / (batch * heads), 1.0)
     q = ops.maximum(ops.maximum(1.0 / eff_w, crit / (batch * heads)), 1.0)
     x = [ops.log2(batch), ops.log2(q_len), ops.log2(heads), ops.flag(kv_bytes < 2), ops.log2(ctas / sm), eff_w,
