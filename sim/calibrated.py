@@ -94,12 +94,8 @@ class CalibratedKernelModel:
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset()) -> KernelTime | None:
-        own = self.choice.own(family, self.backend)
-        for i in range(len(own) + 1):
-            # the stand-in GPU's engines in order, then (only if needed) the cross-gen pool
-            cand = own[i] if i < len(own) else self.choice.pool(family, self.backend)
-            if cand is None:
-                break
+        # the stand-in GPU's engines in order, then (only if needed) the cross-gen pool
+        for cand in self.choice.candidates(family, self.backend):
             fm, tier, feat = cand.model, cand.tier, cand.features
             group, exact = fm.resolve_group(dtype)
             if group is None:
