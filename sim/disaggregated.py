@@ -39,13 +39,11 @@ plus per-request ``prefill_worker``, ``prefill_done_ms``, ``kv_arrival_ms``, ``t
 
 from __future__ import annotations
 
-import gc
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
 import numpy as np
-import pandas as pd
 
 from llmplan.errors import InfeasibleDeployment, UserError
 from llmplan.sim.disagg_workers import DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill
@@ -56,12 +54,12 @@ from llmplan.sim.metrics import LogHistogram, MeasureWindow, SLOThresholds, json
 from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
 from llmplan.sim.scheduler import Seq
 from llmplan.sim.serving import (DEFAULT_MAX_QUEUE, DEFAULT_MIN_DRAIN_MS, DEFAULT_RATE_FRACTION, SimResult,
-                                 _offered_rate, _resolve_workload, _simulate_steady)
+                                 _offered_rate, _resolve_workload, _simulate_steady, run_loop,
+                                 timeseries_frame)
 from llmplan.sim.types import StepShape
 from llmplan.sim.workload import Request, Workload, WorkloadSpec
 
 FIRST_TOKEN_AT = ("decode", "prefill")
-TIMESERIES_COLUMNS = ("time_ms", "replica", "running", "waiting", "batch_size", "kv_util", "preemptions")
 
 
 @dataclass(frozen=True)
@@ -419,13 +417,7 @@ class _Run:
     # ------------------------------------------------------------------ result
 
     def result(self, slo: Optional[SLOThresholds], picked: Optional[float], offered: Optional[float]) -> SimResult:
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self.loop.run()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        run_loop(self.loop)
         for s in self.seqs:  # a request stopped mid-prefill still has its prefill-only length
             s.O = s.req.output_tokens
         df = requests_frame(self.seqs)
@@ -472,8 +464,5 @@ class _Run:
         })
         if slo is not None and overloaded:
             summary["slo_met"] = False
-        samples = [s for r in self.pre + self.dec for s in r.samples]
-        samples.sort(key=lambda s: (s[0], s[1]))
-        ts = pd.DataFrame(samples, columns=list(TIMESERIES_COLUMNS))
-        return SimResult(df, json_clean(summary), ts, overloaded, unfinished, stats, self.itl.frame(),
+        return SimResult(df, json_clean(summary), timeseries_frame(self.pre + self.dec), overloaded, unfinished, stats, self.itl.frame(),
                          bool(self.overloaded))

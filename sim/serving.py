@@ -274,15 +274,7 @@ def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, in
         max_sim_time_ms = horizon + max(horizon, DEFAULT_MIN_DRAIN_MS)
     if max_sim_time_ms is not None:
         loop.schedule(max_sim_time_ms, PRIORITY_LAST, deadline)
-    # The loop allocates many short-lived objects and no garbage cycles; the cyclic
-    # collector would re-walk every live request at each full pass (~20% of a 100k run).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        loop.run()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    run_loop(loop)
 
     df = requests_frame(seqs)
     unfinished = int((~df["finished"]).sum())
@@ -308,10 +300,27 @@ def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, in
     })
     if slo is not None and overloaded:
         summary["slo_met"] = False
+    return SimResult(df, json_clean(summary), timeseries_frame(reps), overloaded, unfinished, stats, itl.frame(), bool(state["overloaded"]))
+
+
+def run_loop(loop: EventLoop) -> None:
+    """Run ``loop`` with the cyclic garbage collector paused: the loop allocates many
+    short-lived objects and no garbage cycles, and the collector would re-walk every live
+    request at each full pass (~20% of a 100k run)."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        loop.run()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def timeseries_frame(reps: list[Replica]) -> pd.DataFrame:
+    """The replicas' periodic samples as one frame (:data:`TIMESERIES_COLUMNS`), in time order."""
     samples = [s for r in reps for s in r.samples]
     samples.sort(key=lambda s: (s[0], s[1]))
-    ts = pd.DataFrame(samples, columns=list(TIMESERIES_COLUMNS))
-    return SimResult(df, json_clean(summary), ts, overloaded, unfinished, stats, itl.frame(), bool(state["overloaded"]))
+    return pd.DataFrame(samples, columns=list(TIMESERIES_COLUMNS))
 
 
 def _offline_summary(res: SimResult) -> SimResult:
