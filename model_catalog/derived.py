@@ -20,9 +20,9 @@ Counting conventions (used everywhere in llmplan):
   experts, with their biases) in the requested precision. The input embedding, lm_head,
   norms and routers stay in bf16 when the precision is narrower than 2 bytes (fp8/fp4/int4,
   as shipped FP8/MXFP4 checkpoints do); at 2 bytes or wider everything uses the precision.
-  When the precision has the width of the model's native format and the shipped recipe
-  only covers routed experts (``spec.quant_scope == "experts"``: gpt-oss, Kimi-K2.5), the
-  other block linears stay bf16 as shipped. fp8 block scales (1 float per 128x128) are ignored.
+  At the checkpoint's own precision the shipped layout (``spec.quant``: each component in
+  the format the checkpoint stores it in, with its scales; the rest bf16) is counted
+  exactly (:func:`weight_bytes`).
 """
 
 from __future__ import annotations

@@ -303,15 +303,6 @@ def unsupported_reason(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def _quant_scope(c: dict[str, Any], is_moe: bool) -> str:
-    """"experts" when the shipped quantization skips attention (only experts quantized)."""
-    qc = c.get("quantization_config") or c.get("compression_config")
-    if not is_moe or not isinstance(qc, dict):
-        return "all"
-    skipped = qc.get("modules_to_not_convert") or qc.get("ignore") or []
-    return "experts" if any("self_attn" in str(s) for s in skipped) else "all"
-
-
 def _moe_layer_count(c: dict[str, Any], f: _Fields, layers: int, llama4: bool) -> int:
     kinds = c.get("mlp_layer_types")
     if isinstance(kinds, list) and len(kinds) == layers:  # GLM-5.2: dense | sparse per layer
@@ -581,7 +572,6 @@ def parse_config(cfg: dict[str, Any], key: str, hf_id: str, source: str,
         source=source,
         attention_bias=bool(c.get("attention_bias", False)),
         mlp_bias=bool(c.get("mlp_bias", False)) or model_type == "gpt_oss",
-        quant_scope=_quant_scope(c, moe is not None),
         sparse=sparse,
         linear=linear,
         attn_output_gate=bool(c.get("attn_output_gate", False)),

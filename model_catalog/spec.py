@@ -185,9 +185,6 @@ class ModelSpec:
     # --- added by the model catalog (defaults keep older constructors valid) ---
     attention_bias: bool = False  # q/k/v/o projections carry biases (gpt-oss; config attention_bias)
     mlp_bias: bool = False        # MLP/expert projections and router carry biases (gpt-oss)
-    quant_scope: str = "all"      # which linear weights the shipped low-precision format covers:
-    #                               "all" (every block linear) or "experts" (routed experts only:
-    #                               gpt-oss mxfp4, Kimi-K2.5 int4; attention etc. ship in bf16)
     sparse: SparseAttentionSpec | None = None   # DSA indexer (with MLA)
     linear: LinearAttentionSpec | None = None   # hybrid linear-attention layers
     attn_output_gate: bool = False  # full-attention q_proj also emits a sigmoid output gate (Qwen3.5)
@@ -207,6 +204,15 @@ class ModelSpec:
     @property
     def is_mla(self) -> bool:
         return self.mla is not None
+
+    @property
+    def quant_scope(self) -> str:
+        """Which linear weights the shipped low-precision format covers: "experts" when it
+        quantizes routed experts only (gpt-oss mxfp4, Kimi-K2.5 int4; the rest ships in
+        bf16), else "all" (read from ``quant``)."""
+        if self.quant is not None and all(p.component == "routed_experts" for p in self.quant.parts):
+            return "experts"
+        return "all"
 
     @property
     def value_head_dim(self) -> int:
