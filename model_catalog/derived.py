@@ -287,24 +287,26 @@ def indexer_bytes_per_token(spec: ModelSpec) -> float:
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str) -> float:
     """KV bytes per token over all layers: full-attention layers (sliding-window layers
     counted as full; linear-attention layers hold no per-token KV) plus DSA indexer keys."""
-    return sum(layers * per_layer for layers, per_layer, _ in _kv_layer_groups(spec, kv_dtype)) \
-        + indexer_bytes_per_token(spec)
+    return kv_bytes_per_token_tp(spec, kv_dtype, 1)
 
 
-def _global_kv_bytes_per_token_per_layer(spec: ModelSpec, kv_dtype: str) -> float:
-    g = spec.global_attention
-    return 2 * g.num_kv_heads * g.head_dim * bytes_per_element(kv_dtype)
-
-
-def _kv_layer_groups(spec: ModelSpec, kv_dtype: str) -> list[tuple[int, float, int]]:
-    """(layers, KV bytes per token and layer, window or 0) for each kind of attention layer:
-    full layers (Gemma-4 global geometry where given) and sliding-window layers."""
+def _kv_layer_groups(spec: ModelSpec, kv_dtype: str, tp: int = 1) -> list[tuple[int, float, int]]:
+    """(layers, KV bytes per token and layer on one of ``tp`` ranks, window or 0) for each
+    kind of attention layer: full layers (Gemma-4 global geometry where given) and
+    sliding-window layers. GQA K/V heads split over TP (``ceil(kv_heads / tp)`` per rank,
+    replicated beyond the KV heads); the MLA latent is replicated on every rank."""
     sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
-    local = kv_bytes_per_token_per_layer(spec, kv_dtype)
-    full_bytes = _global_kv_bytes_per_token_per_layer(spec, kv_dtype) if spec.global_attention else local
+    if spec.mla is not None:
+        full_bytes = window_bytes = kv_bytes_per_token_per_layer(spec, kv_dtype)
+    else:
+        b = bytes_per_element(kv_dtype)
+        dims = spec.head_dim + spec.value_head_dim
+        window_bytes = math.ceil(spec.sliding_kv_heads / tp) * dims * b
+        ga = spec.global_attention
+        full_bytes = 2 * math.ceil(ga.num_kv_heads / tp) * ga.head_dim * b if ga is not None else \
+            math.ceil(spec.num_kv_heads / tp) * dims * b
     groups = [(spec.num_full_attention_layers - sliding, full_bytes, 0)]
     if sliding:
-        window_bytes = local * spec.sliding_kv_heads / spec.num_kv_heads if spec.mla is None else local
         groups.append((sliding, window_bytes, spec.sliding_window))
     return groups
 
@@ -317,16 +319,8 @@ def kv_bytes_per_token_tp(spec: ModelSpec, kv_dtype: str, tp: int) -> float:
     KV heads); the MLA latent and the DSA indexer keys are replicated on every rank."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"tensor parallelism must be a positive integer, got {tp!r}", key="tp")
-    if spec.mla is not None:
-        return kv_bytes_per_token(spec, kv_dtype)
-    sliding = spec.num_sliding_layers if spec.sliding_window > 0 else 0
-    b = bytes_per_element(kv_dtype)
-    dims = spec.head_dim + spec.value_head_dim
-    local = math.ceil(spec.sliding_kv_heads / tp) * dims * b
-    ga = spec.global_attention
-    full = 2 * math.ceil(ga.num_kv_heads / tp) * ga.head_dim * b if ga is not None else \
-        math.ceil(spec.num_kv_heads / tp) * dims * b
-    return (spec.num_full_attention_layers - sliding) * full + sliding * local + indexer_bytes_per_token(spec)
+    return sum(layers * per_layer for layers, per_layer, _ in _kv_layer_groups(spec, kv_dtype, tp)) \
+        + indexer_bytes_per_token(spec)
 
 
 def state_bytes_per_sequence(spec: ModelSpec, dtype: str = "bf16", tp: int = 1) -> float:
