@@ -110,9 +110,7 @@ def resolve_slos(app: AppConfig) -> list[SLOTarget]:
         v = getattr(app.slo, f.name)
         if v is None:
             continue
-        metric, pct, _ = f.name.split("_")
-        if not v > 0:
-            raise ConfigError(f"SLO must be > 0 ms, got {v}", key=f"slo.{f.name}", fix="give a positive latency target in ms or null")
+        metric, pct, _ = f.name.split("_")  # v > 0 and finite: config_checks
         out.append(SLOTarget(metric, float(pct[1:]), float(v)))
     if not out:
         raise ConfigError("no SLO target set", key="slo", fix="set e.g. slo.ttft_p90_ms=1000 slo.tpot_p90_ms=50")
@@ -147,9 +145,6 @@ def workload_sample(app: AppConfig, model: ModelSpec, need_rate: bool = True):
     if spec.arrival == "closed_loop" and need_rate:
         raise ConfigError("plan needs an open-loop target rate", key="workload.arrival",
                           fix="use workload=chat (Poisson) or set workload.arrival=poisson workload.rate_rps=<req/s>")
-    if spec.rate_rps is not None and not spec.rate_rps > 0:
-        raise ConfigError(f"request rate must be > 0, got {spec.rate_rps}", key="workload.rate_rps",
-                          fix="give the target arrival rate in requests per second")
     if need_rate and spec.rate_rps is None and spec.arrival != "trace":
         raise ConfigError("plan needs a target request rate", key="workload.rate_rps", fix="e.g. workload.rate_rps=20")
     wl = generate_workload(spec, np.random.default_rng(app.seed))
@@ -173,8 +168,7 @@ def workload_sample(app: AppConfig, model: ModelSpec, need_rate: bool = True):
 def check_search(model: ModelSpec, tps: list[int], eps: list[int], precisions: list[str], key: str = "search") -> None:
     """Parallelism the model cannot use at all is a config error, not an empty plan."""
     heads = model.num_attention_heads
-    if not tps or any(t < 1 for t in tps):
-        raise ConfigError("tensor-parallel degrees must be >= 1", key=f"{key}.tp", fix="e.g. [1, 2, 4, 8]")
+    # tps non-empty and >= 1: config_checks (NON_EMPTY, RANGES)
     if not any(heads % t == 0 for t in tps):
         divisors = [d for d in (1, 2, 4, 8, 16) if heads % d == 0]
         raise ConfigError(f"tp={tps[0] if len(tps) == 1 else tps} does not divide the {heads} attention heads of {model.key}",
