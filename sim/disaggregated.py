@@ -117,15 +117,16 @@ class KVLinkTransfer(TransferModel):
     payload: Callable[[int], KVPayload]
     link: PoolLink
     layerwise: bool = False
-    _memo: dict = field(default_factory=dict, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)  # prompt tokens -> (payload, ms after prefill)
 
     def duration_ms(self, prompt_tokens: int, prefill_ms: float) -> float:
+        m = self._memo.get(prompt_tokens)
+        if m is None:
+            pl = self.payload(prompt_tokens)
+            m = self._memo[prompt_tokens] = (pl, exposed_transfer_ms(pl, self.link, 0.0))
         if self.layerwise and prefill_ms > 0.0:
-            return exposed_transfer_ms(self.payload(prompt_tokens), self.link, prefill_ms, layerwise=True)
-        t = self._memo.get(prompt_tokens)
-        if t is None:
-            t = self._memo[prompt_tokens] = exposed_transfer_ms(self.payload(prompt_tokens), self.link, 0.0)
-        return t
+            return exposed_transfer_ms(m[0], self.link, prefill_ms, layerwise=True)
+        return m[1]
 
     def describe(self) -> dict:
         k = self.link

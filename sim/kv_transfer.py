@@ -167,7 +167,10 @@ def exposed_transfer_ms(payload: KVPayload, link: PoolLink, prefill_ms: float, l
     Without ``layerwise`` the KV moves after prefill: :func:`transfer_ms`. With it, layer i
     (of ``payload.layers``) is ready at ``prefill_ms * i / layers`` and its transfer
     (one latency plus 1/layers of the bytes) starts when both it and the previous layer's
-    transfer are done; the tail beyond ``prefill_ms`` is returned."""
+    transfer are done; the tail beyond ``prefill_ms`` is returned. That recurrence,
+    ``done_i = max(done_(i-1), prefill_ms * i / n) + per_layer``, ends at
+    ``max(prefill_ms + per_layer, prefill_ms / n + n * per_layer)`` (its terms are linear
+    in the layer where the link last waited, so one of the two ends is the largest)."""
     if prefill_ms < 0 or not math.isfinite(prefill_ms):
         raise UserError(f"must be a finite number >= 0, got {prefill_ms!r}", key="prefill_ms")
     if not layerwise:
@@ -176,10 +179,7 @@ def exposed_transfer_ms(payload: KVPayload, link: PoolLink, prefill_ms: float, l
         return 0.0
     n = max(1, payload.layers)
     per_layer = link.latency_us / 1e3 + _wire_ms(payload, link) / n
-    done = 0.0
-    for i in range(1, n + 1):
-        done = max(done, prefill_ms * i / n) + per_layer
-    return done - prefill_ms
+    return max(per_layer, prefill_ms / n + n * per_layer - prefill_ms)
 
 
 def fifo_completion_ms(ready_ms: Sequence[float], duration_ms: Sequence[float], link_free_ms: float = 0.0) -> list[float]:
