@@ -36,7 +36,7 @@ import pulp
 
 from llmplan.errors import Infeasible, UserError
 from llmplan.optimizer.price_tiers import PriceTiers, check
-from llmplan.optimizer.select_ilp import prune
+from llmplan.optimizer.select_ilp import _solver, prune
 from llmplan.optimizer.types import Evaluation
 
 TIERS = ("reserved", "on_demand", "spot")
@@ -48,15 +48,6 @@ _TIE_SERVE = 1e-7  # per serving replica: report the fewest replicas that serve
 #: optimality on 48+ intervals takes CBC minutes (at 0.1%: 96 15-minute intervals x 12
 #: candidates 220 s; at 1%: 5 s, $321.75 against the optimum $320.40; benchmarks/bench_day_plan.py).
 GAP_REL = 1e-2
-
-
-def _solver() -> pulp.LpSolver:
-    """CBC bundled with PuLP, single-threaded (deterministic), stopping at GAP_REL."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, threads=1, gapRel=GAP_REL)
 
 
 class DayInfeasible(Infeasible):
@@ -399,7 +390,7 @@ def _solve(p: LoadProfile, cands: list[DayCandidate], tiers: dict[str, PriceTier
             terms = [cands[ci].gpus_per_replica * R[ci] for ci in members if ci in R]
             terms += [cands[ci].gpus_per_replica * v for (ci, tier, tt), v in Y.items() if tt == t and ci in members]
             prob += pulp.lpSum(terms) <= int(limit), f"avail_{g}_{t}"
-    status = pulp.LpStatus[prob.solve(_solver())]
+    status = pulp.LpStatus[prob.solve(_solver(GAP_REL))]
     if status != "Optimal":
         return None
     val = lambda v: int(round(v.value() or 0))  # noqa: E731

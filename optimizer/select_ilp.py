@@ -22,13 +22,14 @@ from llmplan.optimizer.types import Allocation, Evaluation, Selection
 _TIE_BREAK = 1e-4  # $/h per GPU: prefer fewer GPUs among equal-cost plans
 
 
-def _solver() -> pulp.LpSolver:
-    """CBC bundled with PuLP (COIN_CMD when a system CBC is installed), single-threaded for determinism."""
+def _solver(gap_rel: float | None = None) -> pulp.LpSolver:
+    """CBC bundled with PuLP (COIN_CMD when a system CBC is installed), single-threaded for determinism;
+    ``gap_rel``: stop at that relative optimality gap (None: solve to optimality)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, threads=1)
+        return pulp.PULP_CBC_CMD(msg=False, threads=1, gapRel=gap_rel)
 
 
 def prune(evals: list[Evaluation], per_gpu: int = 16) -> list[Evaluation]:
