@@ -277,7 +277,7 @@ class RooflineKernelModel:
             return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
         rows = batch * q_len
         nbytes = rows * (kv_len * 4.0 * DSA_TOPK_READS + topk * 4.0)
-        return self._floored(self._roof(0.0, nbytes, "bf16", 1.0, MEM_ETA), DSA_TOPK_FLOOR_US)
+        return self._floored(self.memory_op(nbytes), DSA_TOPK_FLOOR_US)
 
     def dsa_attention(self, batch, q_len, kv_len, topk, num_heads, kv_lora_rank, qk_rope_dim, kv_dtype):
         """Sparse MLA (absorbed form) over the selected keys. Decode processes ``topk``
