@@ -32,8 +32,7 @@ from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
 from llmplan.sim.router import make_router
 from llmplan.sim.scheduler import Seq
 from llmplan.sim.steady_state import (MAX_WARMUP_DOUBLINGS, RunPlan, assess_window, estimate_service, plan_run,
-                                      window_indices)
-from llmplan.sim.types import StepShape
+                                      step_shape, window_indices)
 from llmplan.sim.workload import Request, Workload, WorkloadSpec, generate_workload, mean_lengths, validate_spec
 
 __all__ = ["ReplicaSpec", "SimResult", "MaxRateResult", "simulate_serving", "find_max_rate",
@@ -80,10 +79,6 @@ class SimResult:
 # ---------------------------------------------------------------------------- capacity
 
 
-def _shape(prefill: int = 0, ctx: int = 0, dec: int = 0, kv: int = 0) -> StepShape:
-    return StepShape(prefill, 1 if prefill else 0, float(prefill * ctx + prefill * (prefill + 1) / 2), ctx, dec, kv)
-
-
 def estimate_capacity_rps(replicas: list[ReplicaSpec], mean_input_tokens: float, mean_output_tokens: float) -> float:
     """Rough sustainable request rate: full batches (limited by ``max_num_seqs`` and KV),
     decode time per request plus the marginal cost of its prefill, summed over replicas."""
@@ -95,9 +90,9 @@ def estimate_capacity_rps(replicas: list[ReplicaSpec], mean_input_tokens: float,
         kv_seqs = int(r.kv_capacity_tokens * (1 - e.watermark) // (pin + pout))
         b = max(1, min(e.max_num_seqs, kv_seqs) // pp)
         kv = int(b * (pin + pout / 2))
-        t_dec = float(cm.stage_time_ms(_shape(dec=b, kv=kv)))
+        t_dec = float(cm.stage_time_ms(step_shape(dec=b, kv=kv)))
         chunk = int(max(1, min(pin, e.max_num_batched_tokens - b)))
-        t_mix = float(cm.stage_time_ms(_shape(prefill=chunk, dec=b, kv=kv)))
+        t_mix = float(cm.stage_time_ms(step_shape(prefill=chunk, dec=b, kv=kv)))
         per_req_ms = (pout - 1) * t_dec / b + max(t_mix - t_dec, 1e-6) * pin / chunk
         total += 1000.0 / per_req_ms
     return total

@@ -79,7 +79,8 @@ class ServiceEstimate:
         return self.utilisation < 1.0
 
 
-def _shape(prefill: int = 0, dec: int = 0, kv: int = 0) -> StepShape:
+def step_shape(prefill: int = 0, dec: int = 0, kv: int = 0) -> StepShape:
+    """A step of one fresh ``prefill``-token chunk beside ``dec`` decoding sequences holding ``kv`` tokens."""
     return StepShape(prefill, 1 if prefill else 0, float(prefill * (prefill + 1) / 2), 0, dec, kv)
 
 
@@ -99,8 +100,8 @@ class _ReplicaModel:
         pp, pin = self.pp, self.pin
         mb = max(1, int(round(b / pp)))  # pipeline: pp micro-batches, a token crosses pp stages
         kv = int(mb * (pin + self.pout / 2))
-        t_dec = pp * float(self.cm.stage_time_ms(_shape(dec=mb, kv=kv)))
-        t_mix = pp * float(self.cm.stage_time_ms(_shape(prefill=self.chunk, dec=mb, kv=kv)))
+        t_dec = pp * float(self.cm.stage_time_ms(step_shape(dec=mb, kv=kv)))
+        t_mix = pp * float(self.cm.stage_time_ms(step_shape(prefill=self.chunk, dec=mb, kv=kv)))
         return t_mix * math.ceil(pin / self.chunk), t_dec, max(t_mix - t_dec, 1e-6) * pin / self.chunk
 
     def capacity_per_ms(self) -> float:
