@@ -250,7 +250,8 @@ def _no_host(engine: EngineProfile) -> EngineProfile:
 
 
 #: operator families of attention (and its linear / sparse variants) in the step model's breakdown
-ATTENTION_FAMILIES = ("attn_prefill", "attn_decode", "mla", "dsa", "gdn")
+ATTENTION_FAMILIES = ("attn_prefill", "attn_decode", "mla", "dsa_mqa_logits", "dsa_topk", "dsa_attention",
+                      "gdn_prefill", "gdn_decode", "mamba2_prefill", "mamba2_decode")
 
 
 def _attention_ms(sm: AnalyticalStepModel, shape: StepShape) -> float:
