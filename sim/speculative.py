@@ -205,15 +205,17 @@ def _check_method(method: str) -> None:
 
 # --------------------------------------------------------------------------- draft geometry
 def mtp_layers(model: ModelSpec) -> int:
-    """Number of MTP modules of ``model`` (0 if none): ``ModelSpec.num_nextn_predict_layers``
-    when the catalog carries it, else the model's config.json (``_MTP_KEYS``)."""
-    n = getattr(model, "num_nextn_predict_layers", None)
-    if n is not None:
-        return int(n)
+    """Number of MTP modules of ``model`` (0 if none), from the model's config.json
+    (``_MTP_KEYS``; the catalog's ModelSpec does not carry them)."""
     src = Path(model.source)
-    path = CONFIG_DIR / src.name if model.source.startswith("model_catalog/configs/") else src
+    return _mtp_layers_of(str(CONFIG_DIR / src.name if model.source.startswith("model_catalog/configs/") else src))
+
+
+@lru_cache(maxsize=64)
+def _mtp_layers_of(path: str) -> int:
+    """:func:`mtp_layers` of one config.json, read once per path."""
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return 0
     for c in (cfg, cfg.get("text_config") or {}):
