@@ -24,6 +24,10 @@ from llmplan.sim.types import EngineProfile
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
+#: fewest requests a finalist's verification may simulate (fewer leave no stable p90/p99 after the warm-up cut)
+MIN_VERIFY_REQUESTS = 50
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     # the defaults here are the only ones: the CLI schema (SearchConfig) mirrors this class
@@ -66,7 +70,7 @@ def check_space(space: SearchSpace) -> None:
         raise UserError("needs at least one precision", key="search.precision", fix="e.g. search.precision=[bf16,fp8]")
     fixes = {"finalists": "0 = analytical screen only", "alternatives": "e.g. 4", "max_replicas": "e.g. 256",
              "verify_requests": "e.g. 600 (fewer leave no stable p90/p99 after the warm-up cut)"}
-    for name, low in (("finalists", 0), ("alternatives", 0), ("max_replicas", 1), ("verify_requests", 50)):
+    for name, low in (("finalists", 0), ("alternatives", 0), ("max_replicas", 1), ("verify_requests", MIN_VERIFY_REQUESTS)):
         v = getattr(space, name)
         if not isinstance(v, int) or v < low:
             raise UserError(f"must be an integer >= {low}, got {v!r}", key=f"search.{name}", fix=fixes[name])

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from llmplan.errors import ConfigError, suggest
-from llmplan.optimizer.planner import SearchSpace
+from llmplan.optimizer.planner import MIN_VERIFY_REQUESTS, SearchSpace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,8 @@ RANGES: dict[str, Rule] = {
     "search.tp[]": AT_LEAST_1, "search.pp[]": AT_LEAST_1, "search.ep[]": AT_LEAST_1,
     "search.max_batch[]": AT_LEAST_1, "search.max_replicas": AT_LEAST_1,
     "search.max_load": FRACTION, "search.finalists": NON_NEGATIVE, "search.alternatives": NON_NEGATIVE,
-    "search.verify_requests": AT_LEAST_1,
+    # the planner's own floor (optimizer.planner.check_space): fewer leave no stable p90/p99
+    "search.verify_requests": Rule(lambda v: v >= MIN_VERIFY_REQUESTS, f">= {MIN_VERIFY_REQUESTS}"),
     "engine.max_num_seqs": AT_LEAST_1, "engine.max_num_batched_tokens": AT_LEAST_1, "engine.block_size": AT_LEAST_1,
     "engine.gpu_memory_utilization": FRACTION, "engine.watermark": HALF_OPEN_FRACTION,
     "engine.host_overhead_ms": NON_NEGATIVE, "engine.host_overhead_per_seq_ms": NON_NEGATIVE,
