@@ -119,6 +119,27 @@ class Acceptance:
         return Acceptance((_check_prob(alpha, key),), True, source)
 
     @staticmethod
+    def from_mean_length(mean_tokens: float, k: int, source: str = "",
+                         key: str = "speculative.accept_length") -> "Acceptance":
+        """The constant rate whose chain of ``k`` drafts emits ``mean_tokens`` per verify step
+        (bonus included): the form engines report (SGLang's ``accept len``, vLLM's mean
+        acceptance length). Must lie in [1, k + 1]. The shape of the distribution around that
+        mean is the i.i.d. assumption; the mean, which sets TPOT and throughput, is exact."""
+        k = _check_k(k)
+        if isinstance(mean_tokens, bool) or not isinstance(mean_tokens, (int, float)) \
+                or not math.isfinite(mean_tokens) or not 1.0 <= mean_tokens <= k + 1:
+            raise UserError(f"mean accepted length must be a number in [1, k + 1 = {k + 1}], got {mean_tokens!r}",
+                            key=key, fix="tokens per verify step, bonus token included (1 = nothing accepted)")
+        lo, hi = 0.0, 1.0
+        for _ in range(60):  # E[L] grows monotonically with the rate
+            mid = (lo + hi) / 2
+            if Acceptance((mid,), True).expected_tokens(k) < mean_tokens:
+                lo = mid
+            else:
+                hi = mid
+        return Acceptance(((lo + hi) / 2,), True, source)
+
+    @staticmethod
     def per_position(rates: Sequence[float], source: str = "", key: str = "speculative.acceptance") -> "Acceptance":
         """alpha_1..alpha_m; drafting up to m tokens."""
         if len(rates) == 0:
@@ -287,10 +308,27 @@ class SpecConfig:
     k: int
     acceptance: Acceptance
     draft: ModelSpec | None = None   # the draft model of ``draft_model``
+    #: draft tree (EAGLE-2/3 in SGLang: ``speculative_eagle_topk``): branches each later draft
+    #: step expands per sequence; 1 = a chain
+    topk: int = 1
+    #: query tokens per sequence in the verify step, the bonus/root position included (SGLang's
+    #: ``speculative_num_draft_tokens``); None = k + 1, a chain
+    verify_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _check_method(self.method)
         _check_k(self.k)
+        if isinstance(self.topk, bool) or not isinstance(self.topk, int) or self.topk < 1:
+            raise UserError(f"topk must be an integer >= 1, got {self.topk!r}", key="speculative.topk",
+                            fix="1 for a chain, e.g. 4 or 8 for an EAGLE tree")
+        if self.verify_tokens is not None:
+            v, top = self.verify_tokens, 1 + self.topk + max(0, self.k - 1) * self.topk * self.topk
+            if isinstance(v, bool) or not isinstance(v, int) or not self.k + 1 <= v <= max(self.k + 1, top) \
+                    or (self.topk == 1 and v != self.k + 1):
+                raise UserError(f"verify_tokens={v!r} is not a tree of depth k={self.k} and topk={self.topk}",
+                                key="speculative.verify_tokens",
+                                fix=f"use k + 1 = {self.k + 1} for a chain, at most {top} for this tree "
+                                    "(SGLang: 1 + topk + (k - 1) topk^2 candidates)")
         if self.method == "draft_model" and self.draft is None:
             raise UserError("method draft_model needs a draft model", key="speculative.draft_model",
                             fix="name a catalog model smaller than the target")
@@ -300,6 +338,13 @@ class SpecConfig:
     @property
     def tokens_per_step(self) -> float:
         return self.acceptance.expected_tokens(self.k)
+
+    @property
+    def verify_width(self) -> int:
+        """Query tokens per sequence in the verify step (k + 1 for a chain, the tree size otherwise)."""
+        if self.k == 0:
+            return 1
+        return self.k + 1 if self.verify_tokens is None else self.verify_tokens
 
 
 @dataclass(frozen=True)
@@ -412,10 +457,14 @@ class SpeculativeStepModel:
         if self.cfg.method == "eagle3":  # fc fuses three target features (3h -> h) of the verified tokens
             h = self.target.model.hidden_size
             t += self.target.kernels.gemm(n * (k + 1), h, 3 * h, self.target.prec.weights).latency_ms
-        total_kv = sum(kv_lens)
+        # the draft phase is a forward of its own: input preparation and graph launch once per
+        # speculative step (SGLang's EAGLE worker: draft, then verify, then draft-extend; vLLM V1:
+        # the proposer after the target forward); its per-forward host time is the engine's
+        t += self.target.engine.host_overhead_ms or 0.0
+        total_kv, b = sum(kv_lens), self.cfg.topk  # a tree expands b branches per sequence per later step
         for i in range(1, k):
-            t += self.draft.step_time_ms(StepShape(decode_seqs=n, decode_kv_tokens=total_kv + n * (k + 1 + i)))
-            t += self._extra_draft_ms(n)
+            t += self.draft.step_time_ms(StepShape(decode_seqs=n * b, decode_kv_tokens=b * (total_kv + n * (k + 1 + i))))
+            t += self._extra_draft_ms(n * b)
         return t
 
     def verify_ms(self, kv_lens: Sequence[int]) -> float:
@@ -425,8 +474,8 @@ class SpeculativeStepModel:
             return 0.0
         if k == 0:
             return self.baseline_step_ms(kv_lens)
-        n = len(kv_lens)
-        return self._multi_query_ms(self.target, kv_lens, k + 1) + self._extra_logits_ms(n, n * (k + 1))
+        n, q = len(kv_lens), self.cfg.verify_width
+        return self._multi_query_ms(self.target, kv_lens, q) + self._extra_logits_ms(n, n * q)
 
     def _multi_query_ms(self, sm: AnalyticalStepModel, kv_lens: Sequence[int], q: int) -> float:
         """A step of ``sm`` in which each sequence carries ``q`` query tokens after its context.
@@ -474,7 +523,7 @@ class SpeculativeStepModel:
         kv_dtype, tp, k = self.target.prec.kv_cache, self.target.par.tp, self.cfg.k
         if k == 0:
             return 0.0
-        target = k * kv_bytes_per_token_tp(self.target.model, kv_dtype, tp)
+        target = (self.cfg.verify_width - 1) * kv_bytes_per_token_tp(self.target.model, kv_dtype, tp)
         layers = min(k, self.mtp_modules) if self.cfg.method == "mtp" else 1
         per_tok = kv_bytes_per_token_tp(self.draft_model, kv_dtype, self.draft_par.tp)
         draft = per_tok * (kv_len + k) * (layers if self.cfg.method == "mtp" else 1)
@@ -506,14 +555,20 @@ def spec_config_from(cfg: Mapping[str, Any] | None, load_draft: Callable[[str], 
         return None
     method = cfg["method"]
     _check_method(method)
-    known = {"method", "k", "acceptance", "accepted_length_probs", "draft_model"}
+    known = {"method", "k", "acceptance", "accepted_length_probs", "accept_length", "draft_model", "topk",
+             "verify_tokens"}
     extra = sorted(set(cfg) - known)
     if extra:
         raise UserError(f"unknown key {extra[0]!r}", key=f"{key}.{extra[0]}", fix="known: " + ", ".join(sorted(known)))
-    acc_in, dist_in = cfg.get("acceptance"), cfg.get("accepted_length_probs")
-    if acc_in is not None and dist_in is not None:
-        raise UserError("give either acceptance or accepted_length_probs, not both", key=f"{key}.acceptance")
-    if dist_in is not None:
+    acc_in, dist_in, mean_in = cfg.get("acceptance"), cfg.get("accepted_length_probs"), cfg.get("accept_length")
+    if sum(x is not None for x in (acc_in, dist_in, mean_in)) > 1:
+        raise UserError("give one of acceptance, accepted_length_probs and accept_length", key=f"{key}.acceptance")
+    if mean_in is not None:
+        k = cfg.get("k")
+        if k is None:
+            raise UserError("accept_length needs k", key=f"{key}.k", fix="set k, e.g. k=3")
+        acc = Acceptance.from_mean_length(mean_in, _check_k(k, f"{key}.k"), "config", key=f"{key}.accept_length")
+    elif dist_in is not None:
         acc = Acceptance.from_length_distribution(list(dist_in), "config", key=f"{key}.accepted_length_probs")
         k = cfg.get("k", len(dist_in) - 1)
         if k != len(dist_in) - 1:
@@ -537,7 +592,7 @@ def spec_config_from(cfg: Mapping[str, Any] | None, load_draft: Callable[[str], 
             raise UserError("method draft_model needs a draft model", key=f"{key}.draft_model",
                             fix="name a catalog model smaller than the target")
         draft = (load_draft or load_model)(name)
-    return SpecConfig(method, k, acc, draft)
+    return SpecConfig(method, k, acc, draft, cfg.get("topk") or 1, cfg.get("verify_tokens"))
 
 
 # --------------------------------------------------------------------------- planner search
