@@ -108,6 +108,8 @@ class Replica:
         self._keys: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._resume_itl: list[float] = []
         self.launches = 0
+        # speculative decoding (sim/spec_decode.py): output length in verify steps, restored on finish
+        self.spec_steps = getattr(spec.cost_model, "spec_decode_steps", None)
 
     # ------------------------------------------------------------------ capacity checks
 
@@ -149,6 +151,8 @@ class Replica:
         if self.prefix_caching and seq.req.hash_ids:
             seq.keys = self.keys_for(seq)
         seq.replica = self.index
+        if self.spec_steps is not None:
+            seq.O = self.spec_steps(seq)
         ve.waiting.append(seq)
         self.outstanding += 1
         if not ve.in_flight:
@@ -275,6 +279,8 @@ class Replica:
         if finished:
             self.outstanding -= len(finished)
             for seq in finished:
+                if self.spec_steps is not None:
+                    seq.O = seq.req.output_tokens
                 self.on_finish(seq)
         self._try_launch(now)
 

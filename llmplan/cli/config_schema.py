@@ -148,6 +148,44 @@ class ExperimentConfig:
 
 
 @dataclass
+class SpeculativeConfig:
+    """Speculative decoding of the served model (sim/spec_decode.py, docs/SPECULATIVE.md)."""
+
+    # none | mtp (the model's own MTP modules) | eagle3 | draft_model
+    method: str = "none"
+    # draft tokens per step (>= 1 when a method is set)
+    k: Optional[int] = None
+    # per-position acceptance: one rate in [0, 1] or a list alpha_1..alpha_k; null = the method's default
+    acceptance: Optional[Any] = None
+    # or P(0..k drafts accepted), summing to 1
+    accepted_length_probs: Optional[List[float]] = None
+    # or the mean tokens per verify step, bonus included (SGLang's "accept len"), in [1, k + 1]
+    accept_length: Optional[float] = None
+    # draft_model: a catalog model smaller than the target
+    draft_model: Optional[str] = None
+    # draft tree branching (SGLang speculative_eagle_topk); 1 = chain
+    topk: int = 1
+    # verify tokens per sequence, bonus included (SGLang speculative_num_draft_tokens); null = k + 1
+    verify_tokens: Optional[int] = None
+    # plan: largest k searched (speculation off and k = 1..k_max) where the model has MTP modules
+    # or method/draft_model is set
+    k_max: int = 4
+
+
+@dataclass
+class ColocateConfig:
+    """Several models sharing one GPU pool (sim/colocation.py; docs/SIMULATOR.md, co-location).
+    Off while ``models`` is empty; set by a `+colocate=NAME` group (conf/colocate/)."""
+
+    # one entry per model: {name: catalog model, workload: {overrides of the workload group},
+    # slo: {overrides of the slo group}, speculative: {...}}
+    models: List[Any] = field(default_factory=list)
+    # share of the pool's free memory (after all weights) given to each model's KV cache, aligned
+    # with models; empty = in proportion to each model's KV bytes per token x its request rate
+    kv_share: List[float] = field(default_factory=list)
+
+
+@dataclass
 class EnergyConfig:
     """Energy of the chosen deployment (optimizer/energy.py, docs/ENERGY.md)."""
 
@@ -155,6 +193,20 @@ class EnergyConfig:
     pue: float = 1.0
     # electricity price in $/kWh; null = energy is reported without a cost
     usd_per_kwh: Optional[float] = None
+
+
+@dataclass
+class DayAttainmentConfig:
+    """SLO attainment through the day, simulated (optimizer/day_attainment.py, docs/AUTOSCALING.md)."""
+
+    # simulate each interval on the replicas in place, autoscaled and static for the peak
+    enabled: bool = True
+    # scale-up lead: planned (replicas started scale_up_s ahead) | reactive (started at the interval)
+    lead: str = "planned"
+    # requests per simulated phase (at least)
+    requests_per_phase: int = 600
+    # profiles with more intervals: every k-th interval is simulated (a stated sample)
+    max_intervals: int = 96
 
 
 @dataclass
@@ -170,6 +222,10 @@ class DayConfig:
     # per GPU type tier prices in $/GPU-hour, e.g. {h100_sxm: {reserved_usd_per_gpu_hour: 2.2,
     # spot_usd_per_gpu_hour: 1.9, spot_interruption_rate: 0.05}}; absent = catalog on-demand only
     price_tiers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # interval length in s: bins a trace (CSV column timestamp_s) or re-bins per-minute rates;
+    # null = the CSV's own intervals (a trace: 3600)
+    interval_s: Optional[float] = None
+    attainment: DayAttainmentConfig = field(default_factory=DayAttainmentConfig)
 
 
 @dataclass
@@ -226,6 +282,8 @@ class AppConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    colocate: ColocateConfig = field(default_factory=ColocateConfig)
     energy: EnergyConfig = field(default_factory=EnergyConfig)
     day: DayConfig = field(default_factory=DayConfig)
     report: ReportConfig = field(default_factory=ReportConfig)

@@ -84,6 +84,9 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     from llmplan.cli.simulate_disagg import check_mode_keys, run_disagg
 
     check_mode_keys(app)
+    if app.deployment.mode == "disagg" and app.speculative.method not in ("none", "off"):
+        raise ConfigError("speculative decoding is simulated for aggregated deployments only", key="speculative.method",
+                          fix="speculative.method=none with deployment.mode=disagg")
     if app.deployment.mode == "disagg":
         return run_disagg(app, model, slos, out_dir or _output_dir(), console, t0)
     dep, step, mem = resolve_deployment(app, model)

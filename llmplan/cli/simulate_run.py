@@ -64,7 +64,13 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
     if spec.arrival == "offline":
         engine, offline = offline_engine(app, dep, mem, mean_tokens, longest_request_tokens)
     engine, max_len = replica_limits(engine, dep.model, longest_request_tokens)
-    reps = [ReplicaSpec(step, engine, mem.kv_capacity_tokens, max_len) for _ in range(dep.replicas)]
+    from dataclasses import asdict
+
+    from llmplan.sim.spec_decode import speculative_replica
+
+    step, kv_tokens, spec_info = speculative_replica(asdict(app.speculative), step, mem.kv_capacity_tokens,
+                                                     mean_tokens, app.seed)
+    reps = [ReplicaSpec(step, engine, kv_tokens, max_len) for _ in range(dep.replicas)]
     show = app.output.progress and console.is_terminal
     if show:
         with Progress(TextColumn("simulate"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
@@ -75,7 +81,11 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
     else:
         res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
                                steady_state=spec.steady_state)
-    return des_summary(app, res, spec, slos, out, offline)
+    summary, files = des_summary(app, res, spec, slos, out, offline)
+    if spec_info is not None:
+        summary["speculative"] = spec_info
+        summary["notes"].append(spec_info["note"])
+    return summary, files
 
 
 def des_summary(app, res, spec, slos: list[SLOTarget], out: Path, offline: dict | None = None) -> tuple[dict, list[str]]:
