@@ -92,7 +92,7 @@ SCHEDULER: dict[str, dict[str, Any]] = {"sglang": {"chunked_prefill": False}, "t
 #: scheduler fields a profile file may set
 SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: bumped whenever the simulated coefficients change meaning (invalidates --bases-cache files)
-BASIS_VERSION = 2
+BASIS_VERSION = 3
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: a version family gets its own terms when its training rows span at least this many deployments

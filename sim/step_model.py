@@ -25,6 +25,7 @@ from functools import lru_cache
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.derived import weight_dtypes
 from llmplan.model_catalog.spec import ModelSpec
+from llmplan.sim.cuda_graphs import padded_tokens
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.links import group_link, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
@@ -91,7 +92,7 @@ class AnalyticalStepModel:
         return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape)
 
     def breakdown(self, shape: StepShape) -> StepTiming:
-        ops = list(self._linear(self._token_key(shape.tokens), self._logit_rows(shape)))
+        ops = list(self._linear(self._token_key(self._rows(shape)), self._logit_rows(shape)))
         ops += self._attn(*self._attn_key(shape))
         n_stage = self.pp
         ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier,
@@ -115,6 +116,10 @@ class AnalyticalStepModel:
         stage, comm = self._stage_and_comm(shape)
         device = stage * self.pp + comm
         return self._with_host(device, shape) - device
+
+    def _rows(self, shape: StepShape) -> int:
+        """Token rows of the linear operators: CUDA-graph padding (sim/cuda_graphs.py)."""
+        return padded_tokens(self.engine.name, self.engine.max_num_seqs, shape.tokens, not shape.prefill_seqs)
 
     @staticmethod
     def _logit_rows(shape: StepShape) -> int:
@@ -140,7 +145,7 @@ class AnalyticalStepModel:
     def _stage_and_comm(self, shape: StepShape) -> tuple[float, float]:
         if shape.tokens == 0:
             return 0.0, 0.0
-        per_stage = self._linear_ms(self._token_key(shape.tokens), self._logit_rows(shape))
+        per_stage = self._linear_ms(self._token_key(self._rows(shape)), self._logit_rows(shape))
         per_stage += self._attn_ms(*self._attn_key(shape))
         comm = 0.0
         if self.pp > 1:

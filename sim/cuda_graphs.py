@@ -1,0 +1,66 @@
+"""CUDA-graph batch padding: the token rows a step really computes.
+
+Engines capture CUDA graphs for a list of batch sizes at start-up and replay them; a batch
+whose size is not captured is either padded up to the next captured size (the padded rows
+cost GEMM rows like real ones) or run eagerly. Each engine's documented default:
+
+* **vLLM v1** (>= 0.11, ``CompilationConfig.cudagraph_capture_sizes``,
+  https://github.com/vllm-project/vllm/blob/v0.11.0/vllm/config/compilation.py): capture sizes
+  ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)`` with
+  ``max = min(2 x max_num_seqs, 512)``; every step of at most ``max`` tokens is padded up to
+  the next capture size (full graphs for decode-only batches, piecewise graphs for mixed
+  prefill/decode batches in the default ``FULL_AND_PIECEWISE`` mode); larger steps run
+  unpadded.
+* **SGLang** (0.5.x, ``cuda_graph_runner.get_batch_sizes_to_capture``; "larger batches fall back
+  to normal execution", https://docs.sglang.ai/advanced_features/cuda_graphs.html): decode batches only, sizes
+  ``1, 2, 4, 8`` then multiples of 8 up to ``cuda_graph_max_bs`` (its default depends on GPU
+  memory and TP; :data:`SGLANG_MAX_BS` = 256 is taken here for 80-141 GB GPUs); a decode
+  batch is padded to the next captured size, larger batches and prefill/mixed batches run
+  without graphs.
+* **TensorRT-LLM** (PyTorch backend, ``CudaGraphConfig`` / ``DecodeCudaGraphConfig``,
+  https://nvidia.github.io/TensorRT-LLM/llm-api/reference/DecodeCudaGraphConfig.html):
+  ``enable_padding`` is False by default, so a decode batch that is not a captured size runs
+  eagerly: **no padding**.
+
+Only the padded row count is modelled here (the linear operators: GEMMs, MoE, norms; the
+lm_head and attention keep the real sequences, as the engines compute logits and attention
+for real sequences only). The launch overhead an eager (uncaptured) step pays is part of the
+fitted per-step host time, not of this module.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from functools import lru_cache
+
+#: SGLang's cuda_graph_max_bs assumed (its default is picked from GPU memory and TP size)
+SGLANG_MAX_BS = 256
+#: vLLM's cap on the largest captured size
+VLLM_MAX_CAPTURE = 512
+
+
+@lru_cache(maxsize=64)
+def capture_sizes(engine: str, max_num_seqs: int) -> tuple[int, ...]:
+    """Batch sizes (tokens) the engine captures by default; () = no padding."""
+    if engine == "vllm":
+        top = min(2 * max(1, max_num_seqs), VLLM_MAX_CAPTURE)
+        sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
+        return tuple(s for s in sizes if s <= top)
+    if engine == "sglang":
+        return tuple([1, 2, 4, 8] + list(range(16, SGLANG_MAX_BS + 1, 8)))
+    return ()
+
+
+def pads_mixed_steps(engine: str) -> bool:
+    """Whether steps with prefill tokens are padded too (vLLM piecewise graphs)."""
+    return engine == "vllm"
+
+
+def padded_tokens(engine: str, max_num_seqs: int, tokens: int, decode_only: bool) -> int:
+    """Token rows a step of ``tokens`` real tokens computes under the engine's CUDA graphs."""
+    if tokens <= 0 or not (decode_only or pads_mixed_steps(engine)):
+        return tokens
+    sizes = capture_sizes(engine, max_num_seqs)
+    if not sizes or tokens > sizes[-1]:
+        return tokens
+    return sizes[bisect_left(sizes, tokens)]
