@@ -12,9 +12,16 @@ tokens (a unit is ``unit_blocks`` engine blocks), the finest grain at which the
 workload says what is shared. Cached units that no running sequence references are
 *evictable*: they count as free and are evicted least-recently-used first when
 blocks are needed; a freed sequence releases its units tail first, so tails go first
-(as vLLM frees blocks in reverse order). Private (unshared) blocks are not retained
-after a sequence is freed; a preempted request therefore recomputes its unshared
-prompt (the conservative case).
+(as vLLM frees blocks in reverse order). Private (unshared) blocks of a finished
+sequence are not retained.
+
+Preempted requests (:meth:`KVBlockPool.park`): with prefix caching on, an engine keeps the
+full blocks of a preempted request in its cache like any other freed block (vLLM v1 hashes
+every full block, prompt and generated tokens alike, and a preempted request's blocks go to
+the free queue with their hashes: https://docs.vllm.ai/en/v0.8.0/design/v1/prefix_caching.html;
+TensorRT-LLM's block reuse likewise). They are evictable; when the request is admitted again
+it reuses the leading ones not yet evicted and recomputes only the rest. A parked group is a
+variable-size LRU entry, evicted tail first (partially when only some blocks are needed).
 
 Accounting: ``used`` = blocks referenced by running sequences (private blocks plus
 referenced units, each unit once); ``evictable`` = blocks in unreferenced cached
@@ -59,7 +66,7 @@ class KVBlockPool:
     """Block accounting for one engine (one KV cache)."""
 
     __slots__ = ("total", "block_size", "unit_blocks", "prefix_caching", "used", "evictable", "peak_used",
-                 "_refs", "_lru", "evictions")
+                 "_refs", "_lru", "evictions", "_parked")
 
     def __init__(self, total_blocks: int, block_size: int, unit_blocks: int = 1, prefix_caching: bool = True):
         self.total = total_blocks
@@ -71,7 +78,8 @@ class KVBlockPool:
         self.peak_used = 0
         self.evictions = 0       # units evicted so far
         self._refs: dict[int, int] = {}                 # unit key -> reference count
-        self._lru: OrderedDict[int, None] = OrderedDict()  # unreferenced units, LRU first
+        self._lru: OrderedDict = OrderedDict()  # unreferenced units (int keys) and parked groups, LRU first
+        self._parked: dict[tuple, int] = {}     # parked group key -> blocks still cached
 
     @property
     def free(self) -> int:
@@ -85,13 +93,25 @@ class KVBlockPool:
             self.peak_used = self.used
         over = self.used + self.evictable - self.total
         if over > 0:
-            lru, refs, ub = self._lru, self._refs, self.unit_blocks
+            lru, refs, ub, parked = self._lru, self._refs, self.unit_blocks, self._parked
             while over > 0:
-                key, _ = lru.popitem(last=False)
-                del refs[key]
-                self.evictable -= ub
-                self.evictions += 1
-                over -= ub
+                key = next(iter(lru))
+                n = parked.get(key) if isinstance(key, tuple) else None
+                if n is None:
+                    lru.popitem(last=False)
+                    del refs[key]
+                    self.evictable -= ub
+                    self.evictions += 1
+                    over -= ub
+                    continue
+                take = min(n, over)   # a parked group loses its tail blocks first
+                if take == n:
+                    lru.popitem(last=False)
+                    del parked[key]
+                else:
+                    parked[key] = n - take
+                self.evictable -= take
+                over -= take
 
     def release(self, n: int) -> None:
         """Return ``n`` private blocks."""
@@ -149,6 +169,35 @@ class KVBlockPool:
                 lru[key] = None
                 self.used -= ub
                 self.evictable += ub
+
+    # ---- preempted requests' blocks -------------------------------------------------
+
+    def park(self, key: tuple, n: int) -> None:
+        """Keep ``n`` private blocks of a preempted sequence cached (evictable) under ``key``;
+        without prefix caching they are simply released."""
+        self.used -= n
+        if n <= 0 or not self.prefix_caching:
+            return
+        self.evictable += n
+        self._parked[key] = n
+        self._lru[key] = None
+
+    def parked(self, key: tuple) -> int:
+        """Blocks of a parked group still cached (0 when evicted or never parked)."""
+        return self._parked.get(key, 0)
+
+    def unpark(self, key: tuple, n: int) -> None:
+        """Take the first ``n`` blocks of a parked group back into use (the sequence was
+        admitted again); the rest of the group is dropped (freed)."""
+        have = self._parked.pop(key, 0)
+        if not have:
+            return
+        del self._lru[key]
+        n = min(n, have)
+        self.evictable -= have
+        self.used += n
+        if self.used > self.peak_used:
+            self.peak_used = self.used
 
     def cached_units(self) -> int:
         """Units currently in the prefix cache (referenced or evictable)."""

@@ -19,6 +19,9 @@ requests are admitted only while ``free - needed >= watermark`` blocks (v0
 ``BlockSpaceManager.can_allocate``). When a running step cannot get its blocks, the
 newest running request is preempted by recompute: its blocks are freed and it goes
 back to the *front* of the waiting queue, to recompute prompt plus generated tokens.
+With prefix caching on, its full blocks stay cached (evictable, ``KVBlockPool.park``) and
+are reused when it is admitted again, as far as they were not evicted meanwhile: only the
+rest is recomputed (``sim/kv_cache.py``).
 
 Decode bookkeeping is aggregate, so a step costs O(changes), not O(batch): the engine
 keeps a decode-step counter ``c``; a sequence that joined decoding at ``c0`` with
@@ -47,7 +50,8 @@ class Seq:
 
     __slots__ = ("idx", "req", "P", "O", "measured", "replica", "state", "target", "computed", "g", "blocks",
                  "shared_blocks", "keys", "refkeys", "nreg", "c0", "phase", "kvb", "gen", "arrival",
-                 "first_sched", "first_token", "last_token", "finish", "preemptions", "cached_tokens", "client")
+                 "first_sched", "first_token", "last_token", "finish", "preemptions", "cached_tokens", "client",
+                 "park_from")
 
     def __init__(self, idx: int, req: Request, measured: bool):
         self.idx = idx
@@ -77,6 +81,7 @@ class Seq:
         self.preemptions = 0
         self.cached_tokens = 0    # prompt tokens served from the prefix cache at first admission
         self.client = -1          # closed loop: the client that sent it
+        self.park_from = -1       # preempted with cached blocks: token where its parked blocks start
 
 
 class EngineState:
@@ -165,18 +170,29 @@ class EngineState:
             return 0, 0
         return self.pool.match(seq.keys, (seq.target - 1) // self.U)
 
-    def _admit(self, seq: Seq, hit_units: int, new_blocks: int, now: float) -> None:
+    def _reusable(self, seq: Seq, hit_units: int) -> int:
+        """Blocks of a preempted request's parked group it can reuse now: those still cached,
+        when its shared prefix is cached exactly up to where they start (else it recomputes)."""
+        if seq.park_from < 0 or hit_units * self.U != seq.park_from:
+            return 0
+        have = self.pool.parked(("preempted", seq.idx))
+        return min(have, (seq.target - 1 - seq.park_from) // self.B) if have else 0
+
+    def _admit(self, seq: Seq, hit_units: int, new_blocks: int, now: float, reuse: int = 0) -> None:
         pool = self.pool
         if hit_units:
             keys = seq.keys[:hit_units]
             pool.acquire(keys)
             seq.refkeys = list(keys)
+        if seq.park_from >= 0:   # reuse the first `reuse` parked blocks, drop the rest
+            pool.unpark(("preempted", seq.idx), reuse)
+            seq.park_from = -1
         seq.nreg = hit_units
         seq.shared_blocks = hit_units * self.ub
         if new_blocks:
             pool.allocate(new_blocks)
-        seq.blocks = seq.shared_blocks + new_blocks
-        hit = hit_units * self.U
+        seq.blocks = seq.shared_blocks + reuse + new_blocks
+        hit = hit_units * self.U + reuse * self.B
         seq.computed = hit
         seq.state = PREFILL
         self.running[seq.idx] = seq
@@ -223,15 +239,16 @@ class EngineState:
             while waiting and budget > 0 and len(running) < self.max_seqs:
                 seq = waiting[0]
                 hit_units, evict_blocks = self._match(seq)
-                hit = hit_units * U
+                reuse = self._reusable(seq, hit_units)
+                hit = hit_units * U + reuse * B
                 n = min(seq.target - hit, budget)
                 if self.whole and n < seq.target - hit:
                     break   # in-flight batching without chunking: the prompt waits for room
-                new_blocks = -(-(hit + n) // B) - hit_units * ub
-                if pool.free - new_blocks - evict_blocks < self.watermark_blocks:
+                new_blocks = -(-(hit + n) // B) - hit_units * ub - reuse
+                if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks:
                     break
                 waiting.popleft()
-                self._admit(seq, hit_units, new_blocks, now)
+                self._admit(seq, hit_units, new_blocks, now, reuse)
                 chunks.append((seq, n, hit))
                 budget -= n
         return chunks, preempted
@@ -244,15 +261,16 @@ class EngineState:
         while waiting and len(running) < self.max_seqs:
             seq = waiting[0]
             hit_units, evict_blocks = self._match(seq)
-            hit = hit_units * U
+            reuse = self._reusable(seq, hit_units)
+            hit = hit_units * U + reuse * B
             n = seq.target - hit
             if n > budget:
                 break
-            new_blocks = -(-seq.target // B) - hit_units * ub
-            if pool.free - new_blocks - evict_blocks < self.watermark_blocks:
+            new_blocks = -(-seq.target // B) - hit_units * ub - reuse
+            if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks:
                 break
             waiting.popleft()
-            self._admit(seq, hit_units, new_blocks, now)
+            self._admit(seq, hit_units, new_blocks, now, reuse)
             chunks.append((seq, n, hit))
             budget -= n
         if chunks:
@@ -306,8 +324,8 @@ class EngineState:
             blocks = -(-kv // self.B)
         else:
             self.prefilling.remove(seq)
-            blocks = seq.blocks
-        self._free(seq, blocks)
+            blocks, kv = seq.blocks, seq.computed
+        self._park(seq, blocks, kv)
         seq.target = seq.P + seq.g
         seq.computed = 0
         seq.nreg = 0
@@ -315,6 +333,20 @@ class EngineState:
         seq.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(seq)
+
+    def _park(self, seq: Seq, blocks: int, tokens: int) -> None:
+        """Free a preempted sequence, keeping its full private blocks (``tokens`` computed)
+        cached for its return when prefix caching is on and its shared units are a prefix."""
+        units = len(seq.refkeys)
+        n = 0
+        if self.prefix_caching and tuple(seq.refkeys) == seq.keys[:units]:
+            n = max(0, min(tokens // self.B, blocks) - seq.shared_blocks)
+        if n:
+            self.pool.release(blocks - seq.shared_blocks - n)
+            self.pool.park(("preempted", seq.idx), n)
+            seq.park_from = units * self.U
+            blocks = seq.shared_blocks   # _free releases nothing more, unrefs the shared units
+        self._free(seq, blocks)
 
     def complete(self, now: float, itl_samples: list[float]) -> list[Seq]:
         """Apply the in-flight plan at its finish time ``now``; returns finished sequences.
@@ -393,6 +425,7 @@ class EngineState:
         live = {k: r for k, r in pool._refs.items() if r > 0}
         assert live == refs, "unit reference counts disagree"
         assert pool.used == private + len(live) * self.ub, (pool.used, private, len(live))
-        assert pool.evictable == len(pool._lru) * self.ub
+        parked = sum(pool._parked.values())
+        assert pool.evictable == (len(pool._lru) - len(pool._parked)) * self.ub + parked
         assert 0 <= pool.used <= pool.total and pool.used + pool.evictable <= pool.total
         assert len(self.running) <= self.max_seqs

@@ -201,3 +201,33 @@ def test_whole_prompts_need_a_budget_covering_the_longest_request():
     spec = WorkloadSpec(num_requests=10, rate_rps=1.0)
     with pytest.raises(UserError, match="max_model_len"):
         simulate_serving(spec, [make_replica(max_num_batched_tokens=4096, max_model_len=8192, whole_prompts=True)])
+
+
+def test_preempted_requests_reuse_their_cached_blocks(checked):
+    """Prefix caching on: a preempted request's full blocks stay cached (evictable) and are
+    reused when it is admitted again (its only 'prefix hits' in a workload without shared
+    prompts); off: it recomputes everything."""
+    spec = WorkloadSpec(num_requests=300, rate_rps=8.0)
+    on = simulate_serving(spec, [make_replica(kv_capacity_tokens=24000, max_num_seqs=64)])
+    off = simulate_serving(spec, [make_replica(kv_capacity_tokens=24000, max_num_seqs=64,
+                                               enable_prefix_caching=False)])
+    assert on.summary["preemptions"] > 5 and off.summary["preemptions"] > 5
+    assert on.summary["prefix_hit_rate"] > 0.0 and off.summary["prefix_hit_rate"] == 0.0
+    assert on.unfinished == 0 and on.summary["kv_peak_util"] <= 1.0
+
+
+def test_parked_blocks_are_evicted_tail_first_and_reused_up_to_what_is_left():
+    from llmplan.sim.kv_cache import KVBlockPool
+
+    pool = KVBlockPool(total_blocks=10, block_size=16)
+    pool.allocate(6)
+    pool.park(("preempted", 1), 6)          # 6 private blocks kept cached
+    assert (pool.used, pool.evictable, pool.free) == (0, 6, 10)
+    pool.allocate(7)                        # needs 3 of them: the group loses its tail
+    assert pool.parked(("preempted", 1)) == 3 and pool.evictable == 3 and pool.used == 7
+    pool.unpark(("preempted", 1), 2)        # re-admitted: reuses 2, the 3rd is dropped
+    assert pool.parked(("preempted", 1)) == 0 and (pool.used, pool.evictable) == (9, 0)
+    off = KVBlockPool(total_blocks=10, block_size=16, prefix_caching=False)
+    off.allocate(4)
+    off.park(("preempted", 2), 4)           # without prefix caching the blocks are simply freed
+    assert (off.used, off.evictable, off.parked(("preempted", 2))) == (0, 0, 0)
