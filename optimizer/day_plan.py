@@ -132,8 +132,12 @@ def resolve_profile(text: str) -> Path:
     return shipped if shipped.exists() else p
 
 
-def read_profile_csv(path: Path, horizon_s: float | None = None, key: str = "day.profile") -> LoadProfile:
-    """A CSV with header columns ``t_start_s`` and ``rate_rps`` (others ignored)."""
+def read_profile_csv(path: Path, horizon_s: float | None = None, key: str = "day.profile",
+                     interval_s: float | None = None) -> LoadProfile:
+    """A CSV with header columns ``t_start_s`` and ``rate_rps`` (others ignored), each rate
+    holding until the next start; or a trace, one arrival per row in a column ``timestamp_s``
+    (seconds from the start), binned into ``interval_s`` intervals (default 3600). With
+    ``interval_s`` a rate table is re-binned to it (:func:`rebin`)."""
     path = Path(path)
     try:
         with path.open(newline="") as fh:
@@ -141,14 +145,40 @@ def read_profile_csv(path: Path, horizon_s: float | None = None, key: str = "day
     except OSError as err:
         raise UserError(f"cannot read {path.name}: {err.strerror}", key=key,
                         fix="give an existing CSV file or a shipped profile: " + ", ".join(shipped_profiles())) from None
+    if rows and "timestamp_s" in rows[0]:
+        try:
+            ts = [float(r["timestamp_s"]) for r in rows]
+        except (TypeError, ValueError):
+            raise UserError(f"{path.name}: every timestamp_s must be a number", key=key, fix="fix the CSV") from None
+        return profile_from_trace(ts, 3600.0 if interval_s is None else float(interval_s), horizon_s, key)
     if not rows or not {"t_start_s", "rate_rps"} <= set(rows[0]):
-        raise UserError(f"{path.name} needs the columns t_start_s and rate_rps", key=key, fix="add a header line: t_start_s,rate_rps")
+        raise UserError(f"{path.name} needs the columns t_start_s and rate_rps (a rate table) or timestamp_s (a trace)",
+                        key=key, fix="add a header line: t_start_s,rate_rps")
     try:
         starts = [float(r["t_start_s"]) for r in rows]
         rates = [float(r["rate_rps"]) for r in rows]
     except (TypeError, ValueError):
         raise UserError(f"{path.name}: every t_start_s and rate_rps must be a number", key=key, fix="fix the CSV") from None
-    return profile_from_table(starts, rates, horizon_s, key)
+    prof = profile_from_table(starts, rates, horizon_s, key)
+    return prof if interval_s is None else rebin(prof, float(interval_s), key)
+
+
+def rebin(profile: LoadProfile, interval_s: float, key: str = "day.profile") -> LoadProfile:
+    """The profile on equal ``interval_s`` intervals from its start: each new interval's rate is
+    the time-weighted mean of the rates it covers (the same requests in every interval); the
+    last interval ends with the profile (shorter when the horizon is no multiple)."""
+    if not (isinstance(interval_s, (int, float)) and math.isfinite(interval_s) and interval_s > 0):
+        raise UserError(f"must be > 0 s, got {interval_s!r}", key="day.interval_s", fix="e.g. 3600 or 900")
+    t0, horizon = profile.t_start_s[0], profile.horizon_s
+    n = max(1, math.ceil(horizon / interval_s - 1e-9))
+    starts = [t0 + i * interval_s for i in range(n)]
+    durs = [min(interval_s, t0 + horizon - s) for s in starts]
+    rates = []
+    for s, d in zip(starts, durs):
+        reqs = sum(r * max(0.0, min(s + d, a + w) - max(s, a))
+                   for a, w, r in zip(profile.t_start_s, profile.duration_s, profile.rate_rps))
+        rates.append(reqs / d)
+    return _check_profile(LoadProfile(tuple(starts), tuple(durs), tuple(rates), f"{profile.source}, re-binned"), key)
 
 
 def profile_from_trace(timestamps_s: Iterable[float], interval_s: float = 3600.0, horizon_s: float | None = None,

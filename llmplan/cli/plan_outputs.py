@@ -70,26 +70,11 @@ def pareto_block(res, app, model, out: Path, png: bool) -> dict:
             "frontiers": sorted(set(front["frontier"])) if len(front) else []}
 
 
-def day_block(res, app, out: Path, png: bool) -> dict | None:
-    """Replicas per interval over ``day.profile`` (raises day_plan.DayInfeasible: exit 3)."""
-    from llmplan.optimizer import day_plan, price_tiers
+def day_block(res, app, out: Path, png: bool, model=None) -> dict | None:
+    """Replicas per interval over ``day.profile`` and the simulated attainment (llmplan/cli/day_outputs.py)."""
+    from llmplan.cli.day_outputs import day_block as block
 
-    if not app.day.profile:
-        return None
-    profile = day_plan.read_profile_csv(day_plan.resolve_profile(str(app.day.profile)), key="day.profile")
-    ok = [e for e in res.evaluations if e.verdict == "ok"]
-    cands = day_plan.candidates_from_evaluations(ok)
-    defaults = {c.gpu: c.usd_per_gpu_hour for c in cands}
-    tiers = price_tiers.from_mapping(dict(app.day.price_tiers), defaults, key="day.price_tiers")
-    day = day_plan.plan_day(profile, cands, tiers, scale_up_s=float(app.day.scale_up_s),
-                            min_replicas=int(app.day.min_replicas), max_load=float(app.search.max_load),
-                            max_gpus=dict(app.gpu.max_gpus))
-    day.frame().to_csv(out / "day.csv", index=False, float_format="%.6g")
-    files = ["day.csv"]
-    if png:
-        day.plot(out / "day.png")
-        files.append("day.png")
-    return {"profile": Path(app.day.profile).name, "files": files, **day.as_dict()}
+    return block(res, app, out, png, model)
 
 
 def add_blocks(res, model, app, out: Path, d: dict) -> dict:
@@ -100,7 +85,7 @@ def add_blocks(res, model, app, out: Path, d: dict) -> dict:
     d["deploy"] = deploy_block(res, model, app, out)
     d["pareto"] = pareto_block(res, app, model, out, png=html)
     try:
-        d["day"] = day_block(res, app, out, png=html)
+        d["day"] = day_block(res, app, out, png=html, model=model)
     except DayInfeasible as exc:
         d["day"] = {"infeasible": str(exc)}
         raise
@@ -133,9 +118,10 @@ def render(d: dict, console: Console, out: Path) -> None:
         console.print(f"Launch: {len(dep['pools'])} pool(s), launch.sh / k8s.yaml / bench.sh under {out / 'deploy'}/")
     day = d.get("day")
     if day and "infeasible" not in day:
-        console.print(f"Day ({day['profile']}, {day['intervals']} intervals, peak {day['peak_rps']:g} req/s): "
-                      f"${day['cost_usd']:,.2f} with autoscaling vs ${day['static_peak_cost_usd']:,.2f} static for "
-                      f"the peak ({day['saving_pct']:.0f}% saved); replicas per interval in day.csv")
+        from llmplan.cli.day_outputs import render_lines
+
+        for line in render_lines(day):
+            console.print(line)
     files = ["plan.json", "candidates.csv", *(d.get("pareto") or {}).get("files", []),
              *((day or {}).get("files") or [])]
     if (out / "report.html").exists():

@@ -1,0 +1,85 @@
+"""The ``day`` block of `plan` (``day.profile=...``): replicas per interval over price tiers
+(optimizer/day_plan.py) and, unless ``day.attainment.enabled=false``, the SLO attainment of
+the autoscaled schedule and of static provisioning for the peak, simulated
+(optimizer/day_attainment.py). docs/AUTOSCALING.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmplan.progress import stage_progress, step
+
+
+def read_profile(app):
+    """``day.profile`` (a rate table or a trace CSV, or a shipped name) with ``day.interval_s``."""
+    from llmplan.optimizer import day_plan
+
+    return day_plan.read_profile_csv(day_plan.resolve_profile(str(app.day.profile)), key="day.profile",
+                                     interval_s=app.day.interval_s)
+
+
+def attainment_settings(app):
+    from llmplan.optimizer.day_attainment import AttainmentSettings
+
+    a = app.day.attainment
+    return AttainmentSettings(requests_per_phase=a.requests_per_phase, lead=str(a.lead), seed=int(app.seed),
+                              max_intervals=a.max_intervals)
+
+
+def day_block(res, app, out: Path, png: bool, model=None) -> dict | None:
+    """Replicas per interval over ``day.profile`` (raises day_plan.DayInfeasible: exit 3), with
+    the simulated attainment when ``model`` is given and ``day.attainment.enabled``."""
+    from llmplan.optimizer import day_attainment, day_plan, price_tiers
+
+    if not app.day.profile:
+        return None
+    settings = attainment_settings(app)
+    day_attainment.check_settings(settings)
+    profile = read_profile(app)
+    ok = [e for e in res.evaluations if e.verdict == "ok"]
+    cands = day_plan.candidates_from_evaluations(ok)
+    defaults = {c.gpu: c.usd_per_gpu_hour for c in cands}
+    tiers = price_tiers.from_mapping(dict(app.day.price_tiers), defaults, key="day.price_tiers")
+    simulate = bool(app.day.attainment.enabled) and model is not None
+    with stage_progress(None, app.output.progress) as update:
+        with step(update, "day ILP"):
+            day = day_plan.plan_day(profile, cands, tiers, scale_up_s=float(app.day.scale_up_s),
+                                    min_replicas=int(app.day.min_replicas), max_load=float(app.search.max_load),
+                                    max_gpus=dict(app.gpu.max_gpus))
+        attainment = (day_attainment.for_plan(day, ok, app.engine, model, app.workload, res.slos, settings, update)
+                      if simulate else None)
+    day.frame().to_csv(out / "day.csv", index=False, float_format="%.6g")
+    files = ["day.csv"]
+    if png:
+        day.plot(out / "day.png")
+        files.append("day.png")
+    block = {"profile": Path(app.day.profile).name, "profile_source": profile.source, "files": files, **day.as_dict()}
+    if profile.source != "table":
+        block["assumptions"].append(f"load profile: {profile.source} ({len(profile.rate_rps)} intervals)")
+    block["attainment"] = attainment
+    return block
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def render_lines(day: dict) -> list[str]:
+    """Console lines of the day block (cost, then simulated attainment)."""
+    lines = [f"Day ({day['profile']}, {day['intervals']} intervals, peak {day['peak_rps']:g} req/s): "
+             f"${day['cost_usd']:,.2f} with autoscaling vs ${day['static_peak_cost_usd']:,.2f} static for "
+             f"the peak ({day['saving_pct']:.0f}% saved); replicas per interval in day.csv"]
+    att = day.get("attainment")
+    if att:
+        for key, name in (("day", "autoscaled"), ("static", "static peak")):
+            a = att[key]
+            per = ", ".join(f"{lab.split(' <=')[0]} {_pct(v)}" for lab, v in a["share_within"].items())
+            lines.append(f"  simulated SLO attainment, {name}: {per} of requests within target, "
+                         f"{_pct(a['share_all_targets'])} within all; targets held in {a['intervals_met']} of "
+                         f"{a['intervals_simulated']} intervals" +
+                         (f" ({a['intervals_overloaded']} overloaded: the queue grows)"
+                          if a["intervals_overloaded"] else "") +
+                         (f"; {a['spot_interruptions']} spot interruption(s)" if a["spot_interruptions"] else ""))
+        lines.append(f"  (lead {att['lead']}, seed {att['seed']}, {att['simulations']} simulations; model in "
+                     "plan.json day.attainment.model)")
+    return lines
