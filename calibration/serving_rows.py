@@ -23,16 +23,31 @@ Mapping (documented in docs/ACCURACY.md, section Serving):
   format when that is fp8 or fp4, else bf16. KV cache: fp8 when the row's precision (or,
   when empty, the weights) is fp8 or fp4 and the GPU has fp8, else bf16 (the planner's
   ``kv_cache_dtype: auto`` rule).
-* parallelism: ``Parallelism(tp=tp_size, pp=pp_size, ep=moe_ep_size)`` for MoE models
-  (``moe_tp_size x moe_ep_size`` must equal ``tp_size``), ``ep=1`` for dense models (their
-  ``moe_*`` columns are ignored).
+* parallelism (:func:`parallelism_of`, docs/SIMULATOR.md "Attention DP and wide EP"): the
+  columns follow the aiconfigurator layout of a worker: ``tp_size`` attention TP inside each of
+  ``attention_dp_size`` attention-DP ranks, so ``tp_size x attention_dp_size`` GPUs per stage,
+  over which the MoE layers run as ``moe_tp_size x moe_ep_size`` (their product equals it) ->
+  ``Parallelism(tp=tp_size, pp=pp_size, ep=moe_ep_size, dp=attention_dp_size)``. An empty
+  ``attention_dp_size`` is implied by the MoE columns (``moe_tp x moe_ep / tp``: vLLM's DP ranks,
+  whose expert layers "form a tensor parallel group of size DP x TP" without
+  ``--enable-expert-parallel``, https://docs.vllm.ai/en/v0.12.0/serving/data_parallel_deployment/).
+  Engine flags behind the columns: TensorRT-LLM ``tensor_parallel_size`` is the worker's GPU
+  count and ``enable_attention_dp`` runs attention DP over all of them
+  (https://nvidia.github.io/TensorRT-LLM/features/parallel-strategy.html); SGLang ``--tp`` with
+  ``--enable-dp-attention --dp N``; vLLM ``--tensor-parallel-size`` x ``--data-parallel-size``
+  with ``--enable-expert-parallel`` (EP = DP x TP). Rows whose ``id`` names the engine layout
+  (``..._tp{T}_ep{E}_<n>``) while their columns hold the product ``T x E`` (one export of the
+  source wrote ``tp_size = T x E``, ``moe_tp_size = T``, ``moe_ep_size = E``; their measured
+  values equal, to the last digit, rows of the same run stored with ``tp_size = T``) are read
+  as the run they name: ``T`` GPUs, EP ``E`` (attention DP over the ``T`` GPUs when
+  ``attention_dp_size > 1``). Dense models: ``ep = 1`` (their ``moe_*`` columns are ignored).
 * workload: closed loop with concurrency from ``silicon_concurrency=N`` in
   ``silicon_data_source`` (else ``batch_size``), fixed ``isl``/``osl``.
 
-Not simulated: ``mode`` other than ``agg`` (disaggregated serving is not modelled),
-``attention_dp_size > 1`` (attention data parallelism is not modelled), parallelism or
-precision the model/GPU rejects (:func:`sim.deployment.parallelism_problem`), weights that
-leave no room for one request's KV cache.
+Not simulated: ``mode`` other than ``agg`` (disaggregated rows are replayed by
+calibration/serving_disagg_rows.py), parallelism or precision the model/GPU rejects
+(:func:`sim.deployment.parallelism_problem`), weights that leave no room for one request's KV
+cache.
 """
 
 from __future__ import annotations
@@ -67,6 +82,14 @@ SIMULATED = "simulated"
 
 FP8_MODES = frozenset({"fp8", "fp8_block", "fp8_static", "fp8_dynamic", "w8a8_fp8", "fp8_e4m3"})
 FP4_MODES = frozenset({"fp4", "nvfp4", "mxfp4", "w4a4_nvfp4", "w4a16_mxfp4"})
+#: 4-bit integer weight-only (W4A16, group-quantized): Kimi-K2.x's shipped compressed-tensors
+#: int4 checkpoint; the calibrated fused-MoE model has a measured ``int4_wo`` group for it
+INT4_MODES = frozenset({"int4", "int4_wo", "w4a16", "w4a16_int4"})
+#: HF organisations renamed since the rows were written (the catalog keeps the current id):
+#: Zhipu AI publishes GLM-5 as zai-org (https://huggingface.co/zai-org/GLM-5)
+ORG_ALIASES = {"zhipuai/": "zai-org/"}
+#: ``id`` suffix naming the engine layout of a run (``..._tp8_ep8_941``)
+_ID_LAYOUT = re.compile(r"_tp(\d+)_ep(\d+)_\d+$")
 BF16_MODES = frozenset({"", "bf16", "bfloat16", "fp16", "float16", "half", "none", "auto"})
 _CONC = re.compile(r"silicon_concurrency\s*=\s*(\d+)")
 
@@ -245,6 +268,8 @@ def precision_of(row: Mapping[str, Any], model: ModelSpec, gpu: GPUSpec) -> Prec
         w = "fp8"
     elif mode in FP4_MODES:
         w = "fp4"
+    elif mode in INT4_MODES:
+        w = "int4"
     elif mode in BF16_MODES:
         w = model.native_dtype if model.native_dtype in ("fp8", "fp4") else "bf16"
     else:
@@ -255,17 +280,41 @@ def precision_of(row: Mapping[str, Any], model: ModelSpec, gpu: GPUSpec) -> Prec
     return Precision(w, kv)
 
 
+def id_layout(row: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(T GPUs, EP E) when the row's ``id`` names its engine layout and its columns hold the
+    product ``T x E`` instead (see the module docstring); None otherwise."""
+    m = _ID_LAYOUT.search(str(row.get("id") or ""))
+    if m is None:
+        return None
+    t, e = int(m.group(1)), int(m.group(2))
+    tp, adp = _int(row.get("tp_size"), 1), max(1, _int(row.get("attention_dp_size"), 1))
+    if e > 1 and t * e == tp * adp and t != tp * adp:
+        return t, e
+    return None
+
+
 def parallelism_of(row: Mapping[str, Any], model: ModelSpec) -> Parallelism | str:
-    """Parallelism of a row, or a status string."""
+    """Parallelism of a row (see the module docstring), or a status string."""
     tp, pp = _int(row.get("tp_size"), 1), _int(row.get("pp_size"), 1)
     if not model.is_moe:
+        adp = _int(row.get("attention_dp_size"), 1)
+        if adp > 1:  # TensorRT-LLM runs the dense MLP TP over all ranks then: no such run to check it on
+            return (f"attention_dp: attention_dp_size={adp} on dense model {model.key} (attention DP of a dense "
+                    "model, whose MLP runs TP over all ranks, is modelled only for MoE models)")
         return Parallelism(tp, pp, 1)
+    named = id_layout(row)
+    if named is not None:
+        t, e = named
+        return Parallelism(1, pp, e, dp=t) if _int(row.get("attention_dp_size"), 1) > 1 else Parallelism(t, pp, e)
     ep = max(1, _int(row.get("moe_ep_size"), 1))
     moe_tp = max(1, _int(row.get("moe_tp_size"), max(1, tp // ep)))
-    if moe_tp * ep != tp:
-        return (f"parallelism: moe_tp_size {moe_tp} x moe_ep_size {ep} != tp_size {tp} "
-                "(experts must be sharded over the TP group)")
-    return Parallelism(tp, pp, ep)
+    adp = _int(row.get("attention_dp_size"), 0)
+    if adp < 1:  # not written: implied by the MoE group (vLLM DP ranks)
+        adp = moe_tp * ep // tp if moe_tp * ep % tp == 0 and moe_tp * ep >= tp else 1
+    if moe_tp * ep != tp * adp:
+        return (f"parallelism: moe_tp_size {moe_tp} x moe_ep_size {ep} != tp_size {tp} x attention_dp_size {adp} "
+                "(the MoE layers run over the worker's tp x dp GPUs)")
+    return Parallelism(tp, pp, ep, dp=adp)
 
 
 # ----------------------------------------------------------------------------- mapping
@@ -274,6 +323,9 @@ def parallelism_of(row: Mapping[str, Any], model: ModelSpec) -> Parallelism | st
 def _load_model(name: str) -> ModelSpec | str:
     from llmplan.model_catalog.loader import load_model
 
+    for old, new in ORG_ALIASES.items():
+        if name.lower().startswith(old):
+            name = new + name[len(old):]
     try:
         return load_model(name)
     except CatalogError as e:
@@ -299,9 +351,6 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
         return skip(f"disagg: mode '{mode}' (disaggregated prefill/decode is not replayed yet: the disaggregation "
                     "work adds it)" if mode == "disagg"
                     else f"invalid: unknown mode '{mode}'")
-    adp = _int(row.get("attention_dp_size"), 1)
-    if adp > 1:
-        return skip(f"attention_dp: attention_dp_size={adp} (attention data parallelism is not modelled)")
     backend = _text(row.get("backend"))
     if backend not in engines:
         return skip(f"unknown_backend: '{backend}' (known: {', '.join(engines)})")
@@ -327,10 +376,12 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     problem = parallelism_problem(model, gpu, par, prec)
     if problem:
         return skip(("precision: " if "not supported" in problem else "parallelism: ") + problem)
-    batch = max(_int(row.get("batch_size"), conc), 1) * adp
+    batch = max(_int(row.get("batch_size"), conc), 1) * max(1, _int(row.get("attention_dp_size"), 1))
     base = engines[backend]
     seqs = max(batch, conc)
-    engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=max(base.max_num_batched_tokens, seqs))
+    # the engine's token budget is per attention-DP rank: the replica's is dp times it
+    tokens = max(base.max_num_batched_tokens * par.dp, seqs)
+    engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     mem = plan_memory(model, gpu, par, prec, engine, isl + osl)
     if not mem.fits:
         return skip(f"memory: {mem.reason}")

@@ -41,27 +41,35 @@ class Deployment:
 
     def label(self) -> str:
         ep = f" EP{self.par.ep}" if self.par.ep > 1 else ""
-        return f"{self.replicas}x {self.gpu.key} TP{self.par.tp} PP{self.par.pp}{ep} {self.prec.weights}"
+        dp = f" DP{self.par.dp}" if self.par.dp > 1 else ""
+        return f"{self.replicas}x {self.gpu.key} TP{self.par.tp}{dp} PP{self.par.pp}{ep} {self.prec.weights}"
 
 
 def parallelism_problem(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: Precision) -> str | None:
-    """Why this parallelism/precision cannot run, or None. Names the offending key."""
-    if min(par.tp, par.pp, par.ep) < 1:
-        return "tp, pp and ep must be >= 1"
+    """Why this parallelism/precision cannot run, or None. Names the offending key.
+
+    Layouts may span more GPUs than one scale-up domain (their collectives then cross the
+    scale-out network, sim/links.py); attention DP (``dp``) needs a MoE model (dense DP ranks
+    are independent replicas: use ``replicas``) and ``ep`` must divide the ``tp x dp`` GPUs
+    of a stage (``moe_tp = tp x dp / ep``)."""
+    if min(par.tp, par.pp, par.ep, par.dp) < 1:
+        return "tp, pp, ep and dp must be >= 1"
     if model.num_attention_heads % par.tp:
         return f"tp={par.tp} does not divide the {model.num_attention_heads} attention heads"
     if par.pp > model.num_layers:
         return f"pp={par.pp} exceeds the {model.num_layers} layers"
     if par.ep > 1 and not model.is_moe:
         return f"ep={par.ep} on dense model {model.key}: expert parallelism needs a MoE model"
+    if par.dp > 1 and not model.is_moe:
+        return (f"dp={par.dp} (attention data parallelism) on dense model {model.key}: its DP ranks never "
+                "synchronise; use replicas instead")
     if par.ep > 1:
-        if par.tp % par.ep:
-            return f"ep={par.ep} must divide tp={par.tp} (experts are sharded over the TP group)"
+        if par.stage_gpus % par.ep:
+            group = f"tp={par.tp} x dp={par.dp}" if par.dp > 1 else f"tp={par.tp}"
+            return f"ep={par.ep} must divide {group} (experts are sharded over the stage's GPUs)"
         assert model.moe is not None
         if model.moe.num_experts % par.ep:
             return f"ep={par.ep} does not divide the {model.moe.num_experts} experts"
-    if par.tp > max(gpu.scaleup_domain_size, 8):
-        return f"tp={par.tp} exceeds {gpu.key}'s scale-up domain ({gpu.scaleup_domain_size} GPUs)"
     # 4-bit weights run weight-only (dequantised to bf16 in the GEMM) on GPUs without fp4
     # tensor cores, as vLLM's MXFP4/Marlin paths do on Hopper; fp8 needs fp8 tensor cores
     if prec.weights == "fp8" and not gpu.supports("fp8"):
@@ -95,7 +103,7 @@ def build(dep: Deployment, calibration: str | None = None, min_kv_tokens: int = 
     """Step cost model and memory plan for one replica. Raises InfeasibleDeployment."""
     problem = parallelism_problem(dep.model, dep.gpu, dep.par, dep.prec)
     if problem:
-        raise InfeasibleDeployment(problem, key="deployment", fix="choose tp/pp/ep/precision the model and GPU support")
+        raise InfeasibleDeployment(problem, key="deployment", fix="choose tp/pp/ep/dp/precision the model and GPU support")
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, min_kv_tokens)
     km = guard_topology(kernels, dep.gpu) if kernels else make_kernel_model(dep.gpu, dep.engine.kernel_backend,
                                                                               calibration)

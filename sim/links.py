@@ -77,6 +77,46 @@ def group_link(gpu: GPUSpec, group_size: int, span_gpus: int | None = None, *, a
     return Link("network", gpu.scaleout_bw_gbps, NETWORK_ALPHA_US)
 
 
+def domain_gpus(gpu: GPUSpec) -> int:
+    """GPUs of one scale-up domain (an NVLink/xGMI node or NVL72 rack; 1 without a fabric)."""
+    return max(1, gpu.scaleup_domain_size) if gpu.scaleup_bw_gbps > 0 else 1
+
+
+def span_collective(kernels: KernelModel, gpu: GPUSpec, op: str, message_bytes: float, n: int) -> KernelTime:
+    """One collective over a contiguous group of ``n`` GPUs of one replica.
+
+    Inside one scale-up domain (or a GPU without a fabric): the kernel model's collective over
+    :func:`group_link`. A group spanning ``m = n / d`` domains of ``d`` GPUs runs hierarchically,
+    as NCCL does across nodes: the intra-domain part over the scale-up link, the inter-domain
+    part over the scale-out network (``scaleout_bw_gbps`` per GPU, every GPU with its own NIC):
+
+    * all_reduce: reduce-scatter in the domain, all-reduce of ``1/d`` of the message across the
+      ``m`` domains, all-gather in the domain;
+    * all_gather / reduce_scatter: the in-domain step on the whole message, and the cross-domain
+      step on ``1/d`` of it over ``m`` domains;
+    * alltoall: the ``(n - d) / n`` of each GPU's buffer bound for other domains crosses the
+      network (``m``-way), the rest stays on the scale-up link.
+    The two parts are added (no overlap assumed)."""
+    d = domain_gpus(gpu)
+    if n <= 1 or d <= 1 or n <= d or op == "p2p":
+        return kernels.collective(op, message_bytes, n, group_link(gpu, n, span_gpus=n))
+    m = -(-n // d)
+    local = group_link(gpu, d, span_gpus=d)
+    net = Link("network", gpu.scaleout_bw_gbps, NETWORK_ALPHA_US)
+    if op == "all_reduce":
+        parts = [kernels.collective("reduce_scatter", message_bytes, d, local),
+                 kernels.collective("all_reduce", message_bytes / d, m, net),
+                 kernels.collective("all_gather", message_bytes, d, local)]
+    elif op in ("all_gather", "reduce_scatter"):
+        parts = [kernels.collective(op, message_bytes, d, local), kernels.collective(op, message_bytes / d, m, net)]
+    else:  # alltoall
+        off = message_bytes * (n - d) / n
+        parts = [kernels.collective(op, message_bytes * d / n, d, local),
+                 kernels.collective(op, off * m / max(1, m - 1), m, net)]
+    # tier of the network part (never measured: the tables are single-node); flagged extrapolated
+    return KernelTime(sum(p.latency_ms for p in parts), 0.0, sum(p.bytes for p in parts), "comm", parts[1].tier, True)
+
+
 def stage_link(gpu: GPUSpec, tp: int, pp: int) -> Link:
     """Link between consecutive pipeline stages (point-to-point activations)."""
     return group_link(gpu, 2, span_gpus=tp * pp, across_span=True)

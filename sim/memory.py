@@ -9,10 +9,11 @@ TP (replicated when TP > KV heads); the MLA latent is replicated on every TP ran
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmplan.hardware_catalog.spec import GPUSpec
-from llmplan.model_catalog.derived import kv_bytes_per_token_tp, state_bytes_per_sequence, weight_bytes
+from llmplan.model_catalog.derived import (bytes_per_element, kv_bytes_per_token_tp, param_breakdown,
+                                           state_bytes_per_sequence, weight_bytes, weight_dtypes)
 from llmplan.model_catalog.spec import BYTES_PER_ELEMENT, ModelSpec
 from llmplan.sim.kv_budget import KVBudget, kv_budget
 from llmplan.sim.types import EngineProfile, Parallelism, Precision
@@ -59,6 +60,13 @@ def weights_per_gpu_bytes(model: ModelSpec, par: Parallelism, precision: str) ->
     stage_share = math.ceil(model.num_layers / par.pp) / model.num_layers
     # busiest stage: its layers plus (for pp=1 both, else one of) embedding / lm_head
     head_share = heads if par.pp == 1 else embed
+    if par.dp > 1 and model.moe is not None:
+        # attention DP: every rank keeps its own copy of attention, dense MLP, shared experts,
+        # embedding and lm_head (split over its tp GPUs); the routed experts are split over the
+        # whole stage (ep x moe_tp = tp x dp GPUs)
+        routed = param_breakdown(model).routed_experts * bytes_per_element(weight_dtypes(model, precision)["routed_experts"])
+        routed = min(routed, body)
+        return ((body - routed) / par.tp + routed / par.stage_gpus) * stage_share + head_share / par.tp
     return body * stage_share / par.tp + head_share / par.tp
 
 
@@ -66,18 +74,25 @@ def plan_memory(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: Precisio
                 engine: EngineProfile, min_tokens: int) -> MemoryPlan:
     """Fit check with the engine's own KV budget (sim/kv_budget.py). ``min_tokens``: KV tokens
     the replica must hold at least (one longest request, or what the workload needs); below
-    that the deployment is rejected. A memory fraction outside (0, 1] raises ConfigError."""
+    that the deployment is rejected. A memory fraction outside (0, 1] raises ConfigError.
+
+    Attention DP (``par.dp > 1``): each rank has its own KV cache, so the replica holds ``dp``
+    times one rank's tokens; one request must fit in one rank, and each rank's activations and
+    CUDA graphs are sized for its share (``ceil(max_num_seqs / dp)``) of the replica's batch."""
     w = weights_per_gpu_bytes(model, par, prec.weights)
     per_tok = kv_bytes_per_token_per_gpu(model, par, prec.kv_cache)
-    b = kv_budget(model, gpu, par, engine, w, per_tok, state_bytes_per_seq_per_gpu(model, par))
+    dp = max(1, par.dp)
+    rank_engine = engine if dp == 1 else replace(engine, max_num_seqs=max(1, -(-engine.max_num_seqs // dp)))
+    b = kv_budget(model, gpu, par, rank_engine, w, per_tok, state_bytes_per_seq_per_gpu(model, par))
     reserve = (b.activation_bytes + b.cuda_graph_bytes + b.runtime_bytes + b.extra_bytes + b.state_bytes) / GB
-    args = (gpu.memory_bytes / GB, b.budget_bytes / GB, w / GB, reserve, b.kv_bytes / GB, per_tok, b.kv_tokens)
+    args = (gpu.memory_bytes / GB, b.budget_bytes / GB, w / GB, reserve, b.kv_bytes / GB, per_tok, b.kv_tokens * dp)
     if b.kv_bytes <= 0:
         reason = (f"no memory left for the KV cache: weights {w / GB:.1f} GB per GPU do not fit {b.engine}'s "
                   f"budget ({b.fraction_key}={b.fraction:g} of {gpu.memory_bytes / GB:.1f} GB physical, "
                   f"less activations/CUDA graphs/runtime {reserve:.1f} GB)")
         return MemoryPlan(False, reason, *args, budget=b)
     if b.kv_tokens < min_tokens:
-        reason = f"KV cache holds {b.kv_tokens} tokens, fewer than the {min_tokens} one request needs"
+        rank = f" per attention-DP rank ({dp} ranks)" if dp > 1 else ""
+        reason = f"KV cache holds {b.kv_tokens} tokens{rank}, fewer than the {min_tokens} one request needs"
         return MemoryPlan(False, reason, *args, budget=b)
     return MemoryPlan(True, "", *args, budget=b)

@@ -26,8 +26,10 @@ from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.derived import weight_dtypes
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.cuda_graphs import padded_tokens
+from llmplan.sim.dp_layout import rank_shape
+from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
-from llmplan.sim.links import group_link, stage_link
+from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
@@ -54,9 +56,14 @@ class AnalyticalStepModel:
         self._frac = self.layers_per_stage / m.num_layers
         self.heads = max(1, m.num_attention_heads // tp)
         self.kv_heads = max(1, m.num_kv_heads // tp) if m.num_kv_heads >= tp else 1
+        self.dp = max(1, par.dp)  # attention data-parallel ranks (sim/dp_layout.py)
         self.tp_link = group_link(gpu, tp, span_gpus=tp)
-        self.ep_link = group_link(gpu, par.ep, span_gpus=tp)
-        self.pp_link = stage_link(gpu, tp, par.pp)
+        # EP and the DP token exchange span the whole stage (tp x dp GPUs): the scale-out
+        # network when that exceeds one scale-up domain (sim/links.py)
+        self.ep_link = group_link(gpu, par.ep, span_gpus=par.stage_gpus)
+        self.dp_link = group_link(gpu, par.stage_gpus, span_gpus=par.stage_gpus)
+        self.pp_link = stage_link(gpu, par.stage_gpus, par.pp)
+        self._domain = domain_gpus(gpu)
         self.wdtype = prec.weights
         # per-component weight precision: a quantized checkpoint served as shipped keeps its
         # unquantized components (often attention) in bf16
@@ -79,7 +86,7 @@ class AnalyticalStepModel:
         self._linear = lru_cache(maxsize=65536)(self._linear_ops)
         self._attn = lru_cache(maxsize=262144)(self._attn_ops)
         # the hot path only needs the sums
-        self._linear_ms = lru_cache(maxsize=65536)(lambda t, r: sum(o.latency_ms for o in self._linear(t, r)))
+        self._linear_ms = lru_cache(maxsize=65536)(lambda *k: sum(o.latency_ms for o in self._linear(*k)))
         self._attn_ms = lru_cache(maxsize=262144)(lambda *k: sum(o.latency_ms for o in self._attn(*k)))
 
     # ------------------------------------------------------------------ public protocol
@@ -92,8 +99,8 @@ class AnalyticalStepModel:
         return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape)
 
     def breakdown(self, shape: StepShape) -> StepTiming:
-        ops = list(self._linear(self._token_key(self._rows(shape)), self._logit_rows(shape)))
-        ops += self._attn(*self._attn_key(shape))
+        ops = list(self._linear(*self._linear_key(shape)))
+        ops += self._attn(*self._attn_key(rank_shape(shape, self.dp)))
         n_stage = self.pp
         ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier,
                       o.extrapolated) for o in ops]
@@ -145,13 +152,31 @@ class AnalyticalStepModel:
     def _stage_and_comm(self, shape: StepShape) -> tuple[float, float]:
         if shape.tokens == 0:
             return 0.0, 0.0
-        per_stage = self._linear_ms(self._token_key(self._rows(shape)), self._logit_rows(shape))
-        per_stage += self._attn_ms(*self._attn_key(shape))
+        rank = rank_shape(shape, self.dp)
+        per_stage = self._linear_ms(*self._linear_key(shape))
+        per_stage += self._attn_ms(*self._attn_key(rank))
         comm = 0.0
         if self.pp > 1:
-            t = self.kernels.collective("p2p", shape.tokens * self.model.hidden_size * ACT_BYTES, 2, self.pp_link)
+            t = self.kernels.collective("p2p", rank.tokens * self.model.hidden_size * ACT_BYTES, 2, self.pp_link)
             comm = t.latency_ms * (self.pp - 1)
         return per_stage, comm
+
+    def _linear_key(self, shape: StepShape) -> tuple:
+        """Cache key of the linear operators: (token rows, logit rows) of the busiest DP rank,
+        and with attention DP also the group's token count (the MoE layers see every rank's
+        tokens) and whether the step is decode-only (picks the all-to-all kernels)."""
+        if self.dp == 1:
+            return self._token_key(self._rows(shape)), self._logit_rows(shape)
+        rank = rank_shape(shape, self.dp)
+        return (self._token_key(self._rows(rank)), self._logit_rows(rank), self._token_key(shape.tokens),
+                not shape.prefill_seqs)
+
+    def _collective(self, op: str, message_bytes: float, n: int, link) -> KernelTime:
+        """A collective over ``n`` GPUs: the kernel model's over ``link`` inside one scale-up
+        domain, hierarchical (scale-up + scale-out network) beyond it (sim/links.py)."""
+        if n > self._domain > 1:
+            return span_collective(self.kernels, self.gpu, op, message_bytes, n)
+        return self.kernels.collective(op, message_bytes, n, link)
 
     def _optional(self, op: str):
         """An optional operator (sim.kernels.OPTIONAL_OPS) of the kernel model, or the
@@ -162,8 +187,11 @@ class AnalyticalStepModel:
         return OpTime(name, family, kt.latency_ms * count, kt.bound, kt.flops * count, kt.bytes * count, kt.tier,
                       kt.extrapolated)
 
-    def _linear_ops(self, tokens: int, logit_rows: int) -> tuple[OpTime, ...]:
-        """Token-count-dependent operators of one pipeline stage (all but attention)."""
+    def _linear_ops(self, tokens: int, logit_rows: int, group_tokens: int | None = None,
+                    decode_only: bool = False) -> tuple[OpTime, ...]:
+        """Token-count-dependent operators of one pipeline stage (all but attention).
+        ``tokens``: rows of one (the busiest) attention DP rank; ``group_tokens``: rows of the
+        whole DP group, which the MoE experts compute (None without attention DP)."""
         m, k, par, T = self.model, self.kernels, self.par, tokens
         tp, h, wd = par.tp, m.hidden_size, self._wd
         L = self.layers_per_stage
@@ -218,7 +246,7 @@ class AnalyticalStepModel:
                 ops.append(self._op("indexer_k_w_proj", "gemm",
                                     k.gemm(T, s.index_head_dim + s.index_n_heads, h, "bf16"), self._n_indexer))
         if tp > 1:
-            ar = k.collective("all_reduce", T * h * ACT_BYTES, tp, self.tp_link)
+            ar = self._collective("all_reduce", T * h * ACT_BYTES, tp, self.tp_link)
             ops.append(self._op("tp_allreduce", "comm", ar, per_layer * L))
         # ---- MLP / MoE
         n_moe = m.num_moe_layers * self._frac
@@ -238,14 +266,23 @@ class AnalyticalStepModel:
             ops.append(self._op("router", "gemm", k.gemm(T, e.num_experts, h, "bf16"), n_moe))
             if e.latent_size:
                 ops.append(self._op("moe_latent_proj", "gemm", k.gemm(T, eh, h, wd["shared_experts"]), 2 * n_moe))
+            T_moe = T if group_tokens is None else group_tokens
             ops.append(self._op("moe_experts", "moe",
-                                k.moe(T, eh, e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"]), n_moe))
+                                k.moe(T_moe, eh, e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep,
+                                      wd["routed_experts"]), n_moe))
             if e.num_shared_experts:
                 sh = e.num_shared_experts * e.shared_intermediate_size // tp
                 ops.append(self._op("shared_up", "gemm", k.gemm(T, (2 if m.gated_mlp else 1) * sh, h, wd["shared_experts"]), n_moe))
                 ops.append(self._op("shared_down", "gemm", k.gemm(T, h, sh, wd["shared_experts"]), n_moe))
-            if par.ep > 1:
-                a2a = k.collective("alltoall", T * e.top_k * eh * ACT_BYTES / par.ep, par.ep, self.ep_link)
+            if self.dp > 1:  # attention DP: tokens gathered to / returned from the experts (sim/ep_comm.py)
+                for name, kt in moe_exchange(k, self._collective, self.engine.kernel_backend, self.engine.moe_all2all,
+                                             tokens_rank=T,
+                                             tokens_group=T_moe, tp=tp, dp=self.dp, ep=par.ep, hidden=eh,
+                                             top_k=e.top_k, num_experts=e.num_experts, decode_only=decode_only,
+                                             stage_link=self.dp_link, ep_link=self.ep_link):
+                    ops.append(self._op(name, "comm", kt, n_moe))
+            elif par.ep > 1:
+                a2a = self._collective("alltoall", T * e.top_k * eh * ACT_BYTES / par.ep, par.ep, self.ep_link)
                 ops.append(self._op("ep_alltoall", "comm", a2a, 2 * n_moe))
         # ---- once per iteration (last stage): embedding, final norm, lm_head, sampling
         ops.append(self._op("embedding", "memory", k.memory_op(T * h * ACT_BYTES), 1))

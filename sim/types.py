@@ -10,19 +10,33 @@ from llmplan.sim.engine_terms import FIELDS, fitted_terms
 
 @dataclass(frozen=True)
 class Parallelism:
-    tp: int = 1   # tensor parallel degree (attention and dense MLP)
+    """Parallel layout of one replica (docs/SIMULATOR.md, "Attention DP and wide EP").
+
+    ``dp`` attention data-parallel ranks, each of ``tp`` GPUs with its own batch and KV cache
+    (attention and dense weights replicated per rank); the MoE layers of a stage run over all
+    ``tp x dp`` GPUs of the stage as ``ep`` expert-parallel ranks x ``moe_tp`` expert-TP
+    (``ep x moe_tp = tp x dp``). ``dp = 1`` is plain TP (EP inside the TP group)."""
+
+    tp: int = 1   # tensor parallel degree of attention (and dense MLP) inside one DP rank
     pp: int = 1   # pipeline stages
     ep: int = 1   # expert parallel degree for MoE layers (experts sharded over ep GPUs)
+    dp: int = 1   # attention data-parallel ranks (TensorRT-LLM enable_attention_dp, SGLang
+    #               --enable-dp-attention, vLLM --data-parallel-size on a MoE model)
 
     @property
     def gpus(self) -> int:
-        """GPUs per replica. EP reuses the TP group's GPUs (vLLM/SGLang style): ep <= tp*... """
-        return self.tp * self.pp
+        """GPUs per replica: tp x dp per stage. EP reuses the stage's GPUs (ep <= tp x dp)."""
+        return self.tp * self.dp * self.pp
+
+    @property
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage: the attention DP group (tp x dp), over which MoE runs."""
+        return self.tp * self.dp
 
     @property
     def moe_tp(self) -> int:
-        """Tensor-parallel degree inside each expert: the TP group not used for EP."""
-        return max(1, self.tp // self.ep)
+        """Tensor-parallel degree inside each expert: the stage's GPUs not used for EP."""
+        return max(1, self.tp * self.dp // self.ep)
 
 
 @dataclass(frozen=True)
@@ -130,6 +144,9 @@ class EngineProfile:
     mem_fraction_static: Optional[float] = None
     # TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction (--kv_cache_free_gpu_memory_fraction), default 0.9
     kv_cache_free_gpu_mem_fraction: float = 0.9
+    # MoE token exchange under attention data parallelism (sim/ep_comm.py):
+    # allgather_reducescatter (the engines' default) | deepep (all-to-all dispatch/combine)
+    moe_all2all: str = "allgather_reducescatter"
 
     def __post_init__(self) -> None:
         if any(getattr(self, f) is None for f in FIELDS):
