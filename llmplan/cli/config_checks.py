@@ -61,7 +61,7 @@ RANGES: dict[str, Rule] = {
     "engine.gpu_memory_utilization": FRACTION, "engine.watermark": HALF_OPEN_FRACTION,
     "engine.host_overhead_ms": NON_NEGATIVE, "engine.host_overhead_per_seq_ms": NON_NEGATIVE,
     "engine.activation_reserve_gb": NON_NEGATIVE,
-    "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1,
+    "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1, "deployment.dp": AT_LEAST_1,
     "deployment.replicas": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]"),
     **{f"deployment.{pool}.{k}": AT_LEAST_1 for pool in ("prefill", "decode")
        for k in ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens")},
@@ -89,6 +89,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
     """Named options -> what exists (imported lazily: the simulator's own tables)."""
     from llmplan.sim.router import ROUTERS
     from llmplan.sim.disaggregated import FIRST_TOKEN_AT
+    from llmplan.sim.ep_comm import MOE_ALL2ALL
     from llmplan.sim.kv_transfer import PLACEMENTS
     from llmplan.sim.workload import ARRIVALS, LENGTH_KINDS, TRACE_FORMATS
 
@@ -98,7 +99,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
         "search.kv_cache_dtype": KV_CACHE_DTYPES, "deployment.kv_cache_dtype": KV_CACHE_DTYPES,
         "deployment.router": tuple(ROUTERS), "output.requests_format": ("csv", "parquet"),
         "deployment.mode": ("aggregated", "disagg"), "deployment.kv_transfer.placement": tuple(PLACEMENTS),
-        "deployment.first_token_at": FIRST_TOKEN_AT,
+        "deployment.first_token_at": FIRST_TOKEN_AT, "engine.moe_all2all": MOE_ALL2ALL,
     }
 
 

@@ -116,6 +116,10 @@ class DeploymentConfig:
     tp: Optional[int] = None
     pp: int = 1
     ep: int = 1
+    # attention data-parallel ranks per replica (MoE models): tp x dp GPUs per stage, each rank
+    # its own batch and KV cache, experts over all of them (ep-way EP x tp*dp/ep expert TP);
+    # engine.max_num_seqs is then the whole replica's (docs/SIMULATOR.md, attention DP)
+    dp: int = 1
     # weights/GEMM precision: bf16 | fp8 | fp4
     precision: str = "bf16"
     # KV cache dtype: auto | bf16 | fp8

@@ -42,10 +42,13 @@ def resolve_deployment(app, model, console: Console | None = None) -> tuple[Depl
     tps = [d.tp] if d.tp else [t for t in (1, 2, 4, 8) if model.num_attention_heads % t == 0]
     last_reason = ""
     for tp in tps:
-        par = Parallelism(tp, d.pp, d.ep)
+        par = Parallelism(tp, d.pp, d.ep, dp=d.dp)
         problem = parallelism_problem(model, gpu, par, prec)
         if problem:
-            raise ConfigError(problem, key="deployment", fix="choose tp/pp/ep/precision the model and GPU support")
+            dp_key = problem.startswith("dp=") or "x dp=" in problem
+            raise ConfigError(problem, key="deployment.dp" if dp_key else "deployment",
+                              fix="deployment.dp=1 (dense models: use deployment.replicas), or ep dividing tp x dp"
+                              if dp_key else "choose tp/pp/ep/precision the model and GPU support")
         dep = Deployment(model, gpu, par, prec, app.engine, d.replicas)
         step, mem = build(dep, app.calibration, min_kv_tokens=4096)
         if mem.fits:
