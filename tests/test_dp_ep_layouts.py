@@ -298,3 +298,24 @@ def test_dp_row_simulates(dsr1):
                         silicon_data_source="silicon_concurrency=16"), 0, sr.engine_profiles())
     p = sr.simulate_case(m.case, sr.SimOptions(calibration="spec", waves=1, min_requests=16))
     assert p.status == sr.SIMULATED and p.ttft_ms > 0 and p.tpot_ms > 0
+
+
+# ----------------------------------------------------------------------------- config / CLI
+
+
+@pytest.mark.parametrize("argv, key, needle", [
+    (["simulate", "model=llama3_1_8b", "deployment.gpu=h100_sxm", "deployment.tp=1", "deployment.dp=2"],
+     "deployment.dp", "dense model"),
+    (["simulate", "model=deepseek-ai/DeepSeek-R1", "deployment.gpu=h200_sxm", "deployment.precision=fp8",
+      "deployment.tp=2", "deployment.dp=3", "deployment.ep=4"], "deployment.dp", "must divide tp=2 x dp=3"),
+    (["simulate", "deployment.dp=0"], "deployment.dp", ">= 1"),
+    (["simulate", "engine.moe_all2all=nccl"], "engine.moe_all2all", "allgather_reducescatter, deepep"),
+])
+def test_impossible_layouts_exit_2_naming_the_key(argv, key, needle, capsys):
+    from llmplan.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert 1 <= len(lines) <= 2 and lines[0].startswith(f"error: {key}: ") and needle in err, err
