@@ -8,7 +8,8 @@ deployment half 0, residuals on half 1, and the reverse; :func:`calibration.engi
 grouped_halves`). The band is the central 90% interval of one fold's residuals; its coverage
 is measured on the other fold's residuals (both directions, rows pooled;
 :func:`calibration.engine_fit.bands_from_fit` builds the folds); where it covers less than
-85%, the interval is widened step by step (:data:`LEVELS`). The shipped band
+85%, the interval is widened step by step (:data:`LEVELS`); where it covers more than 95%, it
+is narrowed (:data:`NARROWER`). The shipped band
 (``bands`` in ``sim/data/engine_profiles.json``, read at run time by
 :mod:`sim.serving_bands`) is that central interval of both folds' held-out residuals.
 """
@@ -48,6 +49,8 @@ def covered(res: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 #: central shares tried, narrowest first, until the cross-fold coverage reaches TARGET_LOW
 LEVELS = (0.90, 0.92, 0.94, 0.96, 0.98)
+#: central shares tried, widest first, while the cross-fold coverage exceeds TARGET_HIGH
+NARROWER = (0.90, 0.88, 0.86, 0.84, 0.82, 0.80)
 #: the coverage a "p90" band must reach on held-out rows (issue 9: 85-95%)
 TARGET_LOW, TARGET_HIGH = 0.85, 0.95
 
@@ -66,13 +69,15 @@ def engine_bands(fold_a: dict[str, np.ndarray], fold_b: dict[str, np.ndarray]) -
     """Band per metric from two folds of held-out residuals, with its cross-fold coverage: the
     central 90% interval, widened (:data:`LEVELS`) while one fold's interval covers less than
     :data:`TARGET_LOW` of the other fold's rows (residuals of unseen deployments spread more
-    than a same-sample quantile suggests)."""
+    than a same-sample quantile suggests), narrowed (:data:`NARROWER`) while it covers more
+    than :data:`TARGET_HIGH`."""
     out = {}
     for m in METRICS:
         a, b = fold_a[m], fold_b[m]
         level, cov = LEVELS[0], cross_fold_coverage(a, b, LEVELS[0])
-        for lv in LEVELS[1:]:
-            if not (math.isfinite(cov) and cov < TARGET_LOW):
+        steps, off = (LEVELS, lambda c: c < TARGET_LOW) if cov < TARGET_LOW else (NARROWER, lambda c: c > TARGET_HIGH)
+        for lv in steps[1:]:
+            if not (math.isfinite(cov) and off(cov)):
                 break
             level, cov = lv, cross_fold_coverage(a, b, lv)
         both = np.concatenate([a, b])

@@ -132,3 +132,18 @@ def test_served_bands_apply_to_a_simulated_mean_and_never_invent_one():
     assert out["ttft"]["mean_ms_high"] == pytest.approx(100.0 * b.hi, abs=1e-3)
     assert served_bands("no_such_engine", {"ttft_ms": {"mean": 1.0}}) == {"ttft": None, "tpot": None}
     assert served_bands("vllm", None)["tpot"]["mean_ms_low"] is None
+
+
+def test_band_is_narrowed_when_held_out_coverage_exceeds_95_percent():
+    import numpy as np
+
+    from llmplan.calibration.serving_bands import TARGET_HIGH, cross_fold_coverage, engine_bands
+
+    rng = np.random.default_rng(2)
+    # most residuals tie at zero (exact predictions): a 90% interval covers about 97% of the other fold
+    a = {"ttft": np.concatenate([np.zeros(2900), rng.normal(0.0, 1.0, 100)]), "tpot": rng.normal(0.0, 0.1, 3000)}
+    b = {"ttft": np.concatenate([np.zeros(2900), rng.normal(0.0, 1.0, 100)]), "tpot": rng.normal(0.0, 0.1, 3000)}
+    assert cross_fold_coverage(a["ttft"], b["ttft"], 0.9) > TARGET_HIGH
+    got = engine_bands(a, b)
+    assert got["ttft"]["level"] < 0.9              # narrowed
+    assert got["tpot"]["level"] == 0.9             # continuous, same spread: untouched
