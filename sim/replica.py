@@ -110,6 +110,7 @@ class Replica:
         self.launches = 0
         # speculative decoding (sim/spec_decode.py): output length in verify steps, restored on finish
         self.spec_steps = getattr(spec.cost_model, "spec_decode_steps", None)
+        self.busy_ms = 0.0  # first-stage busy time (co-location's utilization, sim/colocation.py)
 
     # ------------------------------------------------------------------ capacity checks
 
@@ -233,6 +234,7 @@ class Replica:
             self.stage_free_at = end
         else:
             self.stage_free_at = now + float(self.cost.stage_time_ms(shape))
+        self.busy_ms += self.stage_free_at - now
         if now >= self.next_sample_ms:
             self._sample(now, n_dec + len(chunks))
         ve.in_flight = True
@@ -309,4 +311,5 @@ class Replica:
             "kv_peak_blocks": sum(v.pool.peak_used for v in ves),
             "kv_peak_util": max(v.pool.peak_used / v.pool.total for v in ves),
             "prefix_evictions": sum(v.pool.evictions for v in ves),
+            "busy_ms": self.busy_ms,
         }

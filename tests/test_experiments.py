@@ -14,7 +14,7 @@ from llmplan.paths import conf_dir
 
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
 #: the survey's scenarios that need simulator features not built yet (docs/EXPERIMENTS.md)
-MISSING = ("survey_i4_1", "survey_i5_1")
+MISSING: tuple[str, ...] = ()
 SMALL = ["workload.steady_state=false", "output.progress=false"]
 
 
@@ -36,7 +36,8 @@ def _at(summary: dict, dotted: str):
 
 def test_the_survey_scenarios_are_there():
     expected = {f"survey_i{a}_{b}" for a, b in ((1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (3, 1), (3, 2),
-                                                (5, 2), (5, 3), (5, 4))}
+                                                (4, 1), (5, 1), (5, 2), (5, 3), (5, 4))}
+    assert len(expected) == 13
     assert set(EXPERIMENTS) == expected
     assert not set(MISSING) & set(EXPERIMENTS)
     doc = (Path(__file__).resolve().parents[1] / "docs" / "EXPERIMENTS.md").read_text()
@@ -83,3 +84,23 @@ def test_unknown_experiment_and_bad_target_metric(tmp_path):
     with pytest.raises(ConfigError) as exc:
         _run(tmp_path, _small("survey_i1_1") + ["experiment.target_metric=e2e_ms.p42"])
     assert exc.value.key == "experiment.target_metric"
+
+
+def test_speculative_scenario_lowers_tpot_over_its_acceptance_range(tmp_path):
+    base = _small("survey_i5_1")
+    tpot = {a: _run(tmp_path / str(a), base + [f"speculative.acceptance={a}"])["experiment"]["value"]
+            for a in (0.7, 0.85)}
+    off = _run(tmp_path / "off", base + ["speculative.method=none"])
+    assert off["experiment"]["value"] > tpot[0.7] > tpot[0.85]
+    on = _run(tmp_path / "on", base)
+    assert on["speculative"]["k"] == 4 and on["speculative"]["draft_model"] == "llama2_7b"
+    assert "speculative" not in off
+
+
+def test_colocation_scenario_shares_one_gpu_and_stretches_steps(tmp_path):
+    s = _run(tmp_path, _small("survey_i4_1"))
+    d = s["deployment"]
+    assert s["mode"] == "colocated" and d["gpus"] == 1 and d["models"] == ["llama2_7b", "llama2_13b"]
+    mem = d["memory"]
+    assert sum(m["weights_gb_per_gpu"] + m["reserve_gb_per_gpu"] + m["kv_gb_per_gpu"] for m in mem) <= 80.0
+    assert all(f > 1.0 for f in s["interference"]["step_stretch"].values())

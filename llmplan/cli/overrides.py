@@ -34,7 +34,7 @@ MAX_SWEEP_JOBS = 256
 SHORTCUT_GROUPS = ("model", "gpu")
 #: groups no primary config chooses by default: added with `+group=option` (a bare
 #: `group=option` gets the `+`); conf/experiment/ holds `# @package _global_` bundles
-ADDED_GROUPS = ("experiment",)
+ADDED_GROUPS = ("experiment", "colocate")  # groups not in the primary defaults (colocate: sim/colocation.py)
 
 
 # --------------------------------------------------------------------------- config groups

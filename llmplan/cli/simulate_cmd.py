@@ -87,6 +87,10 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     from llmplan.cli.simulate_disagg import check_mode_keys, run_disagg
 
     check_mode_keys(app)
+    if app.colocate.models:  # several models on one pool (docs/SIMULATOR.md, co-location)
+        from llmplan.cli.simulate_colocate import run_colocate
+
+        return run_colocate(app, out_dir or _output_dir(), console, t0)
     if app.deployment.mode == "disagg" and app.speculative.method not in ("none", "off"):
         raise ConfigError("speculative decoding is simulated for aggregated deployments only", key="speculative.method",
                           fix="speculative.method=none with deployment.mode=disagg")
