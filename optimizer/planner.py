@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Optional
 
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.spec import ModelSpec
@@ -43,6 +44,8 @@ class SearchSpace:
     alternatives: int = 4
     max_load: float = 0.95
     uniform: bool = False  # one GPU type and one parallel shape for the whole deployment
+    # meet every SLO with at least this probability (optimizer/risk.py); None = point prediction
+    confidence: Optional[float] = None
 
 
 @dataclass
@@ -57,6 +60,7 @@ class PlanResult:
     diagnosis: Diagnosis | None = None                  # when infeasible: the cause and the closest candidate
     uniform: bool = False                               # search.uniform: one candidate for the whole deployment
     fleet: dict | None = None                           # fleet mode: the maximum rate a given fleet sustains
+    confidence: dict | None = None                      # search.confidence: level and tightened limits (optimizer/risk.py)
 
 
 def check_space(space: SearchSpace) -> None:

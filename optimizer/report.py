@@ -13,7 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from llmplan.optimizer.headroom import headroom
 from llmplan.optimizer.planner import PlanResult
+from llmplan.optimizer.risk import selection_risk
 from llmplan.optimizer.slo_check import binding_target, worst_miss
 from llmplan.optimizer.types import Allocation, Evaluation, Selection
 from llmplan.sim.serving_bands import served_bands
@@ -59,8 +61,11 @@ def _binding_key(a: Allocation, metric: str, slos) -> str | None:
     return t.key if t else None
 
 
-def allocation_dict(a: Allocation, slos=()) -> dict:
+def allocation_dict(a: Allocation, slos=(), probability: dict | None = None) -> dict:
+    """One pool of a selection; ``probability`` (SLOTarget.key -> P(met), optimizer.risk) adds
+    a ``probability`` to each target."""
     c, e = a.evaluation.candidate, a.evaluation
+    probability = probability or {}
     ttft, ttft_src, ttft_an = headline(a, "ttft", slos)
     tpot, tpot_src, tpot_an = headline(a, "tpot", slos)
     sim_targets = (a.simulated or {}).get("targets", {})
@@ -79,15 +84,21 @@ def allocation_dict(a: Allocation, slos=()) -> dict:
         "ttft_target": _binding_key(a, "ttft", slos), "tpot_target": _binding_key(a, "tpot", slos),
         "analytical_ttft_ms": _num(ttft_an), "analytical_tpot_ms": _num(tpot_an),
         "targets": {t.key: {"limit_ms": t.limit_ms, "analytical_ms": _num(a.analytical.get(t.key, math.nan)),
-                            "simulated_ms": _num(sim_targets[t.key]) if t.key in sim_targets else None}
+                            "simulated_ms": _num(sim_targets[t.key]) if t.key in sim_targets else None,
+                            "probability": _num(probability.get(t.key), 4)}
                     for t in slos},
+        "headroom": headroom(a),
         "kv_capacity_tokens": e.kv_capacity_tokens, "weights_gb_per_gpu": _num(e.weights_gb),
         "calibration_tier": e.tier, "simulated": a.simulated, "error_band": a.bands,
     }
 
 
-def selection_dict(sel: Selection, res: PlanResult) -> dict:
+def selection_dict(sel: Selection, res: PlanResult, engine: str | None = None) -> dict:
+    """A selection's cost and pools; with ``engine`` (one with served bands) the probability of
+    meeting each SLO (``optimizer/risk.py``, docs/RISK.md) per target and for every SLO."""
     wl = res.workload
+    rk = selection_risk(sel, res.slos, engine) if engine and sel.feasible else None
+    probs = [p["probability"] for p in rk["pools"]] if rk else [None] * len(sel.allocations)
     out_tok_per_h = wl.rate_rps * wl.mean_output_tokens * 3600.0
     return {
         "feasible": sel.feasible,
@@ -96,8 +107,10 @@ def selection_dict(sel: Selection, res: PlanResult) -> dict:
         "hours_per_month": HOURS_PER_MONTH,
         "total_gpus": sel.total_gpus,
         "usd_per_million_output_tokens": _num(sel.total_usd_per_hour / out_tok_per_h * 1e6, 4) if out_tok_per_h else None,
-        "deployments": [allocation_dict(a, res.slos) for a in sel.allocations],
+        "deployments": [allocation_dict(a, res.slos, p) for a, p in zip(sel.allocations, probs)],
         "error_band": error_band(sel),
+        "every_slo_probability": rk["every_slo_probability"] if rk else None,
+        "risk": rk,
     }
 
 
@@ -108,8 +121,10 @@ def rejection_counts(evals: list[Evaluation]) -> dict[str, int]:
 
 def plan_dict(res: PlanResult, context: dict) -> dict:
     sel = res.selection
-    d = selection_dict(sel, res)
+    engine = context.get("engine")
+    d = selection_dict(sel, res, engine)
     d.update({
+        "confidence": res.confidence,
         "uniform": res.uniform,
         "fleet": res.fleet,
         "binding_constraint": sel.binding or None,
@@ -121,7 +136,7 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
         "candidates_evaluated": len(res.evaluations),
         "candidates_meeting_slo": sum(1 for e in res.evaluations if e.verdict == "ok"),
         "rejected": rejection_counts(res.evaluations),
-        "alternatives": [selection_dict(s, res) for s in res.alternatives],
+        "alternatives": [selection_dict(s, res, engine) for s in res.alternatives],
         "verification": res.verification,
         "notes": res.notes,
     })
@@ -183,6 +198,30 @@ def _analytical_line(a: Allocation, slos) -> str:
         band = a.bands.get(metric)
         parts.append(txt + (f" ±{band['p90_pct']:.0f}%" if band else ""))
     return f"{a.evaluation.candidate.name}: analytical " + ", ".join(parts)
+
+
+def risk_lines(d: dict, res: PlanResult) -> list[str]:
+    """Console lines: P(each SLO met) per pool and for every SLO, and each pool's headroom."""
+    out = []
+    conf = res.confidence
+    if conf:
+        out.append(f"Planned for search.confidence={conf['level']:g}: limits tightened to "
+                   + ", ".join(f"{k} {v:.4g} ms" for k, v in conf["planned_limits_ms"].items()))
+    for dep in d.get("deployments", []):
+        name = f"{dep['gpu']} tp{dep['tp']}/pp{dep['pp']}/ep{dep['ep']}"
+        probs = [f"{k} {t['probability']:.2f}" for k, t in dep["targets"].items() if t.get("probability") is not None]
+        if probs:
+            out.append(f"P(SLO met) {name}: " + ", ".join(probs))
+        h = dep.get("headroom") or {}
+        if h.get("utilisation") is not None:
+            why = h["limited_by"] + (f" ({h['detail']})" if h["limited_by"] == "slo" else "")
+            out.append(f"Headroom {name}: {h['load_rps_per_replica']:.3g}/{h['capacity_rps_per_replica']:.3g} req/s "
+                       f"per replica, {h['headroom_pct']:.0f}% free; limited by {why}")
+    p = d.get("every_slo_probability")
+    if p is not None:
+        out.append(f"P(every SLO met) = {p:.2f} (served bands of {d.get('engine')} as a lognormal error, "
+                   "docs/RISK.md)")
+    return out
 
 
 def _deploy_table(title: str, sel: Selection, res: PlanResult) -> Table:
@@ -250,8 +289,12 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
     if res.fleet:
         fl = res.fleet
         gpus_txt = ", ".join(f"{v}x {k}" for k, v in fl["gpus"].items())
+        settled = fl.get("ilp_rate_rps") is not None and (fl["max_rate_rps"] or 0) < fl["ilp_rate_rps"]
+        why = (f"the highest rate the whole-deployment steady-state simulation passes; per-replica capacities at "
+               f"{fl['max_load']:g} load sum to {fl['ilp_rate_rps']:.2f}" if settled
+               else f"each replica loaded to {fl['max_load']:g} of its capacity")
         console.print(f"[bold]Maximum rate of the fleet ({gpus_txt}): {fl['max_rate_rps'] or 0:.2f} req/s[/bold] within "
-                      f"the SLOs (each replica loaded to {fl['max_load']:g} of its capacity)")
+                      f"the SLOs ({why})")
         if fl.get("simulation_meets_slos") is False:
             console.print("[bold yellow]The whole-deployment simulation at this rate misses an SLO[/bold yellow] "
                           "(see the warning below): read the rate as an upper bound")
@@ -272,6 +315,8 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
             console.print("[dim]* = analytical estimate (this row was not simulated)[/dim]")
         for a in sel.allocations:
             console.print(f"[dim]  {escape(_analytical_line(a, res.slos))}[/dim]")
+        for line in risk_lines(d, res):
+            console.print(escape(line))
         if any(a.evaluation.candidate.weight_only for a in sel.allocations):
             console.print("[dim](w4a16) = the 4-bit weights run weight-only on this GPU (dequantised to bf16 in "
                           "the GEMM, bf16 tensor-core throughput): no 4-bit tensor-core path[/dim]")

@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.risk import sample_log_sd
 from llmplan.optimizer.slo_check import binding_target, misses, threshold_groups
 from llmplan.optimizer.types import Evaluation, SLOTarget, WorkloadStats
 from llmplan.sim.deployment import replica_limits
@@ -122,8 +123,9 @@ def make_verifier(model: ModelSpec, engine: EngineProfile, wl_spec: WorkloadSpec
 
 
 def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: WorkloadSpec, slos: list[SLOTarget],
-                       seed: int, num_requests: int) -> None:
-    """Simulate the chosen deployment as a whole at the target rate; attach percentiles."""
+                       seed: int, num_requests: int) -> bool:
+    """Simulate the chosen deployment as a whole at the target rate; attach percentiles.
+    Returns whether every SLO holds (whole deployment and each pool) with a stable queue."""
     sel = res.selection
     reps: list[ReplicaSpec] = []
     owner: list[int] = []
@@ -145,7 +147,10 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
             continue
         sim = _percentiles(mine, slos)
         bt, bp = binding_target(sim, slos, "ttft"), binding_target(sim, slos, "tpot")
+        # finite-sample spread of each simulated percentile (log space), for optimizer.risk
+        log_sd = {t.key: sample_log_sd(mine[f"{t.metric}_ms"].dropna().to_numpy(float), t.percentile) for t in slos}
         a.simulated = {"targets": {k: round(v, 2) for k, v in sim.items()}, "requests": int(len(mine)),
+                       "log_sd": {k: round(v, 5) for k, v in log_sd.items() if np.isfinite(v)},
                        "ttft_ms": round(sim[bt.key], 2) if bt else None, "tpot_ms": round(sim[bp.key], 2) if bp else None}
         for t in slos:
             an, v = a.analytical.get(t.key, float("nan")), sim[t.key]
@@ -163,6 +168,7 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
     res.verification["deployment_simulation"] = {
         "requests": int(len(df)), "rate_rps": res.workload.rate_rps, "overloaded": r.overloaded,
         "unfinished": r.unfinished, "slo_attainment": s.get("slo_attainment"), "goodput_rps": s.get("goodput_rps"),
+        "served_rps": s.get("request_throughput_rps"),
         "targets": per_target,
         "ttft_ms": {k: s.get(f"ttft_ms_{k}") for k in ("mean", "p50", "p90", "p99")},
         "tpot_ms": {k: s.get(f"tpot_ms_{k}") for k in ("mean", "p50", "p90", "p99")},
@@ -177,3 +183,4 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
     if missed:
         notes.append("WARNING: the whole-deployment simulation misses at the planned rate: " + "; ".join(missed))
     res.notes.extend(notes)
+    return not missed

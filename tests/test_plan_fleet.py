@@ -80,3 +80,53 @@ def test_fleet_with_a_day_profile_is_refused(tmp_path):
     with pytest.raises(UserError) as exc:
         run_plan(compose("plan", SMALL + ["fleet.gpus={h100_sxm: 2}", "day.profile=diurnal_24h"]), tmp_path)
     assert exc.value.key == "fleet.gpus"
+
+
+def _fleet_result(rate: float):
+    from llmplan.optimizer.planner import PlanResult
+    from llmplan.optimizer.types import Allocation, Selection, SLOTarget, WorkloadStats
+
+    ev = _ev("h100_sxm", 1, 4.0, rate / 4)
+    sel = Selection(True, [Allocation(ev, 4)], 16.0, 4, "Optimal")
+    return PlanResult(sel, [ev], [], WorkloadStats(rate, 1000.0, 200.0, 4000), [SLOTarget("ttft", 90, 1000.0)],
+                      fleet={"max_rate_rps": rate})
+
+
+@pytest.mark.parametrize("sustained", [100.0, 83.0, 55.0, 30.0])
+def test_settle_rate_reports_a_rate_the_steady_state_simulation_passes(sustained):
+    from llmplan.optimizer.fleet import SETTLE_FLOOR, SETTLE_REL_TOL, SETTLE_RUNS, settle_rate
+
+    res, seen = _fleet_result(100.0), []
+
+    def simulate(r) -> bool:  # a deployment that sustains `sustained` req/s in steady state
+        seen.append(r.workload.rate_rps)
+        ok = r.workload.rate_rps <= sustained + 1e-9
+        r.verification["deployment_simulation"] = {"rate_rps": r.workload.rate_rps, "met": ok}
+        return ok
+
+    settle_rate(res, simulate)
+    fl = res.fleet
+    assert len(seen) <= 1 + SETTLE_RUNS and fl["ilp_rate_rps"] == 100.0
+    if sustained < 100.0 * SETTLE_FLOOR:  # nothing passes down to the floor: the ILP's rate, marked failing
+        assert fl["simulation_meets_slos"] is False and fl["max_rate_rps"] == 100.0
+        return
+    assert fl["simulation_meets_slos"] is True
+    assert sustained * (1 - SETTLE_REL_TOL) - 1e-6 <= fl["max_rate_rps"] <= sustained + 1e-9
+    # what is attached is the simulation of the reported rate
+    assert res.verification["deployment_simulation"]["rate_rps"] == pytest.approx(fl["max_rate_rps"])
+    assert res.workload.rate_rps == pytest.approx(fl["max_rate_rps"])
+    assert res.selection.allocations[0].share_rps == pytest.approx(fl["max_rate_rps"] / 4)
+
+
+def test_eight_gpu_fleet_rate_passes_the_whole_deployment_simulation(tmp_path):
+    out = tmp_path / "f8"
+    assert run_plan(compose("plan", ["model=llama3_1_8b", "fleet.gpus={h100_sxm: 8}"]), out) == EXIT_OK
+    d = json.loads((out / "plan.json").read_text())
+    fl, sim = d["fleet"], d["verification"]["deployment_simulation"]
+    assert fl["simulation_meets_slos"] is True and sim["met"] and not sim["overloaded"]
+    assert sim["rate_rps"] == pytest.approx(fl["max_rate_rps"], rel=1e-3)
+    assert fl["max_rate_rps"] <= fl["ilp_rate_rps"] * (1 + 1e-6)
+    passing = [r["rate_rps"] for r in fl["steady_state_runs"] if r["met"]]
+    failing = [r["rate_rps"] for r in fl["steady_state_runs"] if not r["met"]]
+    assert fl["max_rate_rps"] == pytest.approx(max(passing), rel=1e-3)
+    assert all(f > fl["max_rate_rps"] for f in failing)

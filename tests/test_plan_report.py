@@ -38,7 +38,8 @@ def test_simulated_figure_is_the_headline_for_the_binding_target():
     assert d["ttft_target"] == "ttft_p99" and d["ttft_ms"] == 1900.0 and d["analytical_ttft_ms"] == 900.0
     assert d["tpot_ms"] == 41.0 and d["analytical_tpot_ms"] == 30.0
     assert d["latency_source"] == {"ttft": "simulated", "tpot": "simulated"}
-    assert d["targets"]["ttft_p50"] == {"limit_ms": 300.0, "analytical_ms": 180.0, "simulated_ms": 200.0}
+    assert d["targets"]["ttft_p50"] == {"limit_ms": 300.0, "analytical_ms": 180.0, "simulated_ms": 200.0,
+                                        "probability": None}  # no engine in the context: no served band
     unsimulated = report.plan_dict(_result(simulated=False), {})["deployments"][0]
     assert unsimulated["latency_source"]["ttft"] == "analytical" and unsimulated["ttft_target"] == "ttft_p50"
     assert unsimulated["ttft_ms"] == 180.0

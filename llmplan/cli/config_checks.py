@@ -55,6 +55,7 @@ RANGES: dict[str, Rule] = {
     "search.tp[]": AT_LEAST_1, "search.pp[]": AT_LEAST_1, "search.ep[]": AT_LEAST_1,
     "search.max_batch[]": AT_LEAST_1, "search.max_replicas": AT_LEAST_1,
     "search.max_load": FRACTION, "search.finalists": NON_NEGATIVE, "search.alternatives": NON_NEGATIVE,
+    "search.confidence": Rule(lambda v: 0 < v < 1, "in (0, 1) (null = the point prediction)"),
     # the planner's own floor (optimizer.planner.check_space): fewer leave no stable p90/p99
     "search.verify_requests": Rule(lambda v: v >= MIN_VERIFY_REQUESTS, f">= {MIN_VERIFY_REQUESTS}"),
     "engine.max_num_seqs": AT_LEAST_1, "engine.max_num_batched_tokens": AT_LEAST_1, "engine.block_size": AT_LEAST_1,

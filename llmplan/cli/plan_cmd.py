@@ -18,7 +18,8 @@ from llmplan.cli import plan_outputs
 from llmplan.model_catalog.derived import checkpoint_precision_note
 from llmplan.optimizer import report
 from llmplan.optimizer.day_plan import DayInfeasible
-from llmplan.optimizer.fleet import plan_fleet
+from llmplan.optimizer import risk
+from llmplan.optimizer.fleet import plan_fleet, settle_rate
 from llmplan.optimizer.planner import SearchSpace, check_space, plan
 
 SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
@@ -78,6 +79,7 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     gpus = resolve_gpus(app)
     fleet = {g.key: fleet[k] for k, g in zip(app.gpu.candidates, gpus)} if fleet else {}
     slos = resolve_slos(app)
+    point_slos, slos = slos, risk.confidence_slos(slos, app.engine.name, app.search.confidence)
     check_engine(app.engine)
     check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
     wl, _ = workload_sample(app, model)
@@ -102,11 +104,14 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
         if res.selection.feasible and space.finalists > 0:
             from llmplan.optimizer.verify import simulate_selection
 
-            simulate_selection(res, model, app.engine, app.workload, slos, app.seed, space.verify_requests)
-            if res.fleet:
-                sim = res.verification.get("deployment_simulation") or {}
-                res.fleet["simulation_meets_slos"] = bool(sim) and not sim.get("overloaded") and all(
-                    t["met"] for t in sim.get("targets", {}).values())
+            def simulate(r) -> bool:
+                return simulate_selection(r, model, app.engine, app.workload, slos, app.seed, space.verify_requests)
+
+            if res.fleet:  # the reported rate: one the whole-deployment steady-state simulation passes
+                settle_rate(res, simulate)
+            else:
+                simulate(res)
+        risk.finish_confidence(res, point_slos, slos, app.search.confidence, app.engine.name)
     return res, model
 
 

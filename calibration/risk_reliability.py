@@ -1,0 +1,232 @@
+"""Reliability of the planner's probability of meeting an SLO, on measured served runs
+(issue 11; docs/ACCURACY.md "Risk: reliability of the probability of meeting an SLO").
+
+Rows: the served runs replayed by ``llmplan validate serving --holdout`` (the same code path
+users get: :func:`calibration.validate_serving.validate_serving`, the held-out deployment half,
+engine terms fitted on the other half), or a CSV that command wrote (``--predictions``).
+
+Synthetic SLOs. For each simulated row, metric (mean TTFT, mean TPOT: what the rows measure)
+and probability level ``p_k`` in :data:`LEVELS`, the SLO is ``predicted x exp(mu + sigma
+z(p_k))``: the limit the error model (``sim/served_error.py``) says is met with probability
+``p_k``. The limit depends on the prediction only, never on the measurement, and the predicted
+probabilities cover [0, 1] evenly. Observed: the share of those cases whose measured value is
+within the limit. A reliable model has observed ~ predicted in every bin.
+
+Two error models are scored:
+
+* ``shipped``: the served bands in ``sim/data/engine_profiles.json`` (what `plan` uses). They
+  were sized on the same held-out residuals (both folds), so this checks the lognormal *shape*
+  more than out-of-sample sizing;
+* ``cross-fold``: the held-out rows split again by deployment (:func:`engine_fit.deployment_half`
+  with another seed); each half's rows scored with the model sized on the other half (the
+  central 90% interval of its log residuals, as the shipped band is built): out of sample.
+
+Usage::
+
+    python -m llmplan.calibration.risk_reliability --measurements ../shared/measurements
+    python -m llmplan.calibration.risk_reliability --predictions holdout_pred.csv   # reuse a replay
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from llmplan.calibration.engine_fit import deployment_half, load_engine_overrides, profile_seed, sim_options
+from llmplan.calibration.serving_bands import LEVEL, interval
+from llmplan.calibration.serving_rows import SIMULATED, deployment_key, read_serving_files, serving_files
+from llmplan.calibration.validate_serving import validate_serving
+from llmplan.errors import EXIT_USER_ERROR, UserError
+from llmplan.sim.served_error import ErrorModel, error_model, from_interval, normal
+
+#: predicted probabilities of the synthetic SLOs (bin centres of ten equal bins)
+LEVELS = tuple(round(0.05 + 0.1 * k, 2) for k in range(10))
+METRICS = ("ttft", "tpot")
+#: seed of the second (cross-fold) split of the held-out rows
+CROSS_SEED = 1
+
+
+def simulated_rows(res: pd.DataFrame) -> pd.DataFrame:
+    """Simulated rows with finite positive predictions and measurements of both metrics."""
+    sim = res[res["status"] == SIMULATED].copy()
+    for m in METRICS:
+        p, y = sim[f"predicted_{m}_ms"].astype(float), sim[f"silicon_{m}_ms"].astype(float)
+        sim = sim[np.isfinite(p) & np.isfinite(y) & (p > 0) & (y > 0)]
+    sim["backend"] = sim["backend"].astype(str).str.strip().str.lower()
+    return sim.reset_index(drop=True)
+
+
+def cases(rows: pd.DataFrame, models: dict[tuple[str, str], ErrorModel | None], metric: str) -> pd.DataFrame:
+    """One case per row and level: predicted probability p, SLO limit and whether it was met."""
+    recs = []
+    z = {p: normal().inv_cdf(p) for p in LEVELS}
+    for r in rows.itertuples(index=False):
+        err = models.get((r.backend, metric))
+        if err is None:
+            continue
+        pred, meas = float(getattr(r, f"predicted_{metric}_ms")), float(getattr(r, f"silicon_{metric}_ms"))
+        for p in LEVELS:
+            limit = pred * math.exp(err.mu + err.sigma * z[p])
+            recs.append({"backend": r.backend, "metric": metric, "p": err.probability(pred, limit),
+                         "met": meas <= limit})
+    return pd.DataFrame(recs)
+
+
+def reliability_table(c: pd.DataFrame) -> pd.DataFrame:
+    """Per predicted-probability bin: cases, mean predicted p, observed fraction met."""
+    if not len(c):
+        return pd.DataFrame(columns=["bin", "cases", "predicted", "observed"])
+    b = np.minimum((c["p"].to_numpy() * 10).astype(int), 9)
+    out = []
+    for k in range(10):
+        g = c[b == k]
+        if len(g):
+            out.append({"bin": f"{k / 10:.1f}-{(k + 1) / 10:.1f}", "cases": len(g), "predicted": float(g["p"].mean()),
+                        "observed": float(g["met"].mean())})
+    return pd.DataFrame(out)
+
+
+def calibration_error(c: pd.DataFrame) -> float:
+    """Case-weighted mean |observed - predicted| over the bins (expected calibration error)."""
+    t = reliability_table(c)
+    return float((t["cases"] * (t["observed"] - t["predicted"]).abs()).sum() / t["cases"].sum()) if len(t) else math.nan
+
+
+def shipped_models(backends: list[str]) -> dict[tuple[str, str], ErrorModel | None]:
+    return {(b, m): error_model(b, m) for b in backends for m in METRICS}
+
+
+def _log_res(rows: pd.DataFrame, metric: str) -> np.ndarray:
+    return np.log(rows[f"silicon_{metric}_ms"].to_numpy(float) / rows[f"predicted_{metric}_ms"].to_numpy(float))
+
+
+def cross_fold_cases(rows: pd.DataFrame, metric: str, seed: int = CROSS_SEED) -> pd.DataFrame:
+    """Cases of each half scored with the error model sized (central 90% interval) on the other half."""
+    half = np.array([deployment_half(deployment_key(r), seed) for r in rows.to_dict("records")])
+    out = []
+    for test in (0, 1):
+        train_rows, test_rows = rows[half != test], rows[half == test]
+        models: dict[tuple[str, str], ErrorModel | None] = {}
+        for b, g in train_rows.groupby("backend"):
+            lo, hi = interval(_log_res(g, metric), LEVEL)
+            models[(b, metric)] = from_interval(b, metric, lo, hi, LEVEL, "cross-fold") if len(g) >= 10 else None
+        out.append(cases(test_rows, models, metric))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def residual_correlation(rows: pd.DataFrame) -> dict[str, float]:
+    """Per engine: correlation of the TTFT and TPOT log residuals (the planner treats them as independent)."""
+    return {b: round(float(np.corrcoef(_log_res(g, "ttft"), _log_res(g, "tpot"))[0, 1]), 3)
+            for b, g in rows.groupby("backend") if len(g) > 2}
+
+
+def joint_cases(rows: pd.DataFrame, models: dict[tuple[str, str], ErrorModel | None]) -> pd.DataFrame:
+    """Both SLOs at once: TTFT and TPOT limits at the same per-metric level q, predicted
+    P(both) = q^2 (the planner's product), observed: both met."""
+    recs = []
+    for r in rows.itertuples(index=False):
+        et, ep = models.get((r.backend, "ttft")), models.get((r.backend, "tpot"))
+        if et is None or ep is None:
+            continue
+        for q in LEVELS:
+            z = normal().inv_cdf(q)
+            lt = r.predicted_ttft_ms * math.exp(et.mu + et.sigma * z)
+            lp = r.predicted_tpot_ms * math.exp(ep.mu + ep.sigma * z)
+            recs.append({"backend": r.backend, "metric": "both", "p": q * q,
+                         "met": bool(r.silicon_ttft_ms <= lt and r.silicon_tpot_ms <= lp)})
+    return pd.DataFrame(recs)
+
+
+def analyse(res: pd.DataFrame) -> dict[str, Any]:
+    """Every table of the reliability report from a replay (validate_serving output)."""
+    rows = simulated_rows(res)
+    shipped = shipped_models(sorted(rows["backend"].unique()))
+    out: dict[str, Any] = {"rows": int(len(rows)), "rows_per_engine": rows["backend"].value_counts().sort_index().to_dict(),
+                           "residual_correlation": residual_correlation(rows), "tables": {}}
+    for name, c in (("shipped", pd.concat([cases(rows, shipped, m) for m in METRICS], ignore_index=True)),
+                    ("cross-fold", pd.concat([cross_fold_cases(rows, m) for m in METRICS], ignore_index=True)),
+                    ("shipped, both SLOs", joint_cases(rows, shipped))):
+        out["tables"][name] = {"ece": round(calibration_error(c), 4), "bins": reliability_table(c).round(4).to_dict("records"),
+                               "per_metric_ece": {m: round(calibration_error(g), 4) for m, g in c.groupby("metric")}
+                               if len(c) else {}}
+    return out
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    """The report as Markdown tables (what docs/ACCURACY.md shows)."""
+    lines = [f"{rep['rows']} held-out served rows ({', '.join(f'{k} {v}' for k, v in rep['rows_per_engine'].items())}); "
+             f"TTFT/TPOT log-residual correlation per engine: "
+             + ", ".join(f"{k} {v:+.2f}" for k, v in rep["residual_correlation"].items()), ""]
+    names = list(rep["tables"])
+    lines.append("| predicted P(met) | " + " | ".join(f"{n}: cases, predicted, observed" for n in names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    bins = sorted({b["bin"] for t in rep["tables"].values() for b in t["bins"]})
+    for bn in bins:
+        cells = []
+        for n in names:
+            b = next((x for x in rep["tables"][n]["bins"] if x["bin"] == bn), None)
+            cells.append(f"{b['cases']}, {b['predicted']:.2f}, **{b['observed']:.2f}**" if b else "-")
+        lines.append(f"| {bn} | " + " | ".join(cells) + " |")
+    lines.append("| mean abs. gap (ECE) | " + " | ".join(
+        f"{rep['tables'][n]['ece']:.3f} (" + ", ".join(f"{m} {v:.3f}" for m, v in rep["tables"][n]["per_metric_ece"].items())
+        + ")" for n in names) + " |")
+    return "\n".join(lines)
+
+
+def replay(measurements: list[str], workers: int, limit: int | None, argv_sim: list[str]) -> pd.DataFrame:
+    """The held-out replay of ``llmplan validate serving --holdout`` (shipped engine profiles)."""
+    ap = argparse.ArgumentParser()
+    from llmplan.calibration.engine_fit import add_sim_args
+
+    add_sim_args(ap)
+    opts, _ = sim_options(ap.parse_args(argv_sim))
+    overrides, engines = load_engine_overrides("default", holdout=True)
+    if not Path(engines).is_file():
+        raise UserError("the held-out replay needs the shipped engine profile file", key="--measurements")
+    bands = json.loads(Path(engines).read_text()).get("bands")
+    df = read_serving_files(serving_files(measurements))
+    return validate_serving(df, opts, overrides, limit, workers, None, None, profile_seed(engines), bands)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m llmplan.calibration.risk_reliability",
+                                 description="Reliability of the planner's P(SLO met) on held-out served runs.")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--measurements", nargs="+", help="served runs (e.g. ../shared/measurements): replayed held-out")
+    src.add_argument("--predictions", help="a CSV written by `llmplan validate serving --holdout --out FILE`")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=None, help="replay at most N held-out rows")
+    ap.add_argument("--json", default=None, help="also write the tables as JSON here")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        if a.predictions:
+            p = Path(a.predictions).expanduser()
+            if not p.is_file():
+                raise UserError(f"not a file: {p}", key="--predictions",
+                                fix="write one with `llmplan validate serving --holdout --out FILE`")
+            res = pd.read_csv(p)
+        else:
+            res = replay(a.measurements, a.workers, a.limit, [])
+    except UserError as e:
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
+    rep = analyse(res)
+    print(markdown(rep))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rep, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

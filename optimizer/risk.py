@@ -1,0 +1,159 @@
+"""Probability that a planned deployment meets each SLO (docs/RISK.md).
+
+Error model (``sim/served_error.py``). What an engine serves is the prediction times a multiplicative error,
+``measured = predicted x exp(e)``. The calibrated served bands (``sim/serving_bands.py``:
+per engine and metric, factors ``lo``/``hi`` holding a central share ``level`` of held-out
+deployments) fix the distribution of ``e``: a normal (the prediction error is lognormal)
+whose central ``level`` interval is ``[ln lo, ln hi]``::
+
+    mu = (ln lo + ln hi) / 2,   sigma = (ln hi - ln lo) / (2 z),   z = Phi^-1((1 + level) / 2)
+
+The bands are sized on *mean* TTFT/TPOT (what benchmark clients report); a target at a
+percentile is assumed to carry the same multiplicative error (the error scales the latency
+distribution). The simulated percentile itself is a finite-sample estimate: its spread in log
+space comes from the order statistics of the simulated requests (:func:`sample_log_sd`) and is
+added in quadrature.
+
+    P(target met) = Phi((ln(limit / predicted) - mu) / sqrt(sigma^2 + s_sample^2))
+
+Targets of one metric (several percentiles, several pools of one engine) share one error ``e``:
+they are met together up to the sampling noise, so the metric's probability is the lowest of
+its targets. TTFT and TPOT errors come from different terms (prefill vs decode steps) and are
+taken as independent: P(every SLO) = product over metrics. :func:`tightened_limit` inverts this
+for ``search.confidence``: with ``m`` metrics, each must hold with probability ``c^(1/m)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from llmplan.errors import UserError
+from llmplan.optimizer.types import Selection, SLOTarget
+from llmplan.sim.served_error import ErrorModel, error_model, normal as _normal
+
+
+def sample_log_sd(values: np.ndarray, percentile: float) -> float:
+    """Standard deviation of the log of the ``percentile``-th sample percentile of ``values``.
+
+    The number of samples below the true q-quantile is Binomial(n, q), so the sample quantile
+    moves by about one binomial standard deviation of rank, ``d = sqrt(q (1 - q) / n)`` in
+    probability: s = (ln x_(q + d) - ln x_(q - d)) / 2, read off the sample itself (no density
+    estimate). NaN for fewer than 2 positive values."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if len(v) < 2:
+        return math.nan
+    q = percentile / 100.0
+    d = math.sqrt(q * (1.0 - q) / len(v))
+    lo, hi = np.quantile(v, [max(0.0, q - d), min(1.0, q + d)])
+    return float((math.log(hi) - math.log(lo)) / 2.0)
+
+
+def check_confidence(value) -> float | None:
+    """``search.confidence``: None (point prediction) or a probability in (0, 1)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) < 1.0:
+        raise UserError(f"must be a probability strictly between 0 and 1, got {value!r}", key="search.confidence",
+                        fix="e.g. search.confidence=0.9 (or null for the point prediction)")
+    return float(value)
+
+
+def metric_level(confidence: float, slos: list[SLOTarget]) -> float:
+    """The probability each metric must reach so that every metric holds with ``confidence``."""
+    m = len({s.metric for s in slos}) or 1
+    return confidence ** (1.0 / m)
+
+
+def tightened_limit(limit_ms: float, err: ErrorModel, level: float) -> float:
+    """The predicted value at which the target holds with probability ``level`` (band only)."""
+    return limit_ms * math.exp(-(err.mu + _normal().inv_cdf(level) * err.sigma))
+
+
+def tightened_slos(slos: list[SLOTarget], engine: str, confidence: float) -> list[SLOTarget]:
+    """Targets whose point check means 'met with probability >= confidence' (raises UserError
+    when the engine has no served band for a metric)."""
+    level = metric_level(confidence, slos)
+    out = []
+    for s in slos:
+        err = error_model(engine, s.metric)
+        if err is None:
+            raise UserError(f"engine {engine!r} has no served {s.metric.upper()} band to size a probability on",
+                            key="search.confidence", fix="drop search.confidence, or plan for vllm, sglang or trtllm")
+        out.append(SLOTarget(s.metric, s.percentile, tightened_limit(s.limit_ms, err, level)))
+    return out
+
+
+def allocation_probabilities(predicted: Mapping[str, float], sample_sd: Mapping[str, float],
+                             slos: list[SLOTarget], engine: str) -> dict[str, float | None]:
+    """SLOTarget.key -> P(met) for one pool (None where the engine has no band)."""
+    out: dict[str, float | None] = {}
+    for s in slos:
+        err = error_model(engine, s.metric)
+        v = predicted.get(s.key, math.nan)
+        out[s.key] = None if err is None else err.probability(v, s.limit_ms, sample_sd.get(s.key, 0.0))
+    return out
+
+
+def every_slo(per_pool: list[Mapping[str, float | None]], slos: list[SLOTarget]) -> float | None:
+    """P(every target of every pool met): lowest per metric (one shared error), product over metrics."""
+    total = 1.0
+    for metric in sorted({s.metric for s in slos}):
+        ps = [p.get(s.key) for p in per_pool for s in slos if s.metric == metric]
+        if not ps or any(x is None for x in ps):
+            return None
+        total *= min(ps)
+    return total
+
+
+def selection_risk(sel: Selection, slos: list[SLOTarget], engine: str) -> dict:
+    """Per pool and overall probabilities of meeting the SLOs for a selection. Each pool uses
+    its simulated percentiles where simulated (with their sampling spread), else analytical."""
+    pools = []
+    for a in sel.allocations:
+        sim = (a.simulated or {}).get("targets") or {}
+        basis = "simulated" if sim else "analytical"
+        pred = sim if sim else a.analytical
+        sd = (a.simulated or {}).get("log_sd") or {}
+        pools.append({"pool": a.evaluation.candidate.name, "basis": basis,
+                      "probability": allocation_probabilities(pred, sd, slos, engine)})
+    p_all = every_slo([p["probability"] for p in pools], slos) if pools else None
+    models = {m: error_model(engine, m) for m in sorted({s.metric for s in slos})}
+    return {"every_slo_probability": None if p_all is None else round(p_all, 4), "pools": pools,
+            "error_model": {m: (None if e is None else {"mu_log": round(e.mu, 4), "sigma_log": round(e.sigma, 4),
+                                                         "source": e.source}) for m, e in models.items()},
+            "method": "docs/RISK.md"}
+
+
+def confidence_slos(slos: list[SLOTarget], engine: str, confidence) -> list[SLOTarget]:
+    """The targets the planner checks: ``slos`` as given (no ``search.confidence``), else
+    tightened so that a point prediction within them meets every SLO with that probability."""
+    c = check_confidence(confidence)
+    return slos if c is None else tightened_slos(slos, engine, c)
+
+
+def finish_confidence(res, point: list[SLOTarget], planned: list[SLOTarget], confidence, engine: str) -> None:
+    """After planning at tightened targets: report against the user's targets (``res.slos``),
+    record the level and the tightened limits (``res.confidence``), and say when the chosen
+    deployment's probability (which adds the simulation's sampling spread) is below the level."""
+    c = check_confidence(confidence)
+    if c is None:
+        return
+    res.slos = point
+    res.confidence = {"level": c, "per_metric_level": round(metric_level(c, point), 4),
+                      "planned_limits_ms": {s.key: round(s.limit_ms, 3) for s in planned},
+                      "slo_limits_ms": {s.key: s.limit_ms for s in point}, "method": "docs/RISK.md"}
+    if not res.selection.feasible:
+        res.notes.append(f"search.confidence={c:g}: planned against limits tightened to " +
+                         ", ".join(f"{s.key} {s.limit_ms:.4g} ms" for s in planned) +
+                         " (a prediction within them meets every SLO with that probability)")
+    else:
+        p = selection_risk(res.selection, point, engine)["every_slo_probability"]
+        res.confidence["every_slo_probability"] = p
+        if p is not None and p < c:
+            res.notes.append(f"the chosen deployment meets every SLO with probability {p:.3f}, below "
+                             f"search.confidence={c:g}: the simulated percentiles' sampling spread adds to the "
+                             "served band (raise search.verify_requests)")
