@@ -9,8 +9,10 @@ with no ``sys.argv`` patching and no module state:
 * every job's config is composed with ``hydra.compose`` before anything runs; composition
   errors become one ConfigError (:mod:`llmplan.cli.compose_errors`);
 * a single run goes through ``hydra.core.utils.run_job`` (output directory, ``.hydra/``
-  files, logging), a sweep through the configured launcher plugin (joblib), the API that
-  Hydra's own sweepers use; every job's outcome lands in ``summary.csv``.
+  files, logging), a sweep through the configured launcher plugin (joblib by default;
+  ``hydra/launcher=ray_local`` runs the jobs as Ray tasks, docs/SWEEPS.md), the API that
+  Hydra's own sweepers use; every job's outcome lands in ``summary.csv``. A sweep shows one
+  bar of jobs finished on stderr (a terminal only); the jobs themselves draw none.
 """
 
 from __future__ import annotations
@@ -33,6 +35,33 @@ from llmplan.paths import conf_dir
 __all__ = ["compose", "run", "groups", "group_options", "CliArgs", "parse_args"]
 
 EXIT_BUG = 1
+
+#: launcher options (``hydra/launcher=NAME``) that come from an optional plugin: the module to
+#: find and how to install it
+LAUNCHER_PLUGINS = {
+    "ray_local": ("hydra_plugins.hydra_ray_launcher", "pip install 'llmplan[ray]'"),
+    "ray": ("hydra_plugins.hydra_ray_launcher", "pip install 'llmplan[ray]'"),
+    "ray_aws": ("hydra_plugins.hydra_ray_launcher", "pip install 'llmplan[ray]'"),
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "pip install hydra-submitit-launcher"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "pip install hydra-submitit-launcher"),
+}
+
+
+def check_launcher(overrides: list[str]) -> None:
+    """A launcher whose plugin is not installed: one ConfigError naming the install command."""
+    import importlib.util
+
+    for ov in overrides:
+        key, _, value = ov.lstrip("+").partition("=")
+        if key in ("hydra/launcher", "override hydra/launcher") and value in LAUNCHER_PLUGINS:
+            module, install = LAUNCHER_PLUGINS[value]
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except ModuleNotFoundError:
+                found = False
+            if not found:
+                raise ConfigError(f"the '{value}' launcher needs its Hydra plugin ({module}), which is not installed",
+                                  key="hydra/launcher", fix=f"{install}, or drop hydra/launcher= (joblib, this machine)")
 
 
 # --------------------------------------------------------------------------- composing
@@ -183,6 +212,9 @@ class Task:
     multirun: bool = False
 
     def __call__(self, cfg: DictConfig) -> JobOutcome:
+        if self.multirun and "output" in cfg:  # parallel jobs sharing a terminal: the sweep draws one bar
+            with open_dict(cfg):
+                cfg.output.progress = False
         try:
             code = int(self.run(cfg) or 0)
         except UserError as exc:
@@ -244,7 +276,8 @@ def _run_sweep(config_name: str, jobs: list[Job], task: Task) -> int:
     job_overrides = [[o for o in j.hydra if o not in hydra_lines] + ([] if own_subdir else [_subdir(i, j)])
                      for i, j in enumerate(jobs)]
     launcher = Plugins.instance().instantiate_launcher(hydra_context=_context(master), task_function=task, config=master)
-    rets = launcher.launch(job_overrides, initial_job_idx=0)
+    with _sweep_progress(sweep_dir, len(jobs)):
+        rets = launcher.launch(job_overrides, initial_job_idx=0)
     swept = []
     for i, (job, ret) in enumerate(zip(jobs, rets)):
         try:
@@ -258,6 +291,39 @@ def _run_sweep(config_name: str, jobs: list[Job], task: Task) -> int:
     return sweep_exit_code([s.code for s in swept])
 
 
+#: files a job writes when it ends (plan / simulate / whatif); the sweep bar counts them
+JOB_OUTPUTS = ("plan.json", "summary.json", "whatif.json")
+
+
+@contextmanager
+def _sweep_progress(sweep_dir: Path, total: int) -> Iterator[None]:
+    """One bar on stderr of jobs whose output file exists (a job that fails counts at the end)."""
+    import threading
+
+    from llmplan.progress import stage_progress
+
+    with stage_progress(None, True) as update:
+        if update is None:
+            yield
+            return
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.wait(0.5):
+                done = sum(1 for d in sweep_dir.iterdir() if d.is_dir() and any((d / f).is_file() for f in JOB_OUTPUTS))
+                update("sweep jobs", min(done, total), total)
+
+        update("sweep jobs", 0, total)
+        t = threading.Thread(target=poll, daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+            update("sweep jobs", total, total)
+
+
 def run(command: str, config_name: str, argv: list[str], task: Callable[[DictConfig], int], summary: str) -> int:
     """`llmplan <command> argv...`: compose, check and run (or sweep) ``task``; an exit code."""
     args = parse_args(argv)
@@ -265,6 +331,7 @@ def run(command: str, config_name: str, argv: list[str], task: Callable[[DictCon
         print_help(command, summary)
         return EXIT_OK
     jobs = expand(args.overrides, args.multirun)
+    check_launcher(list(jobs[0].hydra))
     with _hydra(command):
         if not args.multirun:
             cfg = _compose(config_name, list(jobs[0].hydra), hydra_config=True)
