@@ -153,6 +153,11 @@ class DisaggSpec:
     first_token_at: str = "decode"   # TTFT convention, see the module docstring
     hold_prefill_kv: bool = True     # a prefill worker keeps a request's KV until its transfer ends
     reserve_decode_kv: bool = True   # the transfer starts once the decode worker has allocated the KV
+    #: fixed per-request hand-off delay (ms) between the KV's arrival and the decode worker taking
+    #: the request: the disaggregated front end's extra hops (router -> prefill -> decode, connector
+    #: handshake, detokenised first chunk); it occupies no link and no compute. Fitted per engine on
+    #: served rows (sim/data/disagg_handoff.json, docs/DISAGG.md), 0 = none
+    handoff_ms: float = 0.0
 
 
 def describe_disagg(spec: DisaggSpec) -> dict:
@@ -160,7 +165,7 @@ def describe_disagg(spec: DisaggSpec) -> dict:
     return {"mode": "disaggregated", "prefill": spec.prefill.describe(), "decode": spec.decode.describe(),
             "total_gpus": spec.prefill.gpus + spec.decode.gpus, "kv_transfer": spec.transfer.describe(),
             "first_token_at": spec.first_token_at, "hold_prefill_kv": spec.hold_prefill_kv,
-            "reserve_decode_kv": spec.reserve_decode_kv}
+            "reserve_decode_kv": spec.reserve_decode_kv, "handoff_ms": spec.handoff_ms}
 
 
 def validate_disagg(spec: DisaggSpec) -> None:
@@ -174,6 +179,9 @@ def validate_disagg(spec: DisaggSpec) -> None:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"must be an integer >= 1, got {v!r}", key=f"{name}.{k}")
         validate_replica(pool.replica, 0)
+    h = spec.handoff_ms
+    if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h < 0:
+        raise UserError(f"must be a finite number >= 0, got {h!r}", key="handoff_ms")
     if spec.first_token_at not in FIRST_TOKEN_AT:
         raise UserError(f"unknown first-token convention {spec.first_token_at!r}", key="first_token_at",
                         fix="one of " + ", ".join(FIRST_TOKEN_AT))
@@ -348,11 +356,15 @@ class _Run:
             return
         prepare_decode(seq)
         dec, pend = self.dec, self.pending_tokens
-        best, best_free = 0, free_kv_tokens(dec[0]) - pend[0]
+        # the worker with the most free batch slots (max_num_seqs minus the requests it holds,
+        # in transit or waiting), then the most free KV: a worker with free KV but a full batch
+        # would make the request wait while another has room
+        cap = self.spec.decode.replica.engine.max_num_seqs
+        best, best_key = 0, (min(cap - dec[0].outstanding, 1), free_kv_tokens(dec[0]) - pend[0])
         for j in range(1, len(dec)):
-            f = free_kv_tokens(dec[j]) - pend[j]
-            if f > best_free:
-                best, best_free = j, f
+            k = (min(cap - dec[j].outstanding, 1), free_kv_tokens(dec[j]) - pend[j])
+            if k > best_key:
+                best, best_key = j, k
         pend[best] += seq.P
         src = int(self.prefill_worker[i])
         if self.spec.hold_prefill_kv:
@@ -388,7 +400,14 @@ class _Run:
             w = self.pre[int(self.prefill_worker[seq.idx])]
             if any(v.waiting for v in w.ves):
                 w._wake(max(now, w.stage_free_at))
-        self.dec[seq.replica - self.spec.prefill.workers].kv_arrived(seq, now)
+        if self.spec.handoff_ms > 0.0:
+            self.loop.schedule(now + self.spec.handoff_ms, PRIORITY_ARRIVAL, self._handed_off, seq)
+        else:
+            self.dec[seq.replica - self.spec.prefill.workers].kv_arrived(seq, now)
+
+    def _handed_off(self, seq: Seq) -> None:
+        """The hand-off delay after the KV's arrival is over: the decode worker takes the request."""
+        self.dec[seq.replica - self.spec.prefill.workers].kv_arrived(seq, self.loop.now)
 
     def _reserved(self, seq: Seq, now: float) -> None:
         """A decode worker has allocated the request's KV blocks."""

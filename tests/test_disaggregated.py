@@ -284,3 +284,30 @@ def test_summary_describes_the_pools_and_the_link():
     assert d["prefill"]["workers"] == 2 and d["decode"]["workers"] == 3 and d["prefill"]["tp"] == 4
     assert d["kv_transfer"] == {"model": "fixed", "transfer_ms": 4.0}
     json.dumps(res.summary)  # strict JSON
+
+
+def test_handoff_delay_adds_exactly_to_ttft_and_not_to_tpot():
+    base = one(Request(0.0, 1000, 11), spec(transfer=5.0))
+    late = one(Request(0.0, 1000, 11), replace(spec(transfer=5.0), handoff_ms=250.0))
+    assert late["ttft_ms"] == pytest.approx(base["ttft_ms"] + 250.0)
+    assert late["tpot_ms"] == pytest.approx(base["tpot_ms"])
+    assert late["kv_arrival_ms"] == pytest.approx(base["kv_arrival_ms"])   # the delay is after the KV arrived
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), True])
+def test_bad_handoff_is_a_user_error(bad):
+    with pytest.raises(UserError) as e:
+        simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), handoff_ms=bad))
+    assert e.value.key == "handoff_ms"
+
+
+def test_decode_worker_with_a_free_batch_slot_is_preferred_over_more_free_kv():
+    # A (short) -> worker 0, B (long prompt) -> worker 1, C (short) -> worker 0 (more free KV):
+    # worker 0 is then full (2 slots) although it has more free KV than worker 1. D must go to
+    # worker 1, which has a free slot, instead of waiting for worker 0's batch to drain
+    d_rep = make_replica(COST, max_num_seqs=2)
+    s = spec(p_workers=4, d_workers=2, d_rep=d_rep)
+    reqs = [Request(0.0, 100, 500), Request(10.0, 6000, 500), Request(500.0, 100, 500), Request(1000.0, 100, 500)]
+    r = simulate_disaggregated(reqs, s).requests
+    assert list(r["replica"]) == [4, 5, 4, 5]
+    assert r["first_token_ms"].iloc[3] - r["kv_arrival_ms"].iloc[3] <= decode_ms(COST, 2) + 1e-9

@@ -108,7 +108,7 @@ def test_validate_serving_end_to_end_writes_added_columns(tmp_path):
     df = pd.read_csv(out)
     assert list(df.columns[-len(vs.ADDED_COLUMNS):]) == list(vs.ADDED_COLUMNS) and len(df) == 3
     assert list(df["status"][:2]) == [sr.SIMULATED, sr.SIMULATED]
-    assert df["status"][2].startswith("disagg")
+    assert df["status"][2].startswith("missing_input")   # a disagg row without pool columns
     assert (df["predicted_ttft_ms"][:2] > 0).all() and (df["predicted_tpot_ms"][:2] > 0).all()
     assert np.isnan(df["predicted_ttft_ms"][2])
     assert list(df["tier"][:2]) == ["spec", "spec"]
@@ -118,10 +118,10 @@ def test_validate_serving_end_to_end_writes_added_columns(tmp_path):
 def test_aggregates_and_limit():
     df = pd.DataFrame([row(id="a"), row(id="b", osl=48), row(id="c", mode="disagg")])
     res = vs.validate_serving(df, SPEC, {}, limit=1, workers=1)
-    assert list(res["status"].str.split(":").str[0]) == [sr.SIMULATED, "limit", "disagg"]
+    assert list(res["status"].str.split(":").str[0]) == [sr.SIMULATED, "limit", "missing_input"]
     agg = vs.aggregate(res, ["backend"])
     assert agg["rows"].tolist() == [1]
-    assert set(vs.not_simulated(res)["reason"]) == {"limit", "disagg"}
+    assert set(vs.not_simulated(res)["reason"]) == {"limit", "missing_input"}
 
 
 @pytest.mark.parametrize("gpu,prec", [("b300", "fp8"), ("a100_40gb_sxm", "")])

@@ -1,0 +1,405 @@
+"""Measured disaggregated serving runs (``mode = disagg`` rows of ``e2e_serving.csv``) ->
+disaggregated simulator deployments (:class:`~sim.disaggregated.DisaggSpec`), and their replay.
+
+A disaggregated row names two pools with the ``prefill_*`` and ``decode_*`` columns
+(``tp_size, pp_size, attention_dp_size, moe_tp_size, moe_ep_size``, ``batch_size`` per
+worker, ``num_workers``), the engine, model, GPU, precision, ``isl``/``osl`` and the
+closed-loop concurrency (``silicon_concurrency=N`` in ``silicon_data_source``).
+
+Mapping: each pool is mapped exactly as an aggregated row of the same engine, model, GPU and
+precision with that pool's columns (:func:`calibration.serving_rows.map_row` on a row
+rewritten by :func:`pool_row`), so both pools get the aggregated mapping's precision,
+parallelism, memory and engine-term rules (and anything that mapping learns later, e.g.
+attention data parallelism). The pool's batch limit is its own ``batch_size`` (per worker,
+times its attention-DP size), not the client concurrency: the run's decode batch sizes
+times decode workers equal the concurrency on every row that gives them. Workers and
+batches are inputs the simulator cannot guess: a row without them is listed as
+``missing_input`` naming the columns, never replayed with invented counts.
+
+Replay (:func:`simulate_disagg_case`): closed loop, every client sends its first request at
+time 0, ``max(waves x N, min_requests)`` requests, all counted (as the aggregated replay),
+TTFT stamped when the decode worker takes the request (prefill queue + prefill + KV
+transfer + wait for decode room: what a client of a disaggregated front end measures, see
+docs/DISAGG.md), TPOT = (E2E - TTFT) / (output - 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llmplan.calibration.serving_rows import (SIMULATED, Prediction, RowMapping, ServingCase, SimOptions,
+                                              _int, _kernels, _text, concurrency_of, deployment_key, kernel_tier,
+                                              map_row, num_requests)
+from llmplan.sim.types import EngineProfile
+
+#: per-pool columns of a disaggregated row (``prefill_<name>`` / ``decode_<name>``)
+POOL_COLUMNS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "batch_size")
+#: inputs without which a disaggregated row is not replayed
+NEEDED = ("num_workers", "batch_size")
+POOLS = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class DisaggCase:
+    """One simulable disaggregated run: a case per pool (each a one-worker deployment with the
+    pool's batch limit) and the worker counts."""
+
+    index: int
+    row_id: str
+    backend: str
+    prefill: ServingCase
+    decode: ServingCase
+    prefill_workers: int
+    decode_workers: int
+    concurrency: int
+    isl: int
+    osl: int
+    measured_ttft_ms: float
+    measured_tpot_ms: float
+    version: str = ""
+    deployment: str = ""
+
+    @property
+    def dense(self) -> bool:
+        return self.decode.dense
+
+    @property
+    def dep(self) -> Any:
+        """The decode pool's deployment (model and GPU for reports)."""
+        return self.decode.dep
+
+    @property
+    def gpus(self) -> int:
+        return (self.prefill_workers * self.prefill.dep.par.gpus + self.decode_workers * self.decode.dep.par.gpus)
+
+
+@dataclass(frozen=True)
+class DisaggMapping:
+    index: int
+    case: DisaggCase | None
+    status: str
+
+
+def is_disagg(row: Mapping[str, Any]) -> bool:
+    return _text(row.get("mode")) == "disagg"
+
+
+def disagg_concurrency(row: Mapping[str, Any]) -> int:
+    """Clients of a disaggregated run: ``silicon_concurrency=N`` in the source, else the decode
+    pool's total batch (``decode_batch_size x decode_num_workers x decode_attention_dp_size``;
+    equal to the concurrency on every row of the measurements that gives both)."""
+    n = concurrency_of(row)
+    if n >= 1:
+        return n
+    return (_int(row.get("decode_batch_size"), 0) * _int(row.get("decode_num_workers"), 0)
+            * max(1, _int(row.get("decode_attention_dp_size"), 1)))
+
+
+def pool_row(row: Mapping[str, Any], pool: str) -> dict[str, Any]:
+    """The row as an aggregated run of one worker of ``pool`` (its ``<pool>_*`` columns)."""
+    r = dict(row)
+    r["mode"] = "agg"
+    for c in POOL_COLUMNS:
+        r[c] = row.get(f"{pool}_{c}")
+    return r
+
+
+def missing_inputs(row: Mapping[str, Any]) -> list[str]:
+    """Columns a disaggregated replay needs that the row leaves empty."""
+    out = []
+    for pool in POOLS:
+        for c in NEEDED + ("tp_size",):
+            if _int(row.get(f"{pool}_{c}"), 0) < 1:
+                out.append(f"{pool}_{c}")
+    return out
+
+
+def disagg_deployment_key(row: Mapping[str, Any]) -> str:
+    """The deployment a disaggregated row measures: the aggregated key plus both pools'
+    parallelism and worker counts (batch sizes and concurrency excluded: they vary per run)."""
+    extra = [f"{p}_{c}={_int(row.get(f'{p}_{c}'), 0)}" for p in POOLS
+             for c in ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")]
+    return deployment_key(row) + "|" + "|".join(extra)
+
+
+def _pool_case(row: Mapping[str, Any], pool: str, index: int,
+               engines: Mapping[str, EngineProfile]) -> ServingCase | str:
+    m: RowMapping = map_row(pool_row(row, pool), index, engines)
+    if m.case is None:
+        reason, _, detail = m.status.partition(":")
+        return f"{reason}: {pool} pool:{detail}"
+    adp = max(1, _int(row.get(f"{pool}_attention_dp_size"), 1))
+    seqs = max(1, _int(row.get(f"{pool}_batch_size"), 1)) * adp
+    e = m.case.dep.engine
+    e = replace(e, max_num_seqs=seqs, max_num_batched_tokens=max(e.max_num_batched_tokens, seqs))
+    return replace(m.case, dep=replace(m.case.dep, engine=e))
+
+
+def single_client_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A row at concurrency 1 whose worker counts or batch sizes are empty, with 1 prefill and
+    1 decode worker of batch 1 filled in: with one closed-loop client only one request is ever
+    in flight, so any xPyD serves it alike (the replay is exact, not a guess). None otherwise."""
+    if concurrency_of(row) != 1:
+        return None
+    if any(_int(row.get(f"{p}_tp_size"), 0) < 1 for p in POOLS):
+        return None
+    r = dict(row)
+    for p in POOLS:
+        for c in NEEDED:
+            if _int(r.get(f"{p}_{c}"), 0) < 1:
+                r[f"{p}_{c}"] = 1
+    return r
+
+
+def map_disagg_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProfile]) -> DisaggMapping:
+    """One ``mode = disagg`` row -> a case to simulate, or a status saying why not."""
+    miss = missing_inputs(row)
+    filled = single_client_row(row) if miss else None
+    if filled is not None:
+        row, miss = filled, []
+    if miss:
+        return DisaggMapping(index, None, f"missing_input: {', '.join(miss)} empty (a disaggregated replay at "
+                                          "concurrency > 1 needs each pool's worker count, batch size and TP)")
+    cases = {}
+    for pool in POOLS:
+        c = _pool_case(row, pool, index, engines)
+        if isinstance(c, str):
+            return DisaggMapping(index, None, c)
+        cases[pool] = c
+    p, d = cases["prefill"], cases["decode"]
+    if p.dep.prec.kv_cache != d.dep.prec.kv_cache:
+        return DisaggMapping(index, None, "precision: the pools' KV dtypes differ")
+    case = DisaggCase(index, p.row_id, p.backend, p, d, _int(row.get("prefill_num_workers"), 1),
+                      _int(row.get("decode_num_workers"), 1), disagg_concurrency(row), p.isl, p.osl,
+                      p.measured_ttft_ms, p.measured_tpot_ms, p.version, disagg_deployment_key(row))
+    return DisaggMapping(index, case, SIMULATED)
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+def disagg_spec(case: DisaggCase, opts: SimOptions, wrap: Callable[[Any], Any] | None = None,
+                longest_tokens: int | None = None, handoff_ms: float = 0.0) -> Any:
+    """The :class:`~sim.disaggregated.DisaggSpec` of a case (kernel models cached per GPU,
+    engine and calibration; ``wrap`` applied to both pools' step models)."""
+    from llmplan.sim.deployment import build
+    from llmplan.sim.disaggregated import DisaggSpec, PoolSpec, kv_link_transfer
+    from llmplan.sim.replica import ReplicaSpec
+
+    longest = longest_tokens or case.isl + case.osl
+    pools = []
+    for c, workers in ((case.prefill, case.prefill_workers), (case.decode, case.decode_workers)):
+        dep = c.dep
+        km = _kernels(dep.gpu.key, dep.engine.kernel_backend, opts.calibration)
+        step, mem = build(dep, opts.calibration, longest, kernels=km)
+        engine = dep.engine
+        if not engine.chunked_prefill or engine.whole_prompts:
+            # a whole prompt (plus recomputed output) must fit one step next to the running
+            # decodes, as in the aggregated replay (calibration.serving_rows.simulate_case)
+            engine = replace(engine, max_num_batched_tokens=max(engine.max_num_batched_tokens,
+                                                                longest + engine.max_num_seqs))
+        label = f"{dep.gpu.key} TP{dep.par.tp}" + (f" EP{dep.par.ep}" if dep.par.ep > 1 else "")
+        rs = ReplicaSpec(wrap(step) if wrap is not None else step, engine, mem.kv_capacity_tokens, longest)
+        pools.append(PoolSpec(workers, rs, tp=dep.par.tp, gpus_per_worker=dep.par.gpus, label=label))
+    p, d = pools
+    xfer = kv_link_transfer(case.decode.dep.model, case.decode.dep.prec.kv_cache, case.prefill.dep.gpu,
+                            case.decode.dep.gpu, p, d)
+    return DisaggSpec(p, d, xfer, "decode", handoff_ms=handoff_ms)
+
+
+def simulate_disagg_case(case: DisaggCase, opts: SimOptions, wrap: Callable[[Any], Any] | None = None,
+                         handoff_ms: float = 0.0) -> Prediction:
+    """Replay one disaggregated run (see the module docstring) with the engine's hand-off delay."""
+    from llmplan.errors import UserError
+    from llmplan.sim.disaggregated import simulate_disaggregated
+    from llmplan.sim.metrics import MeasureWindow
+    from llmplan.sim.workload import LengthSpec, WorkloadSpec
+
+    lo, hi = opts.osl_range(case.osl)
+    try:
+        spec = disagg_spec(case, opts, wrap, case.isl + hi, handoff_ms)
+    except UserError as e:
+        return Prediction(math.nan, math.nan, "", f"{'memory' if 'fit' in str(e) else 'parallelism'}: {e}")
+    tier = kernel_tier(spec.decode.replica.cost_model if wrap is None else _unwrap(spec.decode.replica.cost_model))
+    n = num_requests(case.concurrency, opts)
+    out = (LengthSpec(kind="fixed", mean_tokens=case.osl) if lo == hi
+           else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
+    wl = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=case.concurrency, num_requests=n,
+                      input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl), output_tokens=out, seed=opts.seed)
+    if opts.window == "steady":
+        window = MeasureWindow(0.0, case.concurrency / n, warmup_requests=case.concurrency)
+    else:
+        window = MeasureWindow(0.0, 0.0, warmup_requests=0)
+    try:
+        res = simulate_disaggregated(wl, spec, seed=opts.seed, window=window)
+    except UserError as e:
+        return Prediction(math.nan, math.nan, tier, f"memory: {e}")
+    s = res.summary
+    if res.overloaded or s.get("ttft_ms_mean") is None or s.get("tpot_ms_mean") is None:
+        return Prediction(math.nan, math.nan, tier, f"invalid: simulation did not finish ({res.unfinished} unfinished)")
+    return Prediction(float(s["ttft_ms_mean"]), float(s["tpot_ms_mean"]), tier, SIMULATED, int(s["measured_finished"]))
+
+
+def _unwrap(cost_model: Any) -> Any:
+    return getattr(cost_model, "step", cost_model)
+
+
+# ----------------------------------------------------------------------------- replay of a frame
+
+
+def _predict_task(task: tuple[dict, int, dict, SimOptions, float | None, float]) -> Prediction:
+    from llmplan.calibration.engine_fit import corrected, overrides_for
+    from llmplan.calibration.serving_rows import engine_profiles
+
+    row, index, overrides, opts, jitter, handoff = task
+    backend = _text(row.get("backend"))
+    mine = overrides_for(overrides, backend, str(row.get("backend_version") or ""))
+    m = map_disagg_row(row, index, engine_profiles({**overrides, backend: mine}))
+    if m.case is None:
+        return Prediction(math.nan, math.nan, "", m.status)
+    j = float(mine.get("osl_jitter", 0.0)) if jitter is None else jitter
+    return simulate_disagg_case(m.case, replace(opts, osl_jitter=j),
+                                corrected(float(mine.get("prefill_scale", 1.0))), handoff)
+
+
+def map_disagg_rows(df: Any, overrides: Mapping[str, Mapping[str, Any]]) -> dict[int, DisaggMapping]:
+    """Every ``mode = disagg`` row of a frame, by position."""
+    from llmplan.calibration.engine_fit import overrides_for
+    from llmplan.calibration.serving_rows import engine_profiles
+
+    out = {}
+    for i, r in enumerate(df.to_dict("records")):
+        if is_disagg(r):
+            b = _text(r.get("backend"))
+            mine = overrides_for(dict(overrides), b, str(r.get("backend_version") or ""))
+            out[i] = map_disagg_row(r, i, engine_profiles({**overrides, b: mine}))
+    return out
+
+
+def held_out(m: DisaggMapping, seed: int) -> bool:
+    """The row's deployment is in the held-out half of split ``seed`` (the aggregated rows' split:
+    :func:`calibration.engine_fit.deployment_half` of the deployment key)."""
+    from llmplan.calibration.engine_fit import deployment_half
+
+    return m.case is not None and deployment_half(m.case.deployment, seed) == 1
+
+
+def replay_disagg(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, Any]],
+                  handoffs: Mapping[str, float] | None = None, limit: int | None = None, workers: int = 2,
+                  progress: Any = None, jitter: float | None = None, holdout_seed: int | None = None,
+                  train_only: bool = False) -> dict[int, tuple[Prediction, str]]:
+    """Replay the disaggregated rows of ``df``: {row position: (prediction, model key)}.
+    ``handoffs``: per-engine hand-off delay (None: the shipped fit); ``holdout_seed``: only the
+    held-out half is run (``train_only``: only the training half), the others get status ``train``."""
+    from llmplan.calibration.engine_fit import subsample as subsample_positions
+    from llmplan.calibration.serving_rows import parallel_map
+    from llmplan.sim.disagg_handoff import handoff_ms
+
+    maps = map_disagg_rows(df, overrides)
+    rows = df.to_dict("records")
+    ok = [i for i, m in maps.items() if m.case is not None]
+    skipped: dict[int, str] = {}
+    if holdout_seed is not None:
+        for i in ok:
+            if held_out(maps[i], holdout_seed) == train_only:
+                skipped[i] = f"train: deployment in the {'held-out' if train_only else 'training'} half " \
+                             f"(seed {holdout_seed}), not scored"
+        ok = [i for i in ok if i not in skipped]
+    run = subsample_positions(ok, limit)
+    for i in set(ok) - set(run):
+        skipped[i] = f"limit: not run (--limit {limit})"
+
+    def h(r: dict) -> float:
+        b = _text(r.get("backend"))
+        return float(handoffs.get(b, handoffs.get("*", 0.0))) if handoffs is not None else handoff_ms(b)
+
+    preds = parallel_map(_predict_task, [(rows[i], i, dict(overrides), opts, jitter, h(rows[i])) for i in run],
+                         workers, progress)
+    out: dict[int, tuple[Prediction, str]] = {}
+    for i, m in maps.items():
+        key = m.case.dep.model.key if m.case else str(rows[i].get("model_path"))
+        out[i] = (Prediction(math.nan, math.nan, "", skipped.get(i, m.status)), key)
+    for i, p in zip(run, preds):
+        out[i] = (p, out[i][1])
+    return out
+
+
+def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, Any]], seed: int,
+                workers: int = 2, progress: Any = None) -> dict[str, Any]:
+    """Per-engine hand-off delay from the training half of split ``seed``: the median of
+    measured minus simulated (hand-off 0) mean TTFT, floored at 0; engines without training
+    rows get the pooled median of all training rows."""
+    import numpy as np
+
+    res = replay_disagg(df, opts, overrides, {"*": 0.0}, None, workers, progress, None, seed, train_only=True)
+    meas = df["silicon_ttft_ms"].to_numpy(float)
+    resid: dict[str, list[float]] = {}
+    backends = df["backend"].astype(str).str.strip().str.lower().to_numpy()
+    for i, (p, _) in res.items():
+        if p.status == SIMULATED:
+            resid.setdefault(backends[i], []).append(float(meas[i] - p.ttft_ms))
+    pooled = [x for v in resid.values() for x in v]
+    doc: dict[str, Any] = {
+        "pooled_handoff_ms": round(max(0.0, float(np.median(pooled))), 1) if pooled else 0.0,
+        "engines": {b: {"handoff_ms": round(max(0.0, float(np.median(v))), 1), "training_rows": len(v),
+                        "residual_ms_p10_p90": [round(float(np.percentile(v, 10)), 1),
+                                                round(float(np.percentile(v, 90)), 1)]}
+                    for b, v in sorted(resid.items())},
+        "_provenance": {"seed": seed, "rows": "mode=disagg rows of the measurement files given, training half "
+                                              "(calibration.engine_fit.deployment_half of the disaggregated "
+                                              "deployment key)",
+                        "fit": "median of measured minus simulated mean TTFT with hand-off 0, floored at 0",
+                        "source": "aiconfigurator-core 0.12.0 served runs (Apache-2.0), shared/measurements"},
+    }
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m llmplan.calibration.serving_disagg_rows --fit --measurements DIR --out FILE``."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from llmplan.calibration.engine_fit import load_engine_overrides, profile_seed
+    from llmplan.calibration.serving_rows import read_serving_files
+
+    ap = argparse.ArgumentParser(description="Fit the disaggregated hand-off delay per engine (training half).")
+    ap.add_argument("--measurements", nargs="+", required=True)
+    ap.add_argument("--out", required=True, help="e.g. sim/data/disagg_handoff.json")
+    ap.add_argument("--workers", type=int, default=2)
+    a = ap.parse_args(argv)
+    overrides, engines = load_engine_overrides("default")
+    seed = profile_seed(engines) if Path(engines).is_file() else 0
+    doc = fit_handoff(read_serving_files(a.measurements), SimOptions(), overrides, seed, a.workers)
+    Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(doc, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+#: accuracy targets for disaggregated rows (issue 10: median APE of mean TTFT / TPOT)
+TARGET_TTFT = 0.15
+TARGET_TPOT = 0.10
+
+
+def disagg_targets(res: Any) -> Any:
+    """Median APE of the simulated disaggregated rows per engine (and all engines) against the
+    targets; ``res`` is :func:`calibration.validate_serving.validate_serving`'s frame."""
+    import pandas as pd
+
+    from llmplan.calibration.engine_fit import ape_stats
+
+    sim = res[(res["mode"].astype(str) == "disagg") & (res["status"] == SIMULATED)]
+    recs = []
+    for be, g in list(sim.groupby("backend", sort=True)) + ([("all", sim)] if len(sim) else []):
+        t = ape_stats(g["predicted_ttft_ms"].to_numpy(float), g["silicon_ttft_ms"].to_numpy(float))
+        p = ape_stats(g["predicted_tpot_ms"].to_numpy(float), g["silicon_tpot_ms"].to_numpy(float))
+        recs.append({"backend": be, "rows": len(g), "ttft_median": 100 * t[1], "tpot_median": 100 * p[1],
+                     "ttft_met": t[1] <= TARGET_TTFT, "tpot_met": p[1] <= TARGET_TPOT})
+    return pd.DataFrame(recs)

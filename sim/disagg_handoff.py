@@ -1,0 +1,31 @@
+"""Fitted per-engine hand-off delay of disaggregated serving (``DisaggSpec.handoff_ms``).
+
+``sim/data/disagg_handoff.json`` holds, per engine, the fixed per-request delay that the
+disaggregated front end adds between the prefill and the decode worker taking the request
+(router -> prefill -> decode hops, connector handshake), fitted on the training half of the
+disaggregated served rows by ``python -m llmplan.calibration.serving_disagg_rows --fit``
+(docs/DISAGG.md, "Validation against served rows"). An engine without a fitted value gets the
+file's pooled value; no file gives 0.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+HANDOFF_FILE = Path(__file__).resolve().parent / "data" / "disagg_handoff.json"
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> dict:
+    p = Path(path)
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def handoff_ms(backend: str, path: str | Path = HANDOFF_FILE) -> float:
+    """The fitted hand-off delay of ``backend`` (vllm | sglang | trtllm), ms."""
+    doc = _load(str(path))
+    eng = doc.get("engines", {}).get(str(backend).strip().lower(), {})
+    v = eng.get("handoff_ms", doc.get("pooled_handoff_ms", 0.0))
+    return float(v or 0.0)
