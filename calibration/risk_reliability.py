@@ -155,6 +155,9 @@ def analyse(res: pd.DataFrame) -> dict[str, Any]:
                     ("shipped, both SLOs", joint_cases(rows, shipped))):
         out["tables"][name] = {"ece": round(calibration_error(c), 4), "bins": reliability_table(c).round(4).to_dict("records"),
                                "per_metric_ece": {m: round(calibration_error(g), 4) for m, g in c.groupby("metric")}
+                               if len(c) else {},
+                               "per_engine_metric_ece": {f"{b} {m}": round(calibration_error(g), 4)
+                                                         for (b, m), g in c.groupby(["backend", "metric"])}
                                if len(c) else {}}
     return out
 
@@ -177,6 +180,11 @@ def markdown(rep: dict[str, Any]) -> str:
     lines.append("| mean abs. gap (ECE) | " + " | ".join(
         f"{rep['tables'][n]['ece']:.3f} (" + ", ".join(f"{m} {v:.3f}" for m, v in rep["tables"][n]["per_metric_ece"].items())
         + ")" for n in names) + " |")
+    for n in names:
+        per = rep["tables"][n].get("per_engine_metric_ece") or {}
+        if per:
+            lines.append("")
+            lines.append(f"ECE per engine and metric ({n}): " + ", ".join(f"{k} {v:.3f}" for k, v in per.items()))
     return "\n".join(lines)
 
 
