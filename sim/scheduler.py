@@ -16,7 +16,12 @@ Three policies, chosen by ``EngineProfile.chunked_prefill`` and ``whole_prompts`
 
 KV blocks are allocated per step for the tokens computed (v1 ``allocate_slots``); new
 requests are admitted only while ``free - needed >= watermark`` blocks (v0
-``BlockSpaceManager.can_allocate``). When a running step cannot get its blocks, the
+``BlockSpaceManager.can_allocate``). TensorRT-LLM's capacity scheduler
+(:data:`NO_EVICT_ENGINES`) admits a request only when the blocks of its *whole* sequence
+(prompt + requested output) fit next to the whole sequences of the running requests:
+``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``, its default
+(https://nvidia.github.io/TensorRT-LLM/llm-api/reference.html, ``SchedulerConfig``), so it
+queues requests instead of preempting them. When a running step cannot get its blocks, the
 newest running request is preempted by recompute: its blocks are freed and it goes
 back to the *front* of the waiting queue, to recompute prompt plus generated tokens.
 With prefix caching on, its full blocks stay cached (evictable, ``KVBlockPool.park``) and
@@ -42,6 +47,8 @@ from llmplan.sim.types import EngineProfile
 from llmplan.sim.workload import Request
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+#: engines whose default capacity scheduler reserves every admitted request's whole sequence
+NO_EVICT_ENGINES = frozenset({"trtllm"})
 NAN = math.nan
 
 
@@ -51,7 +58,7 @@ class Seq:
     __slots__ = ("idx", "req", "P", "O", "measured", "replica", "state", "target", "computed", "g", "blocks",
                  "shared_blocks", "keys", "refkeys", "nreg", "c0", "phase", "kvb", "gen", "arrival",
                  "first_sched", "first_token", "last_token", "finish", "preemptions", "cached_tokens", "client",
-                 "park_from")
+                 "park_from", "resv")
 
     def __init__(self, idx: int, req: Request, measured: bool):
         self.idx = idx
@@ -82,6 +89,7 @@ class Seq:
         self.cached_tokens = 0    # prompt tokens served from the prefix cache at first admission
         self.client = -1          # closed loop: the client that sent it
         self.park_from = -1       # preempted with cached blocks: token where its parked blocks start
+        self.resv = 0             # blocks reserved for its whole sequence (GUARANTEED_NO_EVICT engines)
 
 
 class EngineState:
@@ -97,6 +105,8 @@ class EngineState:
         self.chunked = engine.chunked_prefill
         self.whole = engine.whole_prompts
         self.prefix_caching = engine.enable_prefix_caching
+        self.no_evict = engine.name in NO_EVICT_ENGINES
+        self.reserved = 0                      # blocks reserved by running requests (no_evict)
         self.pool = KVBlockPool(total_blocks, engine.block_size, self.ub, engine.enable_prefix_caching)
         self.watermark_blocks = int(engine.watermark * total_blocks)
         self.waiting: deque[Seq] = deque()
@@ -170,6 +180,16 @@ class EngineState:
             return 0, 0
         return self.pool.match(seq.keys, (seq.target - 1) // self.U)
 
+    def _whole_blocks(self, seq: Seq) -> int:
+        """Blocks of a request's whole sequence: prompt + requested output tokens."""
+        return -(-(seq.P + seq.req.output_tokens) // self.B)
+
+    def _no_room(self, seq: Seq) -> bool:
+        """GUARANTEED_NO_EVICT: the whole sequence does not fit beside the running ones' (a
+        request alone is always admitted: the replica already refused any that can never fit)."""
+        return (self.no_evict and self.reserved > 0
+                and self.reserved + self._whole_blocks(seq) > self.pool.total - self.watermark_blocks)
+
     def _reusable(self, seq: Seq, hit_units: int) -> int:
         """Blocks of a preempted request's parked group it can reuse now: those still cached,
         when its shared prefix is cached exactly up to where they start (else it recomputes)."""
@@ -189,6 +209,9 @@ class EngineState:
             seq.park_from = -1
         seq.nreg = hit_units
         seq.shared_blocks = hit_units * self.ub
+        if self.no_evict:
+            seq.resv = self._whole_blocks(seq)
+            self.reserved += seq.resv
         if new_blocks:
             pool.allocate(new_blocks)
         seq.blocks = seq.shared_blocks + reuse + new_blocks
@@ -245,7 +268,7 @@ class EngineState:
                 if self.whole and n < seq.target - hit:
                     break   # in-flight batching without chunking: the prompt waits for room
                 new_blocks = -(-(hit + n) // B) - hit_units * ub - reuse
-                if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks:
+                if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks or self._no_room(seq):
                     break
                 waiting.popleft()
                 self._admit(seq, hit_units, new_blocks, now, reuse)
@@ -267,7 +290,7 @@ class EngineState:
             if n > budget:
                 break
             new_blocks = -(-seq.target // B) - hit_units * ub - reuse
-            if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks:
+            if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks or self._no_room(seq):
                 break
             waiting.popleft()
             self._admit(seq, hit_units, new_blocks, now, reuse)
@@ -313,6 +336,8 @@ class EngineState:
             seq.refkeys = []
         seq.shared_blocks = 0
         seq.blocks = 0
+        self.reserved -= seq.resv
+        seq.resv = 0
         del self.running[seq.idx]
 
     def _preempt(self, seq: Seq, now: float) -> None:
@@ -429,3 +454,4 @@ class EngineState:
         assert pool.evictable == (len(pool._lru) - len(pool._parked)) * self.ub + parked
         assert 0 <= pool.used <= pool.total and pool.used + pool.evictable <= pool.total
         assert len(self.running) <= self.max_seqs
+        assert self.reserved == sum(s.resv for s in self.running.values())

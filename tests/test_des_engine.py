@@ -231,3 +231,16 @@ def test_parked_blocks_are_evicted_tail_first_and_reused_up_to_what_is_left():
     off.allocate(4)
     off.park(("preempted", 2), 4)           # without prefix caching the blocks are simply freed
     assert (off.used, off.evictable, off.parked(("preempted", 2))) == (0, 0, 0)
+
+
+def test_trtllm_guaranteed_no_evict_queues_instead_of_preempting(checked):
+    """TensorRT-LLM's default capacity scheduler reserves each admitted request's whole sequence:
+    with a KV cache too small for every request at once it never preempts, it queues; vLLM
+    admits more and preempts."""
+    spec = WorkloadSpec(num_requests=300, rate_rps=8.0)
+    trt = simulate_serving(spec, [make_replica(kv_capacity_tokens=24000, max_num_seqs=64, name="trtllm")])
+    vllm = simulate_serving(spec, [make_replica(kv_capacity_tokens=24000, max_num_seqs=64, name="vllm")])
+    assert trt.summary["preemptions"] == 0 and vllm.summary["preemptions"] > 5
+    assert trt.unfinished == 0 and trt.summary["kv_peak_util"] <= 1.0
+    whole = (trt.requests["input_tokens"] + trt.requests["output_tokens"]).max()
+    assert whole <= 24000   # every request fits alone, so the queue always drains
