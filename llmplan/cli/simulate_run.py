@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from llmplan.optimizer.types import SLOTarget
@@ -71,16 +70,11 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
     step, kv_tokens, spec_info = speculative_replica(asdict(app.speculative), step, mem.kv_capacity_tokens,
                                                      mean_tokens, app.seed)
     reps = [ReplicaSpec(step, engine, kv_tokens, max_len) for _ in range(dep.replicas)]
-    show = app.output.progress and console.is_terminal
-    if show:
-        with Progress(TextColumn("simulate"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
-            task = bar.add_task("sim", total=1.0)
-            res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
-                                   progress=lambda f: bar.update(task, completed=f), steady_state=spec.steady_state)
-    else:
+    from llmplan.progress import fraction_progress  # a bar on stderr (a terminal only)
+
+    with fraction_progress("simulate", app.output.progress) as bar:
         res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
-                               steady_state=spec.steady_state)
+                               progress=bar, steady_state=spec.steady_state)
     summary, files = des_summary(app, res, spec, slos, out, offline)
     if spec_info is not None:
         summary["speculative"] = spec_info
