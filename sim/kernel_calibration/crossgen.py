@@ -3,11 +3,12 @@
 Each measured GPU's base parameters are efficiencies and costs relative to *its own*
 specification (achieved share of peak compute and bandwidth, L2 bandwidth per SM, launch
 floor), and its residual ensemble is expressed in GPU-normalised features (waves over the
-SM count, working set over L2, compute/memory time ratio). The cross-gen model of a family
-therefore pools the measured GPUs: the geometric mean of their base parameters (each
-GPU weighted equally, so a GPU with more rows does not dominate), applied to the target's
-own peak, bandwidth, SM count and L2 size, times the mean of their residual corrections
-evaluated on the target's features. No measurement of the target is used.
+SM count, working set over L2, compute/memory time ratio). The cross-gen model of a dtype
+group therefore pools the measured GPUs' models: each is evaluated with the target's own
+peak, bandwidth, SM count, L2 size and shape features, and their predictions are combined
+by a geometric mean weighted by how similar each GPU's figures are to the target's
+(:class:`llmplan.sim.kernel_calibration.crossgen_blend.BlendGroupModel`). No measurement
+of the target is used.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ import numpy as np
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import AlphaBeta, pooled_alpha_beta
+from llmplan.sim.kernel_calibration.crossgen_blend import BlendGroupModel
 from llmplan.sim.kernel_calibration.family_model import FamilyModel, GroupModel
-from llmplan.sim.kernel_calibration.gbt import GBTModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
 from llmplan.sim.kernel_calibration.physics import PARAM_NAMES, BaseParams
 
-#: include the pooled residual ensembles. Off: on the shipped data they help some families
-#: and hurt others when a GPU is held out (they encode kernel-specific quirks that do not
-#: transfer to another GPU generation), so the cross-gen tier is the pooled base model only.
-USE_RESIDUAL = False
+#: evaluate each pooled GPU's residual ensemble (its shape -> efficiency corrections, in
+#: GPU-normalised features) on the target's features. Leave-one-GPU-out over the seven
+#: measured GPUs, mean MAPE over (GPU, family): 30.1% without, 25.5% with (docs/ACCURACY.md).
+USE_RESIDUAL = True
 #: groups not pooled across GPUs. fp8_block GEMM latency is dominated by an engine-specific
 #: fixed cost (vLLM's Triton fallback on Ada ~300 us, its DeepGEMM/FlashInfer path on Hopper
 #: 60-90 us, ~0 in SGLang/TRT-LLM) that does not transfer between GPUs: a GPU without
@@ -41,8 +42,9 @@ DEFAULT_BACKEND = "vllm"
 #: exp(-(d / SIMILARITY_SCALE)**2), d the Euclidean distance between the target's and its
 #: log figures (bf16 peak, DRAM bandwidth, SM count, L2 size). None: every GPU weighs the
 #: same. Chosen leave-one-GPU-out on the seven measured GPUs (docs/ACCURACY.md): mean MAPE
-#: over (GPU, family) 35.0% with equal weights, 30.7 / 30.6 / 30.4% at scale 1.0 / 0.6 / 0.35.
-SIMILARITY_SCALE: float | None = 0.6
+#: over (GPU, family) with residual ensembles 27.1 / 25.8 / 25.5% at scale 1.0 / 0.6 / 0.35
+#: (without them, pooling parameters: 35.0% with equal weights, 30.6% at 0.6).
+SIMILARITY_SCALE: float | None = 0.35
 
 
 def _log_figures(g: GPUFeatures) -> np.ndarray:
@@ -72,20 +74,6 @@ def mean_params(params: list[BaseParams], weights: list[float] | None = None) ->
         xs = np.array([getattr(p, k) for p in params], dtype=np.float64)
         vals.append(float(np.dot(w, xs)) if k == "g" else float(math.exp(np.dot(w, np.log(xs)))))
     return BaseParams(*vals)
-
-
-def mean_gbt(models: list[GBTModel]) -> GBTModel | None:
-    """One ensemble whose output is the mean of the given ensembles' outputs."""
-    models = [m for m in models if m is not None and m.n_trees]
-    if not models:
-        return None
-    depth = models[0].feats.shape[1]
-    if any(m.feats.shape[1] != depth or m.feature_names != models[0].feature_names for m in models):
-        return None
-    k = float(len(models))
-    return GBTModel(list(models[0].feature_names), np.vstack([m.feats for m in models]),
-                    np.vstack([m.thresholds for m in models]), np.vstack([m.leaves / k for m in models]),
-                    float(sum(m.bias for m in models) / k))
 
 
 def _union_ranges(models: list[GroupModel]) -> dict[str, list[float]]:
@@ -136,13 +124,14 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         for key, gm in fm.groups.items():
             if key not in EXCLUDED_GROUPS.get(family, frozenset()):
                 by_group.setdefault(key, []).append((g, gm))
-    groups = {}
+    groups: dict[str, GroupModel] = {}
     for key, pairs in sorted(by_group.items()):
         gms = [m for _, m in pairs]
-        weights = similarity_weights(target, [cal.gpus[g] for g, _ in pairs]) if target is not None else None
-        gbt = mean_gbt([m.gbt for m in gms if m.gbt is not None]) if use_residual else None
-        groups[key] = GroupModel(mean_params([m.base for m in gms], weights), gbt, sum(m.rows for m in gms),
-                                 _union_ranges(gms))
+        weights = (similarity_weights(target, [cal.gpus[g] for g, _ in pairs]) if target is not None
+                   else [1.0 / len(gms)] * len(gms))
+        pooled = GroupModel(mean_params([m.base for m in gms], weights), None, sum(m.rows for m in gms),
+                            _union_ranges(gms))
+        groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual)
     return FamilyModel(family, groups)
 
 

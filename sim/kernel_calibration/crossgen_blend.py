@@ -1,0 +1,76 @@
+"""A cross-gen group model that pools *predictions*, not parameters.
+
+Each measured GPU's fitted group model (base parameters and, for the families in
+:data:`RESIDUAL_FAMILIES`, its residual ensemble) is evaluated with the *target's*
+specification figures and shape features, and the member predictions are combined by a
+weighted geometric mean (weights: similarity of the GPUs' figures,
+:func:`llmplan.sim.kernel_calibration.crossgen.similarity_weights`).
+
+Why predictions rather than parameters: a GPU's eight base parameters are fitted jointly
+(a high launch floor goes with a low per-wave cost, and so on), so a geometric mean of them
+taken parameter by parameter is a model no GPU was fitted as. And a GPU's residual ensemble
+is expressed in GPU-normalised features (waves over the SM count, working set over L2,
+compute/memory time ratio: :mod:`llmplan.sim.kernel_calibration.features`), so it carries
+the *shape -> efficiency* corrections of that GPU's kernels to the target's spec, which a
+pooled parameter set cannot. Leave-one-GPU-out on the seven measured GPUs
+(docs/ACCURACY.md, "Cross-gen tier") chose this form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration.family_model import GroupModel
+from llmplan.sim.kernel_calibration.gbt import GBTModel
+from llmplan.sim.kernel_calibration.physics import predict_us, predict_us_scalar
+
+#: members whose weight is below this share are dropped (renormalised): speed only, the
+#: predictions change by far less than the model's error
+MIN_WEIGHT = 1e-3
+
+
+@dataclass
+class BlendGroupModel(GroupModel):
+    """``base``/``rows``/``ranges`` describe the pool (weighted mean parameters, summed rows,
+    union of shape ranges); predictions come from ``members`` ((group model, weight, use its
+    residual ensemble) triples, weights summing to 1)."""
+
+    members: tuple[tuple[GroupModel, float, bool], ...] = field(default=())
+
+    @staticmethod
+    def of(base_model: GroupModel, members: list[tuple[GroupModel, float]], residual: bool) -> "BlendGroupModel":
+        keep = [(m, w) for m, w in members if w >= MIN_WEIGHT] or list(members)
+        total = sum(w for _, w in keep)
+        mem = tuple((m, w / total, bool(residual and m.gbt is not None and m.gbt.n_trees)) for m, w in keep)
+        return BlendGroupModel(base_model.base, None, base_model.rows, base_model.ranges, mem)
+
+    def predict_frame(self, phys: F.Phys, gbt: GBTModel | None = None, use: np.ndarray | None = None) -> np.ndarray:
+        """Latency in ms for every row (``gbt``/``use`` are ignored: members use their own)."""
+        x = F.feature_matrix(phys) if any(r for _, _, r in self.members) else None
+        log_t = 0.0
+        for m, w, r in self.members:
+            lt = np.log(predict_us(m.base, phys))
+            if r:
+                lt = lt + m.gbt.predict(x)
+            log_t = log_t + w * lt
+        return np.exp(log_t) / 1e3
+
+    def predict_one(self, phys: F.Phys, gbt: GBTModel | None = None) -> tuple[float, str]:
+        """(latency ms, dominant bound of the heaviest member) for one shape."""
+        x = None
+        log_t, bound, best = 0.0, "latency", -1.0
+        for m, w, r in self.members:
+            t, b = predict_us_scalar(m.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2, phys.waves)
+            lt = math.log(t)
+            if r:
+                if x is None:
+                    x = np.array(phys.x, dtype=np.float64)
+                lt += m.gbt.predict_one(x)
+            log_t += w * lt
+            if w > best:
+                best, bound = w, b
+        return math.exp(log_t) / 1e3, bound
