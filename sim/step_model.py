@@ -173,8 +173,9 @@ class AnalyticalStepModel:
 
     def _collective(self, op: str, message_bytes: float, n: int, link) -> KernelTime:
         """A collective over ``n`` GPUs: the kernel model's over ``link`` inside one scale-up
-        domain, hierarchical (scale-up + scale-out network) beyond it (sim/links.py)."""
-        if n > self._domain > 1:
+        domain or host, hierarchical (scale-up + scale-out network) when the group spans
+        several domains over the network (sim/links.py)."""
+        if link.name == "network" and n > self._domain > 1:
             return span_collective(self.kernels, self.gpu, op, message_bytes, n)
         return self.kernels.collective(op, message_bytes, n, link)
 

@@ -319,3 +319,20 @@ def test_impossible_layouts_exit_2_naming_the_key(argv, key, needle, capsys):
     assert code == 2 and "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert 1 <= len(lines) <= 2 and lines[0].startswith(f"error: {key}: ") and needle in err, err
+
+
+def test_groups_inside_one_host_stay_on_the_host_link(dsr1, h200):
+    """A group larger than a (what-if) 2-GPU NVLink domain but inside one host takes the host's
+    PCIe path as one collective; only a group spanning hosts goes hierarchical."""
+    from llmplan.sim.step_model import AnalyticalStepModel
+
+    pairs = replace(h200, key="h200_pairs", scaleup_domain_size=2)
+    eng = EngineProfile(name="trtllm", max_num_seqs=64)
+    k = Recorder(pairs)
+    step = AnalyticalStepModel(dsr1, pairs, Parallelism(tp=4, ep=4), FP8, eng, k)
+    step.step_time_ms(StepShape.build([], [1024] * 4))
+    assert ("all_reduce", 4, "pcie") in k.calls and all(c[2] != "network" for c in k.calls)
+    k2 = Recorder(h200)
+    wide = AnalyticalStepModel(dsr1, h200, Parallelism(tp=16, ep=16), FP8, eng, k2)
+    wide.step_time_ms(StepShape.build([], [1024] * 4))
+    assert ("all_reduce", 2, "network") in k2.calls and ("reduce_scatter", 8, "nvlink") in k2.calls
