@@ -61,6 +61,7 @@ class PlanResult:
     uniform: bool = False                               # search.uniform: one candidate for the whole deployment
     fleet: dict | None = None                           # fleet mode: the maximum rate a given fleet sustains
     confidence: dict | None = None                      # search.confidence: level and tightened limits (optimizer/risk.py)
+    disaggregated: dict | None = None                   # the cheapest xPyD option beside the selection (disagg_candidates)
 
 
 def check_space(space: SearchSpace) -> None:
@@ -175,7 +176,21 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
         sel.binding = f"{diagnosis.cause}: {diagnosis.message}"
     for s in alts:
         operating_points(s, wl.rate_rps, slos)
-    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform)
+    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform,
+                      disaggregated=disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel))
+
+
+def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget],
+                        space: SearchSpace, max_gpus: dict[str, int], engine: EngineProfile,
+                        sel: Selection) -> dict | None:
+    """The cheapest disaggregated (xPyD) option over the same screened shapes, priced as its
+    GPUs, stated beside the aggregated selection (None when no pair meets the SLOs)."""
+    from llmplan.optimizer.disagg_candidates import best_disagg
+
+    if space.uniform:
+        return None
+    opt = best_disagg(evals, wl, slos, model, engine.name, max_gpus, space.max_load, space.max_replicas)
+    return opt.as_dict(sel.total_usd_per_hour if sel.feasible else None, model.key) if opt else None
 
 
 def screen(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,

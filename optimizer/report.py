@@ -90,6 +90,12 @@ def allocation_dict(a: Allocation, slos=(), probability: dict | None = None) -> 
         "headroom": headroom(a),
         "kv_capacity_tokens": e.kv_capacity_tokens, "weights_gb_per_gpu": _num(e.weights_gb),
         "calibration_tier": e.tier, "simulated": a.simulated, "error_band": a.bands,
+        # serving mode of this deployment (issue 10): aggregated replicas = one pool; speculation
+        # settings where a speculation search sets them (None: off)
+        "mode": "aggregated",
+        "pools": [{"role": "aggregated", "gpu": c.gpu.key, "count": a.replicas, "gpus_per_worker": c.gpus_per_replica,
+                   "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep}],
+        "speculation": getattr(a.evaluation, "speculation", None),
     }
 
 
@@ -139,6 +145,8 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
         "alternatives": [selection_dict(s, res, engine) for s in res.alternatives],
         "verification": res.verification,
         "notes": res.notes,
+        # the cheapest disaggregated (xPyD) option beside the selection (optimizer/disagg_candidates.py)
+        "disaggregated": getattr(res, "disaggregated", None),
     })
     d.update(context)
     return d

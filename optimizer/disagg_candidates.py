@@ -1,0 +1,228 @@
+"""Disaggregated (xPyD) candidates for the planner, screened analytically beside the aggregated ones.
+
+Every screened replica shape whose memory fits (an :class:`~optimizer.types.Evaluation` with
+an analyzer) can serve as a **prefill worker** or a **decode worker**; the two pools may use
+different GPU types and parallelism (heterogeneous pools). Each unit is priced as its GPUs
+(``usd_per_replica_hour`` = GPUs x $/GPU-h), as in the ILP.
+
+* **Prefill worker capacity** (req/s within the TTFT target): one prompt of the mean length
+  takes ``t_p`` (the step model, chunked at the token budget); a TTFT adds the KV transfer
+  (``sim.kv_transfer``: payload per TP rank over the pools' link) and the engine's fitted
+  hand-off delay (``sim.disagg_handoff``). Prompts queue FCFS at the worker; with Poisson
+  arrivals (M/D/1) the mean wait is ``rho t_p / (2 (1 - rho))`` and its tail is taken as
+  exponential, so the p-th percentile wait is ``ln(1 / (1 - p)) x`` the mean. The capacity
+  is the largest ``rho / t_p`` whose percentile TTFT meets the target.
+* **Decode worker capacity** (req/s within the TPOT target): the largest batch ``b``
+  (``max_num_seqs``, KV of ``b`` requests of mean length above the watermark) whose decode
+  step at mean context meets the TPOT target; ``b / (O x step(b))`` requests per second.
+* **Pools**: for the plan's rate ``R``, ``x = ceil(R / (max_load cap_p))`` prefill workers and
+  ``y = ceil(R / (max_load cap_d))`` decode workers of the cheapest shapes (GPU availability
+  respected); the cheapest valid pair (a KV link the catalog knows) is the option.
+
+This is a screen: the option is stated in plan.json beside the aggregated selection with its
+analytical figures and the command that simulates it (``llmplan simulate deployment.mode=disagg
+...``); it is not simulated by the planner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from llmplan.errors import UserError
+from llmplan.optimizer.types import Evaluation, SLOTarget, WorkloadStats
+from llmplan.sim.types import StepShape
+
+#: shapes kept per role before pairing (cheapest per request/s)
+TOP_PER_ROLE = 6
+
+
+@dataclass
+class PoolPick:
+    """One role's choice: a replica shape, its worker count and per-worker capacity."""
+
+    role: str                 # prefill | decode
+    evaluation: Evaluation
+    workers: int
+    capacity_rps: float       # per worker, within the role's SLO
+    latency_ms: float         # prefill: TTFT at that load (percentile); decode: TPOT at its batch
+    batch: int = 1            # decode: the batch the capacity assumes
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.workers * self.evaluation.candidate.usd_per_replica_hour
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.evaluation.candidate.gpus_per_replica
+
+    def as_dict(self) -> dict:
+        c = self.evaluation.candidate
+        return {"role": self.role, "gpu": c.gpu.key, "workers": self.workers, "gpus_per_worker": c.gpus_per_replica,
+                "gpus": self.gpus, "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep, "precision": c.precision_label,
+                "kv_cache_dtype": c.prec.kv_cache, "max_num_seqs": c.max_num_seqs,
+                "usd_per_hour": round(self.usd_per_hour, 4),
+                "capacity_rps_per_worker": round(self.capacity_rps, 4),
+                ("ttft_ms" if self.role == "prefill" else "tpot_ms"): round(self.latency_ms, 3),
+                **({"decode_batch": self.batch} if self.role == "decode" else {})}
+
+
+@dataclass
+class DisaggOption:
+    """The cheapest xPyD deployment the screen found."""
+
+    prefill: PoolPick
+    decode: PoolPick
+    transfer_ms: float
+    handoff_ms: float
+    link: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.prefill.usd_per_hour + self.decode.usd_per_hour
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill.gpus + self.decode.gpus
+
+    def simulate_command(self, model_key: str) -> str:
+        p, d = self.prefill.evaluation.candidate, self.decode.evaluation.candidate
+        keys = []
+        for role, c, pick in (("prefill", p, self.prefill), ("decode", d, self.decode)):
+            keys += [f"deployment.{role}.gpu={c.gpu.key}", f"deployment.{role}.tp={c.par.tp}",
+                     f"deployment.{role}.pp={c.par.pp}", f"deployment.{role}.ep={c.par.ep}",
+                     f"deployment.{role}.precision={c.prec.weights}", f"deployment.{role}.workers={pick.workers}"]
+        return f"llmplan simulate model={model_key} deployment.mode=disagg " + " ".join(keys)
+
+    def as_dict(self, aggregated_usd_per_hour: Optional[float], model_key: str) -> dict:
+        cheaper = aggregated_usd_per_hour is None or self.usd_per_hour < aggregated_usd_per_hour
+        return {"mode": "disaggregated", "xpyd": f"{self.prefill.workers}P{self.decode.workers}D",
+                "pools": [self.prefill.as_dict(), self.decode.as_dict()], "speculation": None,
+                "total_usd_per_hour": round(self.usd_per_hour, 4), "total_gpus": self.gpus,
+                "kv_transfer_ms": round(self.transfer_ms, 3), "kv_link": self.link,
+                "handoff_ms": self.handoff_ms, "cheaper_than_aggregated": cheaper,
+                "source": "analytical screen (optimizer/disagg_candidates.py), not simulated",
+                "simulate_with": self.simulate_command(model_key), "notes": self.notes}
+
+
+def _limits(slos: list[SLOTarget], metric: str) -> tuple[float, float]:
+    """(tightest limit, its percentile) of a metric; (inf, 50) when it has none."""
+    mine = [s for s in slos if s.metric == metric]
+    if not mine:
+        return math.inf, 50.0
+    s = min(mine, key=lambda s: (s.limit_ms, -s.percentile))
+    return s.limit_ms, s.percentile
+
+
+def prefill_ms(ev: Evaluation) -> float:
+    """Time of one mean-length prompt on a worker (chunks of the token budget)."""
+    an = ev.analyzer
+    left, done, t = int(round(an.I)), 0, 0.0
+    budget = max(1, int(an.budget))
+    while left > 0:
+        c = min(left, budget)
+        t += float(an.step.step_time_ms(StepShape.build([(c, done)], [])))
+        done, left = done + c, left - c
+    return t
+
+
+def prefill_capacity(t_p_ms: float, overhead_ms: float, limit_ms: float, percentile: float) -> tuple[float, float]:
+    """(req/s, percentile TTFT) of one prefill worker: the M/D/1 load whose percentile wait
+    (exponential tail) plus the prompt and the overhead meets ``limit_ms`` (0 when none does)."""
+    slack = limit_ms - t_p_ms - overhead_ms
+    if t_p_ms <= 0 or slack <= 0:
+        return 0.0, t_p_ms + overhead_ms
+    k = math.log(1.0 / max(1e-9, 1.0 - percentile / 100.0))
+    if not math.isfinite(slack):
+        rho = 0.95
+    else:
+        rho = min(0.95, 2.0 * slack / (k * t_p_ms + 2.0 * slack))
+    wait = k * rho * t_p_ms / (2.0 * (1.0 - rho))
+    return 1000.0 * rho / t_p_ms, t_p_ms + overhead_ms + wait
+
+
+def decode_capacity(ev: Evaluation, limit_ms: float) -> tuple[float, float, int]:
+    """(req/s, TPOT at that batch, batch) of one decode worker within the TPOT limit."""
+    an = ev.analyzer
+    e_seqs = int(an.max_seqs)
+    per_req = an.I + an.O
+    kv_b = int(an.kv_cap * 0.95 // per_req) if per_req > 0 else e_seqs
+    hi = max(0, min(e_seqs, kv_b))
+    ctx = int(an.I + an.O / 2)
+
+    def tpot(b: int) -> float:
+        return float(an.step.step_time_ms(StepShape(0, 0, 0.0, 0, b, b * ctx)))
+
+    if hi < 1 or tpot(1) > limit_ms:
+        return 0.0, tpot(1) if hi >= 1 else math.inf, 0
+    lo = 1
+    while lo < hi:   # largest b with tpot(b) <= limit (step time grows with the batch)
+        mid = (lo + hi + 1) // 2
+        if tpot(mid) <= limit_ms:
+            lo = mid
+        else:
+            hi = mid - 1
+    t = tpot(lo)
+    return 1000.0 * lo / (max(an.O, 1.0) * t), t, lo
+
+
+def _count(rate_rps: float, cap: float, max_load: float) -> int:
+    return max(1, math.ceil(rate_rps / (max_load * cap) - 1e-9))
+
+
+def best_disagg(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget], model: Any, engine_name: str,
+                max_gpus: dict[str, int] | None = None, max_load: float = 0.95,
+                max_workers: int = 256) -> Optional[DisaggOption]:
+    """The cheapest xPyD option over the screened shapes (None when no pair meets the SLOs)."""
+    from llmplan.sim.disagg_handoff import handoff_ms
+    from llmplan.sim.kv_transfer import pool_link, request_kv_payload, transfer_ms
+
+    max_gpus = max_gpus or {}
+    ttft_lim, ttft_pct = _limits(slos, "ttft")
+    tpot_lim, _ = _limits(slos, "tpot")
+    handoff = handoff_ms(engine_name)
+    usable = [e for e in evals if e.analyzer is not None and e.kv_capacity_tokens]
+    decodes: list[PoolPick] = []
+    for e in usable:
+        cap, t, b = decode_capacity(e, tpot_lim)
+        if cap > 0:
+            n = _count(wl.rate_rps, cap, max_load)
+            if n <= max_workers:
+                decodes.append(PoolPick("decode", e, n, cap, t, b))
+    prefill_t = {id(e): prefill_ms(e) for e in usable}
+    decodes.sort(key=lambda p: (p.usd_per_hour, p.gpus, p.evaluation.candidate.name))
+    best: Optional[DisaggOption] = None
+    for d in decodes[:TOP_PER_ROLE]:
+        dc = d.evaluation.candidate
+        picks: list[tuple[PoolPick, float, str]] = []
+        for e in usable:
+            c = e.candidate
+            if c.prec.kv_cache != dc.prec.kv_cache:
+                continue
+            try:
+                link = pool_link(c.gpu, dc.gpu, c.gpus_per_replica, d.gpus)
+            except UserError:
+                continue   # the catalog has no link figure for this GPU pair
+            xfer = transfer_ms(request_kv_payload(model, c.prec.kv_cache, int(round(wl.mean_input_tokens)),
+                                                  c.par.tp, dc.par.tp), link)
+            cap, ttft = prefill_capacity(prefill_t[id(e)], xfer + handoff, ttft_lim, ttft_pct)
+            if cap > 0:
+                n = _count(wl.rate_rps, cap, max_load)
+                if n <= max_workers:
+                    picks.append((PoolPick("prefill", e, n, cap, ttft), xfer, link.kind))
+        for p, xfer, kind in sorted(picks, key=lambda x: (x[0].usd_per_hour, x[0].gpus, x[0].evaluation.candidate.name)):
+            use: dict[str, int] = {}
+            for pick in (p, d):
+                k = pick.evaluation.candidate.gpu.key
+                use[k] = use.get(k, 0) + pick.gpus
+            if any(use[k] > lim for k, lim in max_gpus.items() if k in use):
+                continue
+            opt = DisaggOption(p, d, xfer, handoff, kind)
+            if best is None or (opt.usd_per_hour, opt.gpus) < (best.usd_per_hour, best.gpus):
+                best = opt
+            break
+    if best is not None and ttft_lim == math.inf:
+        best.notes.append("no TTFT target: the prefill pool is sized at 95% load")
+    return best

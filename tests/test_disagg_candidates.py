@@ -1,0 +1,92 @@
+"""Disaggregated candidates of the planner (optimizer/disagg_candidates.py): the M/D/1 prefill
+capacity, the decode batch within TPOT, pool sizing and pricing as GPUs, and plan.json's block."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from llmplan.optimizer.disagg_candidates import best_disagg, decode_capacity, prefill_capacity
+from llmplan.optimizer.types import SLOTarget, WorkloadStats
+
+
+def test_prefill_capacity_meets_the_percentile_target_exactly_below_95_percent_load():
+    cap, ttft = prefill_capacity(100.0, 50.0, 1000.0, 90.0)
+    rho = cap * 100.0 / 1000.0
+    k = math.log(10.0)
+    assert ttft == pytest.approx(1000.0)
+    assert ttft == pytest.approx(150.0 + k * rho * 100.0 / (2 * (1 - rho)))
+    assert 0 < rho < 0.95
+
+
+def test_prefill_capacity_zero_when_prompt_and_overhead_miss_the_target():
+    assert prefill_capacity(900.0, 200.0, 1000.0, 90.0)[0] == 0.0
+    # a tighter percentile gives less capacity
+    assert prefill_capacity(100.0, 0.0, 1000.0, 99.0)[0] < prefill_capacity(100.0, 0.0, 1000.0, 90.0)[0]
+
+
+class _Step:
+    def step_time_ms(self, shape):
+        return 10.0 + 0.1 * shape.decode_seqs + 0.03 * shape.prefill_tokens
+
+
+class _An:
+    def __init__(self, seqs=256, kv=1_000_000):
+        self.step, self.I, self.O, self.budget, self.max_seqs, self.kv_cap = _Step(), 1000.0, 200.0, 8192, seqs, kv
+
+
+class _Ev:
+    def __init__(self, an):
+        self.analyzer = an
+
+
+def test_decode_capacity_is_the_largest_batch_within_tpot():
+    cap, tpot, b = decode_capacity(_Ev(_An()), 20.0)
+    assert b == 100 and tpot == pytest.approx(20.0)
+    assert cap == pytest.approx(1000.0 * 100 / (200.0 * 20.0))
+    # KV for only 10 requests of 1200 tokens (95% usable) caps the batch
+    assert decode_capacity(_Ev(_An(kv=12_700)), 20.0)[2] == 10
+    assert decode_capacity(_Ev(_An()), 5.0)[0] == 0.0
+
+
+def test_planner_states_a_disaggregated_option_priced_as_its_gpus():
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.planner import SearchSpace, plan
+    from llmplan.sim.types import EngineProfile
+
+    model = load_model("llama3_1_8b")
+    gpus = [(get_gpu("h100_sxm"), get_gpu("h100_sxm").usd_per_hour)]
+    wl = WorkloadStats(rate_rps=20.0, mean_input_tokens=1000.0, mean_output_tokens=200.0, max_request_tokens=1400)
+    slos = [SLOTarget("ttft", 90, 3000.0), SLOTarget("tpot", 90, 40.0)]
+    space = SearchSpace(tp=[1, 2], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0)
+    res = plan(model, gpus, EngineProfile(name="vllm"), wl, slos, space, {}, "spec")
+    d = res.disaggregated
+    assert d is not None and d["mode"] == "disaggregated" and d["speculation"] is None
+    pre, dec = d["pools"]
+    assert (pre["role"], dec["role"]) == ("prefill", "decode")
+    price = get_gpu("h100_sxm").usd_per_hour
+    assert d["total_usd_per_hour"] == pytest.approx(price * (pre["gpus"] + dec["gpus"]), rel=1e-6)
+    assert pre["workers"] * pre["capacity_rps_per_worker"] * 0.95 >= 20.0
+    assert dec["workers"] * dec["capacity_rps_per_worker"] * 0.95 >= 20.0
+    assert dec["tpot_ms"] <= 40.0 and pre["ttft_ms"] <= 3000.0 + 1e-6
+    assert d["cheaper_than_aggregated"] == (d["total_usd_per_hour"] < res.selection.total_usd_per_hour)
+    # availability is respected: too few GPUs for both pools -> no option
+    res2 = plan(model, gpus, EngineProfile(name="vllm"), wl, slos, space, {"h100_sxm": 1}, "spec")
+    assert res2.disaggregated is None
+
+
+def test_no_option_when_tpot_unreachable():
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.planner import SearchSpace, screen
+
+    model = load_model("llama3_1_8b")
+    wl = WorkloadStats(rate_rps=5.0, mean_input_tokens=500.0, mean_output_tokens=100.0, max_request_tokens=700)
+    slos = [SLOTarget("ttft", 90, 2000.0), SLOTarget("tpot", 90, 0.01)]
+    from llmplan.sim.types import EngineProfile
+
+    evals, _ = screen(model, [(get_gpu("h100_sxm"), 3.0)], EngineProfile(), wl, slos,
+                      SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0), "spec")
+    assert best_disagg(evals, wl, slos, model, "vllm") is None
