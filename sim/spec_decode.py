@@ -215,3 +215,22 @@ def speculative_replica(raw: Mapping[str, Any] | None, step: AnalyticalStepModel
                     f"step): simulated in verify steps; KV {kv_capacity_tokens:,} -> {kv.kv_capacity_tokens:,} tokens with "
                     f"the draft loaded, x{kv.step_space_factor:.3f} in step space (docs/SPECULATIVE.md)")
     return cost, kv.step_space_tokens, info
+
+
+class SpecMeanFieldCost(SpecDecodeCost):
+    """The analytical screen's view of a speculating replica: every decode step emits one token
+    per sequence and costs the speculative step time / E[L] (TPOT and throughput at their
+    means; no token bursts, so ITL equals TPOT). KV and context stay in real tokens, so the
+    replica is given the token capacity of :func:`speculative_kv`. The discrete-event
+    simulator in `simulate` uses :class:`SpecDecodeCost` (sampled accepted lengths) instead."""
+
+    spec_decode_steps = None  # the replica hook stays off: one token per step
+
+    def __init__(self, base: AnalyticalStepModel, cfg: SpecConfig):
+        super().__init__(base, cfg, seed=0, mean_prompt_tokens=0.0)
+
+    def token_context(self, step_context: float) -> float:
+        return step_context
+
+    def _decode_ms(self, n: int, step_ctx: float) -> float:
+        return super()._decode_ms(n, step_ctx) / self.tokens_per_step

@@ -382,6 +382,14 @@ class SpecStepTime:
         return self.batch * self.tokens_per_s_per_seq
 
 
+def check_draft_size(draft: ModelSpec, target: ModelSpec) -> None:
+    """UserError when the draft model has more parameters than the target."""
+    if param_count_total(draft) > param_count_total(target):
+        raise UserError(f"draft model {draft.key} ({param_count_total(draft) / 1e9:.1f}B parameters) is "
+                        f"larger than the target {target.key} ({param_count_total(target) / 1e9:.1f}B)",
+                        key="speculative.draft_model", fix="choose a smaller draft model")
+
+
 class SpeculativeStepModel:
     """Speculative decode step cost for one replica, on top of its target step model."""
 
@@ -401,10 +409,7 @@ class SpeculativeStepModel:
         else:
             draft, ep = cfg.draft, 1
             assert draft is not None
-            if param_count_total(draft) > param_count_total(m):
-                raise UserError(f"draft model {draft.key} ({param_count_total(draft) / 1e9:.1f}B parameters) is "
-                                f"larger than the target {m.key} ({param_count_total(m) / 1e9:.1f}B)",
-                                key="speculative.draft_model", fix="choose a smaller draft model")
+            check_draft_size(draft, m)
         if draft_tp is not None and (isinstance(draft_tp, bool) or not isinstance(draft_tp, int) or draft_tp < 1
                                      or draft.num_attention_heads % draft_tp):
             raise UserError(f"draft TP {draft_tp!r} does not split the draft's {draft.num_attention_heads} attention "
