@@ -93,3 +93,29 @@ def offline_batch_limits(engine_name: str, kv_tokens: int, mean_input_tokens: fl
     seqs, tok = VLLM_OFFLINE_BIG if big else VLLM_OFFLINE_SMALL
     kind = "a >=70 GiB non-A100 GPU" if big else "an A100 or a GPU below 70 GiB"
     return OfflineLimits(seqs, tok, f"vLLM offline (LLM class) defaults for {kind}")
+
+
+def gpu_memory_gib(gpu) -> float:
+    """Device memory in GiB as the engines see it (physical bytes; the marketed GB when absent)."""
+    return gpu.memory_bytes / 2**30 if getattr(gpu, "memory_bytes", 0) else gpu.hbm_gb * 1e9 / 2**30
+
+
+def offline_engine_profile(engine, gpu, model, pp: int, kv_tokens: int, mean_input_tokens: float,
+                           mean_output_tokens: float, longest_tokens: int):
+    """(engine with its offline batch limits, info dict) for one replica: :func:`offline_batch_limits`;
+    SGLang's prefill chunk bounds the prompt tokens of a step, decodes ride on top; an engine that
+    does not split prompts gets a budget covering the longest request (said in ``info['note']``)."""
+    from dataclasses import replace
+
+    lim = offline_batch_limits(engine.name, kv_tokens, mean_input_tokens, mean_output_tokens, gpu_memory_gib(gpu),
+                               gpu.key, model.max_position_embeddings, pp)
+    seqs, budget = lim.max_num_seqs, lim.max_num_batched_tokens
+    if engine.name == "sglang":
+        budget += seqs
+    info = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "source": lim.source}
+    if (not engine.chunked_prefill or getattr(engine, "whole_prompts", False)) and budget < longest_tokens:
+        budget = longest_tokens  # a whole prompt must fit one step
+        info["max_num_batched_tokens"] = budget
+        info["note"] = (f"token budget raised to {budget} tokens to cover the longest request: this engine "
+                        "does not split prompts")
+    return replace(engine, max_num_seqs=seqs, max_num_batched_tokens=budget), info

@@ -26,28 +26,14 @@ def _thresholds(slos: list[SLOTarget]) -> SLOThresholds:
 def offline_engine(app, dep, mem, mean_tokens: tuple[float, float], longest_tokens: int):
     """(engine, limits dict) for an offline run: the engine's own offline batch limits when the
     workload asks for them (sim/offline.py), else the configured ones."""
-    from dataclasses import replace
-
-    from llmplan.sim.offline import offline_batch_limits
+    from llmplan.sim.offline import offline_engine_profile
 
     e = app.engine
     if not app.workload.offline_engine_limits:
         return e, {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
                    "source": "engine.max_num_seqs / engine.max_num_batched_tokens (workload.offline_engine_limits=false)"}
-    gpu = dep.gpu
-    mem_gib = gpu.memory_bytes / 2**30 if getattr(gpu, "memory_bytes", 0) else gpu.hbm_gb * 1e9 / 2**30
-    lim = offline_batch_limits(e.name, mem.kv_capacity_tokens, mean_tokens[0], mean_tokens[1], mem_gib, gpu.key,
-                               dep.model.max_position_embeddings, dep.par.pp)
-    seqs, budget = lim.max_num_seqs, lim.max_num_batched_tokens
-    if e.name == "sglang":  # chunked_prefill_size bounds a step's prefill tokens; decodes ride on top
-        budget += seqs
-    info = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "source": lim.source}
-    if (not e.chunked_prefill or getattr(e, "whole_prompts", False)) and budget < longest_tokens:
-        budget = longest_tokens  # a whole prompt must fit one step
-        info["max_num_batched_tokens"] = budget
-        info["note"] = (f"token budget raised to {budget} tokens to cover the longest request: this engine "
-                        "does not split prompts")
-    return replace(e, max_num_seqs=seqs, max_num_batched_tokens=budget), info
+    return offline_engine_profile(e, dep.gpu, dep.model, dep.par.pp, mem.kv_capacity_tokens, mean_tokens[0],
+                                  mean_tokens[1], longest_tokens)
 
 
 def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out: Path,
