@@ -87,7 +87,7 @@ def check_space(space: SearchSpace) -> None:
 
 def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: EngineProfile, wl: WorkloadStats,
                         slos: list[SLOTarget], calibration: str | None,
-                        progress: Progress | None = None) -> list[Evaluation]:
+                        progress: Progress | None = None, speculative=None) -> list[Evaluation]:
     """Memory fit + analytical SLO capacity for each candidate (step models shared across max_batch)."""
     out: list[Evaluation] = []
     cache: dict[tuple, tuple] = {}
@@ -98,6 +98,11 @@ def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: Engine
             dep = Deployment(model, c.gpu, c.par, c.prec, eng)
             cache[key] = build(dep, calibration, min_kv_tokens=wl.max_request_tokens)
         step, mem = cache[key]
+        if speculative is not None:  # a speculating twin (optimizer/spec_candidates.py)
+            from llmplan.optimizer.spec_candidates import spec_view
+
+            step, mem, c = spec_view(step, mem, c, speculative, int(wl.mean_input_tokens + wl.mean_output_tokens / 2),
+                                     wl.max_request_tokens)
         ev = Evaluation(c, "ok", kv_capacity_tokens=mem.kv_capacity_tokens, weights_gb=mem.weights_gb)
         if not mem.fits:
             ev.verdict, ev.reason = "memory", mem.reason
@@ -159,12 +164,12 @@ def check_inputs(space: SearchSpace, wl: WorkloadStats, slos: list[SLOTarget], g
 def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,
          slos: list[SLOTarget], space: SearchSpace, max_gpus: dict[str, int], calibration: str | None,
          progress: Progress | None = None,
-         verifier: Callable[[list[Evaluation]], dict] | None = None) -> PlanResult:
+         verifier: Callable[[list[Evaluation]], dict] | None = None, speculative=None) -> PlanResult:
     check_inputs(space, wl, slos, gpus)
     for key, limit in sorted(max_gpus.items()):
         if not isinstance(limit, int) or limit < 0:
             raise UserError(f"must be an integer >= 0, got {limit!r}", key=f"gpu.max_gpus.{key}")
-    evals, verification = screen(model, gpus, engine, wl, slos, space, calibration, progress, verifier)
+    evals, verification = screen(model, gpus, engine, wl, slos, space, calibration, progress, verifier, speculative)
     sel = select_verified(lambda: solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load,
                                         space.uniform), evals, verification, verifier)
     operating_points(sel, wl.rate_rps, slos)
@@ -195,12 +200,17 @@ def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadS
 
 def screen(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,
            slos: list[SLOTarget], space: SearchSpace, calibration: str | None, progress: Progress | None = None,
-           verifier: Callable[[list[Evaluation]], dict] | None = None) -> tuple[list[Evaluation], dict]:
+           verifier: Callable[[list[Evaluation]], dict] | None = None,
+           speculative=None) -> tuple[list[Evaluation], dict]:
     """Enumerate, screen analytically and (with a verifier) simulate the finalists. Returns (evaluations, verification)."""
     cands, rejected = enumerate_candidates(model, gpus, space.tp, space.pp, space.ep, space.precision,
                                            space.max_batch, space.kv_cache_dtype)
+    if speculative is not None:  # optimizer/spec_candidates.py: speculation on next to off
+        from llmplan.optimizer.spec_candidates import expand
+
+        cands = expand(cands, speculative)
     evals = [Evaluation(c, verdict, reason) for c, verdict, reason in rejected]
-    evals += evaluate_candidates(model, cands, engine, wl, slos, calibration, progress)
+    evals += evaluate_candidates(model, cands, engine, wl, slos, calibration, progress, speculative)
     evals.sort(key=lambda e: e.candidate.name)
     verification: dict = {}
     if verifier is not None:  # sets sim_capacity_rps on the finalists

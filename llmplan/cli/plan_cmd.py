@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -97,8 +97,10 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
             res = plan_fleet(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, fleet,
                              app.calibration, progress, verifier)
         else:
+            from llmplan.optimizer.spec_candidates import search_setting
+
             res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
-                       app.calibration, progress, verifier)
+                       app.calibration, progress, verifier, search_setting(model, asdict(app.speculative)))
         res.notes[:0] = notes
         check_checkpoint_servable(model, res, [g.key for g in gpus])
         if res.selection.feasible and space.finalists > 0:
@@ -126,6 +128,9 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     context = {"model": model.key, "engine": app.engine.name, "calibration": app.calibration or "default",
                "seed": app.seed}
     d = report.write(res, out, context)
+    from llmplan.optimizer.spec_candidates import plan_block
+
+    d["speculative"] = plan_block(res)  # per chosen pool (optimizer/spec_candidates.py)
     report.render(res, d, console, None)
     try:
         d = plan_outputs.add_blocks(res, model, app, out, d)
