@@ -170,6 +170,8 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
         if not isinstance(limit, int) or limit < 0:
             raise UserError(f"must be an integer >= 0, got {limit!r}", key=f"gpu.max_gpus.{key}")
     evals, verification = screen(model, gpus, engine, wl, slos, space, calibration, progress, verifier, speculative)
+    if progress:
+        progress("ILP", 0, 1)
     sel = select_verified(lambda: solve(evals, wl.rate_rps, max_gpus, space.max_replicas, space.max_load,
                                         space.uniform), evals, verification, verifier)
     operating_points(sel, wl.rate_rps, slos)
@@ -181,6 +183,8 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
         sel.binding = f"{diagnosis.cause}: {diagnosis.message}"
     for s in alts:
         operating_points(s, wl.rate_rps, slos)
+    if progress:
+        progress("ILP", 1, 1)
     return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform,
                       disaggregated=disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel))
 
