@@ -900,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="fit on a deterministic subsample of N rows")
     ap.add_argument("--exclude-regimes", action="store_true",
                     help="leave out of the fit the rows in a regime the replay does not reproduce "
-                         "(calibration/serving_regimes.py: cache-served prompts, admission-limited)")
+                         "(calibration/serving_regimes.py: cache-served prompts, admission-limited, server-queued)")
     ap.add_argument("--bases-cache", default=None,
                     help="JSON file keeping the simulated coefficients; reused when rows, options, kernel "
                          "calibration and code are unchanged (refits then take seconds)")

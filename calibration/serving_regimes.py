@@ -2,8 +2,8 @@
 
 The engine terms (:mod:`calibration.engine_fit`) describe host time on top of the kernels. A
 row whose latency is set by something else pulls them wherever it enters the fit (e.g. dense
-vLLM TPOT 3.9% -> 9.6% when admission-limited gpt-oss-120b rows were added, issue 9). Two
-criteria, computed from the row and the simulator's own model only, never from the
+vLLM TPOT 3.9% -> 9.6% when admission-limited gpt-oss-120b rows were added, issue 9). Three
+criteria, computed from the measured rows and the simulator's own model only, never from the
 prediction error:
 
 * ``cache-served prompts``: the prompt FLOPs the run must have computed per second exceed
@@ -12,6 +12,9 @@ prediction error:
   so the prefill compute rate is N x isl x flops_per_token(prefill) / E2E; above
   ``gpus x peak`` no GPU could have computed the prompts: they were served from a prefix
   (radix) cache, which the replay (unique prompts) does not model.
+* ``server-queued`` (:func:`queued_rows`): the deployment's measured TTFT, across output
+  lengths at this concurrency, shows at least :data:`QUEUED_MIN` requests waiting at the server
+  (below) while the replica as replayed admits all N (not admission-limited).
 * ``admission-limited``: the concurrency exceeds what the replica can run at once: the
   engine profile's default ``max_num_seqs`` (:func:`default_max_running`) or the sequences of
   isl + osl tokens the computed KV capacity holds above the watermark. Measured TTFT then contains queueing set by server
@@ -20,6 +23,14 @@ prediction error:
 
 Rows keep being scored by ``llmplan validate serving``, which prints their flag. The engine fit
 leaves them out only with ``--exclude-regimes`` (off in the shipped fit: docs/ACCURACY.md).
+
+Queued requests seen in the measurements alone (:func:`queue_slopes`): at a fixed deployment and
+concurrency N, a run's request rate is N / E2E (Little's law), so a request that finds ``q``
+others waiting before admission waits about ``q x E2E / N``. Regressing mean TTFT on E2E / N
+over the runs that differ only in output length gives ``q``: 0 where every client is admitted
+at once (the replay's assumption), about 1 where one request is always held back by the server
+(e.g. a KV pool sized for fewer than N whole sequences under TensorRT-LLM's
+GUARANTEED_NO_EVICT). Run ``python -m llmplan.calibration.serving_regimes --measurements DIR``.
 """
 
 from __future__ import annotations
@@ -31,8 +42,11 @@ from llmplan.calibration.serving_rows import ServingCase
 
 CACHE_SERVED = "cache-served prompts"
 ADMISSION_LIMITED = "admission-limited"
+SERVER_QUEUED = "server-queued"
 #: the flags, in the order they are reported
-FLAGS = (CACHE_SERVED, ADMISSION_LIMITED)
+FLAGS = (CACHE_SERVED, ADMISSION_LIMITED, SERVER_QUEUED)
+#: requests waiting at the server (queue_slopes) from which a deployment counts as server-queued
+QUEUED_MIN = 0.5
 
 
 def peak_flops(case: ServingCase) -> float:
@@ -77,8 +91,9 @@ def default_max_running(backend: str) -> int:
     return int(base_engine(backend).max_num_seqs)
 
 
-def regime_flags(case: ServingCase) -> tuple[str, ...]:
-    """The regimes of :data:`FLAGS` that apply to a row (empty: the replay's regime)."""
+def regime_flags(case: ServingCase, queued: frozenset[int] = frozenset()) -> tuple[str, ...]:
+    """The regimes of :data:`FLAGS` that apply to a row (empty: the replay's regime);
+    ``queued``: row indices of :func:`queued_rows`."""
     out = []
     if prompt_compute_ratio(case) > 1.0:
         out.append(CACHE_SERVED)
@@ -87,6 +102,8 @@ def regime_flags(case: ServingCase) -> tuple[str, ...]:
             out.append(ADMISSION_LIMITED)
     except Exception:   # noqa: BLE001 - memory plan refused: the replay reports it itself
         pass
+    if case.index in queued and ADMISSION_LIMITED not in out:   # queued for a reason the replay does not model
+        out.append(SERVER_QUEUED)
     return tuple(out)
 
 
@@ -94,8 +111,84 @@ def flags_of(rows: list[dict[str, Any]], indices: list[int], engines: Any) -> di
     """{row index: flags} for the given rows (rows that do not map get none)."""
     from llmplan.calibration.serving_rows import map_row
 
+    import pandas as pd
+
+    queued = queued_rows(pd.DataFrame(rows))
     out: dict[int, tuple[str, ...]] = {}
     for i in indices:
         m = map_row(rows[i], i, engines)
-        out[i] = regime_flags(m.case) if m.case is not None else ()
+        out[i] = regime_flags(m.case, queued) if m.case is not None else ()
     return out
+
+
+#: columns that, with the concurrency, fix a deployment in :func:`queue_slopes` (all but osl)
+SLOPE_KEYS = ("backend", "backend_version", "model_path", "system", "precision", "gemm_quant_mode", "tp_size",
+              "pp_size", "moe_ep_size", "isl")
+
+
+def queue_slopes(df: Any) -> Any:
+    """Per aggregated deployment and concurrency measured at >= 2 output lengths: the slope
+    ``q`` of mean TTFT on E2E / N (requests waiting at the server on average; see the module
+    docstring), with the rows and output lengths it rests on. Measurements only."""
+    import numpy as np
+    import pandas as pd
+
+    from llmplan.calibration.serving_rows import concurrency_of
+
+    d = df[df["mode"].astype(str).str.lower() == "agg"].copy()
+    d["n"] = [concurrency_of(r) for r in d.to_dict("records")]
+    d["e2e_ms"] = d["silicon_ttft_ms"] + (d["osl"] - 1) * d["silicon_tpot_ms"]
+    d["x"] = d["e2e_ms"] / d["n"]
+    d["key"] = [_slope_key(r) for r in d.to_dict("records")]
+    recs = []
+    for key, g in d.groupby("key", sort=True):
+        if g["osl"].nunique() < 2 or np.ptp(g["x"].to_numpy()) <= 0:
+            continue
+        q, a = np.polyfit(g["x"].to_numpy(float), g["silicon_ttft_ms"].to_numpy(float), 1)
+        first = g.iloc[0]
+        recs.append({**{k: first[k] for k in list(SLOPE_KEYS) + ["n"]}, "key": key, "rows": len(g),
+                     "osl": "/".join(str(int(o)) for o in sorted(g["osl"].unique())),
+                     "queued": float(q), "ttft_at_zero_ms": float(a)})
+    return pd.DataFrame(recs)
+
+
+def queued_rows(df: Any) -> frozenset[int]:
+    """Positions (0-based, in ``df``'s order) of the rows of deployments whose measured TTFT shows
+    at least :data:`QUEUED_MIN` requests waiting at the server (:func:`queue_slopes`): the
+    ``server-queued`` regime. From measurements only, never from a prediction."""
+    t = queue_slopes(df)
+    if t.empty:
+        return frozenset()
+    hot = set(t.loc[t["queued"] >= QUEUED_MIN, "key"])
+    return frozenset(pos for pos, r in enumerate(df.to_dict("records"))
+                     if str(r.get("mode")).lower() == "agg" and _slope_key(r) in hot)
+
+
+def _slope_key(r: dict[str, Any]) -> str:
+    """Deployment (all but osl) and concurrency of a row, as text (empty fields compare equal)."""
+    from llmplan.calibration.serving_rows import concurrency_of, deployment_key
+
+    return f"{deployment_key({**r, 'osl': ''})}|n={concurrency_of(r)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from llmplan.calibration.serving_rows import read_serving_files
+
+    ap = argparse.ArgumentParser(prog="python -m llmplan.calibration.serving_regimes",
+                                 description="Requests queued at the server, from measured TTFT across output lengths")
+    ap.add_argument("--measurements", required=True, nargs="+", help="e2e_serving.csv files or folders")
+    a = ap.parse_args(argv)
+    t = queue_slopes(read_serving_files(a.measurements))
+    if t.empty:
+        print("no deployment measured at two output lengths")
+        return 0
+    t["model_path"] = t["model_path"].astype(str).str.split("/").str[-1]
+    cols = ["backend", "backend_version", "model_path", "system", "tp_size", "isl", "n", "osl", "queued"]
+    print(t[cols].sort_values(["backend", "model_path", "isl", "n"]).to_string(index=False, float_format="%.2f"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

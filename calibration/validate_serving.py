@@ -42,7 +42,7 @@ from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, Prediction, S
                                               engine_profiles, map_row, map_rows, parallel_map,
                                               read_serving_files, serving_files)
 from llmplan.calibration.serving_disagg_rows import disagg_targets, replay_disagg
-from llmplan.calibration.serving_regimes import regime_flags
+from llmplan.calibration.serving_regimes import queued_rows, regime_flags
 from llmplan.errors import EXIT_USER_ERROR, UserError
 
 #: accuracy targets per engine for aggregated rows (issue 9: median APE of mean TTFT / TPOT)
@@ -151,7 +151,8 @@ def validate_serving(df: pd.DataFrame, opts: SimOptions, overrides: dict[str, di
             else:
                 inside.append(bool(pred[k] * b["lo"] <= meas[k] <= pred[k] * b["hi"]))
         out[f"in_band_{metric}"] = inside
-    out["regime"] = ["; ".join(regime_flags(m.case)) if m.case else "" for m in maps]
+    queued = queued_rows(df)
+    out["regime"] = ["; ".join(regime_flags(m.case, queued)) if m.case else "" for m in maps]
     return out
 
 

@@ -91,3 +91,32 @@ def test_fit_leaves_out_flagged_rows_only_when_asked():
     assert on.fits["vllm"].rows == 2 and off.fits["vllm"].rows == 3
     assert on.provenance["rows_excluded_by_regime"] == counts
     assert "rows_excluded_by_regime" not in off.provenance
+
+
+def test_queue_slopes_count_requests_held_back_at_the_server():
+    """TTFT = a + q x E2E / N across output lengths at fixed N: q requests wait on average."""
+    recs = []
+    for n, q in ((8, 1.0), (16, 0.0)):
+        for osl in (128, 256, 512):
+            tpot = 5.0
+            ttft = 60.0   # solve ttft = 60 + q * (ttft + (osl - 1) tpot) / n for ttft
+            ttft = (60.0 + q * (osl - 1) * tpot / n) / (1.0 - q / n)
+            recs.append(row(n=n, osl=osl, silicon_ttft_ms=ttft, silicon_tpot_ms=tpot, backend="trtllm"))
+    recs.append(row(n=4, osl=128))            # one output length only: no slope
+    t = rg.queue_slopes(pd.DataFrame(recs)).set_index("n")
+    assert sorted(t.index) == [8, 16]
+    assert t.loc[8, "queued"] == pytest.approx(1.0) and t.loc[8, "ttft_at_zero_ms"] == pytest.approx(60.0)
+    assert t.loc[16, "queued"] == pytest.approx(0.0, abs=1e-9) and t.loc[8, "rows"] == 3
+
+
+def test_server_queued_flag_needs_queueing_the_replay_does_not_model():
+    tpot, recs = 5.0, []
+    for osl in (128, 256, 512):   # one request always held back at N = 8
+        ttft = (60.0 + (osl - 1) * tpot / 8) / (1.0 - 1 / 8)
+        recs.append(row(n=8, osl=osl, silicon_ttft_ms=ttft, silicon_tpot_ms=tpot))
+    recs.append(row(n=8, osl=1024, isl=2000))   # another deployment, one output length
+    df = pd.DataFrame(recs)
+    q = rg.queued_rows(df)
+    assert q == frozenset({0, 1, 2})
+    flags = rg.flags_of(df.to_dict("records"), [0, 3], sr.engine_profiles())
+    assert flags[0] == (rg.SERVER_QUEUED,) and flags[3] == ()
