@@ -96,3 +96,20 @@ def test_crossgen_family_excludes_target_and_weights_by_similarity():
     assert np.all(np.isfinite(ms)) and np.all(ms > 0)
     assert crossgen.USE_RESIDUAL == any(r for _, _, r in gm.members)
     assert math.isfinite(gm.base.floor_us)
+
+
+def test_collectives_pool_by_fabric():
+    """A PCIe GPU pools every measured GPU's alpha-beta (PCIe boxes differ in topology); a
+    scale-up GPU pools only GPUs measured over a scale-up fabric."""
+    from llmplan.sim.kernel_calibration.calib_file import load_calibration
+    from llmplan.sim.kernel_calibration.collectives import geo_mean
+
+    cal = load_calibration(None)
+    key = "nccl|all_reduce|fp16|8"
+    pcie = crossgen.crossgen_alpha_beta(cal, cal.gpus["rtx_pro_6000_server"])[key]
+    have = [g for g, c in sorted(cal.collectives.items()) if g != "rtx_pro_6000_server" and key in c.alpha_beta]
+    assert len(have) > 1
+    assert pcie == geo_mean([cal.collectives[g].alpha_beta[key] for g in have])
+    nvl = crossgen.crossgen_alpha_beta(cal, cal.gpus["h100_sxm"])[key]
+    scaleup = [g for g in have if g != "h100_sxm" and cal.gpus[g].fabric == "scaleup"]
+    assert scaleup and nvl == geo_mean([cal.collectives[g].alpha_beta[key] for g in scaleup])
