@@ -132,17 +132,18 @@ def spec_view(step, mem, cand: Candidate, search: SpecSearch | None, context: in
     return cost, replace(mem, kv_capacity_tokens=kv), cand
 
 
-def plan_block(res) -> list[dict]:
-    """plan.json ``speculative``: the setting of each chosen pool (off where it is off)."""
-    out = []
-    for a in res.selection.allocations if res.selection.feasible else []:
-        c = a.evaluation.candidate
-        s = getattr(c, "spec", None)
-        if s is None:
-            out.append({"pool": c.name, "enabled": False})
-            continue
-        out.append({"pool": c.name, "enabled": True, "method": s.method, "k": s.k, "topk": s.topk,
-                    "verify_tokens": s.verify_width, "draft_model": s.draft.key if s.draft is not None else None,
-                    "acceptance_rates": [round(x, 4) for x in s.acceptance.rates],
-                    "acceptance_source": s.acceptance.source, "tokens_per_step": round(s.tokens_per_step, 4)})
-    return out
+def setting(cand: Candidate) -> dict | None:
+    """plan.json's ``speculation`` of one pool (None: off)."""
+    s = getattr(cand, "spec", None)
+    if s is None:
+        return None
+    return {"method": s.method, "k": s.k, "topk": s.topk, "verify_tokens": s.verify_width,
+            "draft_model": s.draft.key if s.draft is not None else None,
+            "acceptance_rates": [round(x, 4) for x in s.acceptance.rates],
+            "acceptance_source": s.acceptance.source, "tokens_per_step": round(s.tokens_per_step, 4)}
+
+
+def annotate(res) -> None:
+    """Set ``speculation`` on every evaluation (report.py writes it per deployment in plan.json)."""
+    for e in res.evaluations:
+        e.speculation = setting(e.candidate)

@@ -12,7 +12,7 @@ from llmplan.hardware_catalog.loader import get_gpu
 from llmplan.model_catalog import load_model
 from llmplan.optimizer.enumerate import enumerate_candidates
 from llmplan.optimizer.planner import evaluate_candidates
-from llmplan.optimizer.spec_candidates import SpecCandidate, expand, plan_block, search_setting
+from llmplan.optimizer.spec_candidates import SpecCandidate, annotate, expand, search_setting
 from llmplan.optimizer.types import SLOTarget, WorkloadStats
 from llmplan.sim.types import EngineProfile
 
@@ -54,14 +54,14 @@ def test_twins_and_their_screen():
     assert plain_small.capacity_rps == 0 and small.capacity_rps > 0
 
 
-def test_plan_block_states_each_pool():
+def test_each_deployment_states_its_setting():
     model = load_model("llama3_1_8b")
     search = search_setting(model, {"method": "eagle3", "k": 3})
     cands, _ = enumerate_candidates(model, [(H100, 3.0)], [1], [1], [1], ["bf16"], [64])
     plain, twin = expand(cands, search)
-    sel = SimpleNamespace(feasible=True, allocations=[SimpleNamespace(evaluation=SimpleNamespace(candidate=c))
-                                                      for c in (plain, twin)])
-    block = plan_block(SimpleNamespace(selection=sel))
-    assert block[0] == {"pool": plain.name, "enabled": False}
-    assert block[1]["enabled"] and block[1]["method"] == "eagle3" and block[1]["k"] == 3
-    assert block[1]["pool"].endswith("-eagle3-k3") and block[1]["tokens_per_step"] == pytest.approx(2.734375, abs=1e-4)
+    evs = [SimpleNamespace(candidate=c) for c in (plain, twin)]
+    annotate(SimpleNamespace(evaluations=evs))
+    assert evs[0].speculation is None
+    s = evs[1].speculation
+    assert s["method"] == "eagle3" and s["k"] == 3 and s["verify_tokens"] == 4 and s["draft_model"] is None
+    assert twin.name.endswith("-eagle3-k3") and s["tokens_per_step"] == pytest.approx(2.734375, abs=1e-4)

@@ -127,10 +127,10 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     out = out_dir or output_dir()
     context = {"model": model.key, "engine": app.engine.name, "calibration": app.calibration or "default",
                "seed": app.seed}
-    d = report.write(res, out, context)
-    from llmplan.optimizer.spec_candidates import plan_block
+    from llmplan.optimizer.spec_candidates import annotate
 
-    d["speculative"] = plan_block(res)  # per chosen pool (optimizer/spec_candidates.py)
+    annotate(res)  # each deployment's speculation setting, for plan.json (optimizer/spec_candidates.py)
+    d = report.write(res, out, context)
     report.render(res, d, console, None)
     try:
         d = plan_outputs.add_blocks(res, model, app, out, d)
