@@ -306,9 +306,11 @@ def parallelism_of(row: Mapping[str, Any], model: ModelSpec) -> Parallelism | st
     if named is not None:
         t, e = named
         return Parallelism(1, pp, e, dp=t) if _int(row.get("attention_dp_size"), 1) > 1 else Parallelism(t, pp, e)
-    ep = max(1, _int(row.get("moe_ep_size"), 1))
-    moe_tp = max(1, _int(row.get("moe_tp_size"), max(1, tp // ep)))
+    ep = max(1, _int(row.get("moe_ep_size"), 1))  # empty or 0: not written, no EP
+    moe_tp = _int(row.get("moe_tp_size"), 0)
     adp = _int(row.get("attention_dp_size"), 0)
+    if moe_tp < 1:  # not written: the experts run TP over the rest of the worker's GPUs (vLLM default)
+        moe_tp = max(1, tp * max(1, adp) // ep)
     if adp < 1:  # not written: implied by the MoE group (vLLM DP ranks)
         adp = moe_tp * ep // tp if moe_tp * ep % tp == 0 and moe_tp * ep >= tp else 1
     if moe_tp * ep != tp * adp:

@@ -336,3 +336,12 @@ def test_groups_inside_one_host_stay_on_the_host_link(dsr1, h200):
     wide = AnalyticalStepModel(dsr1, h200, Parallelism(tp=16, ep=16), FP8, eng, k2)
     wide.step_time_ms(StepShape.build([], [1024] * 4))
     assert ("all_reduce", 2, "network") in k2.calls and ("reduce_scatter", 8, "nvlink") in k2.calls
+
+
+def test_unwritten_moe_columns_mean_experts_tp_over_the_worker():
+    p = _par(model_path="Qwen/Qwen3-235B-A22B-FP8", backend="vllm", tp_size=1, attention_dp_size=4,
+             moe_tp_size=0, moe_ep_size=0)
+    assert (p.tp, p.dp, p.ep, p.moe_tp) == (1, 4, 1, 4)
+    p = _par(model_path="Qwen/Qwen3-235B-A22B-FP8", backend="vllm", tp_size=4, attention_dp_size=math.nan,
+             moe_tp_size=math.nan, moe_ep_size=math.nan)
+    assert (p.tp, p.dp, p.ep, p.moe_tp) == (4, 1, 1, 4)
