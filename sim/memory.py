@@ -78,11 +78,13 @@ def plan_memory(model: ModelSpec, gpu: GPUSpec, par: Parallelism, prec: Precisio
 
     Attention DP (``par.dp > 1``): each rank has its own KV cache, so the replica holds ``dp``
     times one rank's tokens; one request must fit in one rank, and each rank's activations and
-    CUDA graphs are sized for its share (``ceil(max_num_seqs / dp)``) of the replica's batch."""
+    CUDA graphs are sized for its share (``ceil(x / dp)`` of ``max_num_seqs`` and
+    ``max_num_batched_tokens``) of the replica's batch and token budget."""
     w = weights_per_gpu_bytes(model, par, prec.weights)
     per_tok = kv_bytes_per_token_per_gpu(model, par, prec.kv_cache)
     dp = max(1, par.dp)
-    rank_engine = engine if dp == 1 else replace(engine, max_num_seqs=max(1, -(-engine.max_num_seqs // dp)))
+    rank_engine = engine if dp == 1 else replace(engine, max_num_seqs=max(1, -(-engine.max_num_seqs // dp)),
+                                                 max_num_batched_tokens=max(1, -(-engine.max_num_batched_tokens // dp)))
     b = kv_budget(model, gpu, par, rank_engine, w, per_tok, state_bytes_per_seq_per_gpu(model, par))
     reserve = (b.activation_bytes + b.cuda_graph_bytes + b.runtime_bytes + b.extra_bytes + b.state_bytes) / GB
     args = (gpu.memory_bytes / GB, b.budget_bytes / GB, w / GB, reserve, b.kv_bytes / GB, per_tok, b.kv_tokens * dp)

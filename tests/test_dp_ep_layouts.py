@@ -345,3 +345,18 @@ def test_unwritten_moe_columns_mean_experts_tp_over_the_worker():
     p = _par(model_path="Qwen/Qwen3-235B-A22B-FP8", backend="vllm", tp_size=4, attention_dp_size=math.nan,
              moe_tp_size=math.nan, moe_ep_size=math.nan)
     assert (p.tp, p.dp, p.ep, p.moe_tp) == (4, 1, 1, 4)
+
+
+def test_rank_activations_use_the_rank_token_budget(dsr1, h200):
+    """The replica's batch and token budget are dp times a rank's: each rank's activations and
+    CUDA graphs are sized for its own share (here 512 / 8 sequences, 65,536 / 8 tokens)."""
+    from llmplan.sim.kv_budget import kv_budget
+    from llmplan.sim.memory import kv_bytes_per_token_per_gpu
+
+    par = Parallelism(tp=1, ep=8, dp=8)
+    big = plan_memory(dsr1, h200, par, FP8, EngineProfile(name="trtllm", max_num_seqs=512,
+                                                          max_num_batched_tokens=8 * 8192), 2048)
+    rank = kv_budget(dsr1, h200, par, EngineProfile(name="trtllm", max_num_seqs=64, max_num_batched_tokens=8192),
+                     weights_per_gpu_bytes(dsr1, par, "fp8"), kv_bytes_per_token_per_gpu(dsr1, par, "fp8"))
+    assert big.fits and big.budget.activation_bytes == rank.activation_bytes
+    assert big.kv_capacity_tokens == 8 * rank.kv_tokens
