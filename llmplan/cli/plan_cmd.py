@@ -122,6 +122,10 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     console = console or make_console()
     t0 = time.perf_counter()
     app = to_app(cfg)
+    if app.colocate.models:  # several models: a shared pool or dedicated ones (optimizer/colocation_plan.py)
+        from llmplan.cli.plan_colocate import run_colocate_plan
+
+        return run_colocate_plan(app, out_dir or output_dir(), console, t0)
     plan_outputs.check_energy(app)
     res, model = plan_from_app(app, console)
     out = out_dir or output_dir()
