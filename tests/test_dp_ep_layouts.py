@@ -360,3 +360,17 @@ def test_rank_activations_use_the_rank_token_budget(dsr1, h200):
                      weights_per_gpu_bytes(dsr1, par, "fp8"), kv_bytes_per_token_per_gpu(dsr1, par, "fp8"))
     assert big.fits and big.budget.activation_bytes == rank.activation_bytes
     assert big.kv_capacity_tokens == 8 * rank.kv_tokens
+
+
+def test_simulate_attention_dp_reports_the_layout(capsys, tmp_path):
+    import json
+
+    from simulate_cli_helpers import run_cli
+
+    code, out, err = run_cli(["simulate", "model=deepseek-ai/DeepSeek-R1", "deployment.gpu=h200_sxm",
+                              "deployment.tp=1", "deployment.dp=8", "deployment.ep=8", "deployment.precision=fp8",
+                              "workload.num_requests=60", "workload.rate_rps=2"], capsys, tmp_path)
+    assert code == 0, err
+    dep = json.loads((tmp_path / "summary.json").read_text())["deployment"]
+    assert (dep["tp"], dep["dp"], dep["ep"], dep["gpus"]) == (1, 8, 8, 8)
+    assert "TP1 DP8" in out

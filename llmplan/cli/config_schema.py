@@ -275,6 +275,16 @@ class FleetConfig:
 
 
 @dataclass
+class TargetConfig:
+    """`plan workload=offline`: the offline throughput to reach (optimizer/offline_plan.py, docs/OFFLINE.md)."""
+
+    # tokens per second the fleet must sustain offline (all requests queued at once); null = off
+    tokens_per_s: Optional[float] = None
+    # which tokens count: output (generated) | total (prompt + generated)
+    count: str = "output"
+
+
+@dataclass
 class AppConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     gpu: GPUConfig = field(default_factory=GPUConfig)
@@ -292,6 +302,7 @@ class AppConfig:
     day: DayConfig = field(default_factory=DayConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
     # kernel calibration: null = shipped default fit; "spec" = roofline defaults; or a file path
     calibration: Optional[str] = None
     # seed for workload generation and simulation

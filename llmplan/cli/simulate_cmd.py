@@ -124,6 +124,7 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     summary["deployment"] = {
         "mode": "aggregated",
         "model": model.key, "gpu": dep.gpu.key, "tp": dep.par.tp, "pp": dep.par.pp, "ep": dep.par.ep,
+        "dp": dep.par.dp,
         "precision": dep.prec.weights, "kv_cache_dtype": dep.prec.kv_cache, "replicas": dep.replicas,
         "gpus": dep.total_gpus, "engine": app.engine.name, "router": app.deployment.router,
         "usd_per_hour": round(dep.total_gpus * dep.gpu.usd_per_hour, 4),

@@ -206,7 +206,8 @@ def render_tail(console: Console, summary: dict, out: Path, files: list[str], t0
 
 def _headline(console: Console, d: dict) -> None:
     if d.get("mode") != "disaggregated":
-        console.print(f"[bold]llmplan simulate[/bold] {d['model']} on {d['replicas']}x {d['gpu']} TP{d['tp']} "
+        dp = f" DP{d['dp']}" if d.get("dp", 1) > 1 else ""
+        console.print(f"[bold]llmplan simulate[/bold] {d['model']} on {d['replicas']}x {d['gpu']} TP{d['tp']}{dp} "
                       f"PP{d['pp']} EP{d['ep']} {d['precision']} ({d['engine']}, calibration tier "
                       f"{d['calibration_tier']}), ${d['usd_per_hour']:.2f}/h")
         return
