@@ -11,7 +11,7 @@ from rich.console import Console
 
 from llmplan.cli import hydra_app
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, UserError
-from llmplan.progress import make_console, stage_progress
+from llmplan.progress import make_console, stage_progress, step
 from llmplan.cli.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
                              workload_sample)
 from llmplan.cli import plan_outputs
@@ -109,10 +109,11 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
             def simulate(r) -> bool:
                 return simulate_selection(r, model, app.engine, app.workload, slos, app.seed, space.verify_requests)
 
-            if res.fleet:  # the reported rate: one the whole-deployment steady-state simulation passes
-                settle_rate(res, simulate)
-            else:
-                simulate(res)
+            with step(progress, "deployment sim"):
+                if res.fleet:  # the reported rate: one the whole-deployment steady-state simulation passes
+                    settle_rate(res, simulate)
+                else:
+                    simulate(res)
         risk.finish_confidence(res, point_slos, slos, app.search.confidence, app.engine.name)
     return res, model
 
@@ -126,6 +127,10 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
         from llmplan.cli.plan_colocate import run_colocate_plan
 
         return run_colocate_plan(app, out_dir or output_dir(), console, t0)
+    from llmplan.cli.offline_plan_cmd import run_offline_plan, wants_offline
+
+    if wants_offline(app):  # workload=offline target.tokens_per_s=N: GPUs for N tokens/s offline
+        return run_offline_plan(app, out_dir or output_dir(), console, t0)
     plan_outputs.check_energy(app)
     res, model = plan_from_app(app, console)
     out = out_dir or output_dir()
