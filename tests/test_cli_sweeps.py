@@ -89,3 +89,62 @@ def test_an_infeasible_job_gives_the_binding_constraint_as_reason(tmp_path):
                                                     "binding_constraint": "TPOT p90 <= 0.5 ms"}))
     row = job_row(SweptJob(0, "slo.tpot_p90_ms=0.5", "slo.tpot_p90_ms=0.5", tmp_path, 3))
     assert row["status"] == "infeasible" and row["reason"] == "TPOT p90 <= 0.5 ms" and row["feasible"] is False
+
+
+def _summary() -> pd.DataFrame:
+    rows = []
+    for m, base in (("small", 1.0), ("big", 4.0)):
+        for g, f in (("g1", 1.0), ("g2", 1.5)):
+            for r in (2, 10, 50):
+                ok = not (m == "big" and g == "g1" and r == 50)
+                rows.append({"job": len(rows), "swept": f"model={m} gpu={g} workload.rate_rps={r}",
+                             "status": "ok" if ok else "infeasible",
+                             "total_usd_per_hour": base * f * r if ok else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def test_swept_keys_become_columns_and_the_pivot_keeps_failed_jobs():
+    from llmplan.cli.sweep_summary import pivot, swept_columns
+
+    df = swept_columns(_summary())
+    assert df["swept:workload.rate_rps"].tolist()[:3] == [2, 10, 50] and df["swept:gpu"].iloc[3] == "g2"
+    t = pivot(_summary(), ["model", "gpu"], "workload.rate_rps")
+    assert t.shape == (4, 3) and list(t.columns) == [2, 10, 50]
+    assert t.loc[("big", "g1"), 50] == "infeasible" and t.loc[("big", "g2"), 10] == "60.00"
+    assert t.loc[("small", "g1"), 2] == "2.00"
+
+
+def test_sweep_plot_draws_a_panel_per_model(tmp_path):
+    from llmplan.cli.sweep_summary import plot
+
+    png = plot(_summary(), tmp_path / "s.png", "model", "gpu", "workload.rate_rps", title="t")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_offline_plan_jobs_carry_their_throughput(tmp_path):
+    import json
+
+    (tmp_path / "plan.json").write_text(json.dumps({"mode": "offline_throughput", "model": "m", "feasible": True,
+                                                    "tokens_per_s": 51240.0, "target_tokens_per_s": 50000.0,
+                                                    "total_usd_per_hour": 27.93, "deployments": [
+                                                        {"replicas": 7, "gpu": "h100_sxm", "tp": 1, "pp": 1, "ep": 1,
+                                                         "precision": "fp8"}]}))
+    row = job_row(SweptJob(0, "target.tokens_per_s=50000", "target.tokens_per_s=50000", tmp_path, 0))
+    assert row["tokens_per_s"] == 51240.0 and row["deployment"] == "7x h100_sxm tp1 pp1 ep1 fp8"
+
+
+def test_example_sweep_definition_has_100_scenarios_and_builds_one_multirun(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "scripts"
+    spec = importlib.util.spec_from_file_location("sweep_example", root / "sweep_example.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sweep = yaml.safe_load((root / "sweep_models_gpus_rates.yaml").read_text())
+    argv = mod.argv_for(sweep, tmp_path, "ray_local")
+    jobs = expand(argv[argv.index("plan") + 2:], multirun=True)  # after `plan -m`
+    assert len(jobs) == 100  # every job checked like a single run (unknown models or GPUs would raise)
+    assert "hydra/launcher=ray_local" in argv and argv[3] == "plan"

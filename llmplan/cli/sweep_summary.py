@@ -30,7 +30,9 @@ class SweptJob:
 
 def _plan_fields(d: dict) -> dict[str, Any]:
     deps = d.get("deployments", [])
-    return {"model": d.get("model"), "feasible": d.get("feasible"),
+    offline = {"tokens_per_s": d.get("tokens_per_s"), "target_tokens_per_s": d.get("target_tokens_per_s")} \
+        if d.get("mode") == "offline_throughput" else {}
+    return offline | {"model": d.get("model"), "feasible": d.get("feasible"),
             "total_usd_per_hour": d.get("total_usd_per_hour"), "total_gpus": d.get("total_gpus"),
             "usd_per_million_output_tokens": d.get("usd_per_million_output_tokens"),
             "deployment": " + ".join(f"{x['replicas']}x {x['gpu']} tp{x['tp']} pp{x['pp']} ep{x['ep']} {x['precision']}"
@@ -93,3 +95,72 @@ def report(sweep_dir: Path, jobs: list[SweptJob]) -> None:
     print(df[brief].to_string(index=False))
     for j in failed:
         print(f"job {j.num} ({j.overrides}): {STATUS.get(j.code, 'error')}: {j.reason}", file=sys.stderr)
+
+
+def swept_columns(df):
+    """The summary with one column per swept key (``gpu``, ``workload.rate_rps``, ...), values
+    as typed; numbers where every value is one."""
+    import pandas as pd
+
+    parsed = [dict(kv.split("=", 1) for kv in str(s).split() if "=" in kv) for s in df["swept"].fillna("")]
+    keys = sorted({k for p in parsed for k in p})
+    out = df.copy()
+    for k in keys:
+        col = pd.Series([p.get(k) for p in parsed], index=df.index)
+        num = pd.to_numeric(col, errors="coerce")
+        out[f"swept:{k}"] = num if num.notna().all() else col
+    return out
+
+
+def pivot(df, row_keys: list[str], col_key: str, value: str = "total_usd_per_hour"):
+    """A table of ``value`` by the swept keys (rows) against one swept key (columns); a job that
+    found no deployment shows its status instead of a number."""
+    d = swept_columns(df)
+    cell = [f"{v:,.2f}" if s == "ok" and v == v else s for v, s in zip(d[value], d["status"])]
+    d = d.assign(cell=cell)
+    rows = [f"swept:{k}" for k in row_keys]
+    table = d.pivot_table(index=rows, columns=f"swept:{col_key}", values="cell", aggfunc="first")
+    table.index.names = row_keys
+    table.columns.name = col_key
+    return table
+
+
+def plot(df, path: Path, panel_key: str, line_key: str, x_key: str, value: str = "total_usd_per_hour",
+         y_label: str = "cost of the cheapest deployment ($/h)", title: str = "") -> Path:
+    """One panel per ``panel_key`` value, one line per ``line_key`` value, ``value`` against
+    ``x_key`` (log-log); jobs that found no deployment are left out of the lines and counted in
+    the panel's title. PNG (matplotlib, Agg)."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = swept_columns(df)
+    panels = sorted(d[f"swept:{panel_key}"].unique(), key=str)
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, p in zip(axes.flat, panels):
+        sub = d[d[f"swept:{panel_key}"] == p]
+        for name, g in sorted(sub.groupby(f"swept:{line_key}"), key=lambda kv: str(kv[0])):
+            ok = g[g["status"] == "ok"].sort_values(f"swept:{x_key}")
+            if len(ok):
+                ax.plot(ok[f"swept:{x_key}"], ok[value], marker="o", label=str(name))
+        missing = int((sub["status"] != "ok").sum())
+        ax.set_title(f"{p}" + (f" ({missing} without a deployment)" if missing else ""), fontsize=10)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(x_key + (" (req/s)" if x_key.endswith("rate_rps") else ""))
+        ax.set_ylabel(y_label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
