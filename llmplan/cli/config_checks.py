@@ -73,6 +73,7 @@ RANGES: dict[str, Rule] = {
     "gpu.spec_overrides.*.*": POSITIVE,
     "whatif.slo_scale": POSITIVE, "whatif.rate_scale": POSITIVE, "whatif.price_scale.*": POSITIVE,
     "whatif.gpu_scale.*.*": POSITIVE,
+    "whatif.curve.scales[]": POSITIVE,
 }
 
 #: keys whose values, or whose mapping keys (".*"), name catalog GPUs

@@ -155,7 +155,8 @@ class ExperimentConfig:
 class SpeculativeConfig:
     """Speculative decoding of the served model (sim/spec_decode.py, docs/SPECULATIVE.md)."""
 
-    # none | mtp (the model's own MTP modules) | eagle3 | draft_model
+    # none (simulate: off; plan: MTP searched where the model has MTP modules) | off (never) |
+    # mtp (the model's own MTP modules) | eagle3 | draft_model
     method: str = "none"
     # draft tokens per step (>= 1 when a method is set)
     k: Optional[int] = None
@@ -251,6 +252,18 @@ class OutputConfig:
 
 
 @dataclass
+class CurveConfig:
+    """`llmplan whatif` curve: one plan per scale of one figure (llmplan/cli/whatif_curve.py)."""
+
+    # hbm_bw_gbps | tflops | scaleup_bw_gbps | hbm_gb | slo | rate; null = no curve (compare one scenario)
+    figure: Optional[str] = None
+    # the multipliers of the figure, one plan each
+    scales: List[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
+    # GPU types whose figure is scaled (GPU figures only); empty = every candidate
+    gpus: List[str] = field(default_factory=list)
+
+
+@dataclass
 class WhatIfConfig:
     """The scenario `llmplan whatif` compares with the baseline plan."""
 
@@ -264,6 +277,8 @@ class WhatIfConfig:
     slo_scale: float = 1.0
     # multiply the request rate (2.0 = twice the traffic)
     rate_scale: float = 1.0
+    # a curve instead of one scenario: whatif.curve.figure=hbm_bw_gbps whatif.curve.scales=[0.5,1,2,4]
+    curve: CurveConfig = field(default_factory=CurveConfig)
 
 
 @dataclass

@@ -1,0 +1,63 @@
+"""The changed AppConfig of a `llmplan whatif` scenario (the `whatif` config node): scaled GPU
+figures and prices, added GPU types, scaled SLOs and traffic. Used by the one-scenario
+comparison (``whatif_cmd``) and the curves (``whatif_curve``)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+from llmplan.errors import ConfigError
+
+
+def scenario(app):
+    """The changed AppConfig (a deep copy; the baseline is untouched)."""
+    from llmplan.hardware_catalog.loader import get_gpu
+
+    w = app.whatif
+    new = copy.deepcopy(app)
+    for key in w.add_gpus:
+        get_gpu(key)
+        if key not in new.gpu.candidates:
+            new.gpu.candidates.append(key)
+    for key, figs in w.gpu_scale.items():
+        gpu = get_gpu(key)
+        over = dict(new.gpu.spec_overrides.get(key, {}))
+        for fig, factor in figs.items():
+            if not isinstance(factor, (int, float)) or not factor > 0:
+                raise ConfigError(f"scale must be a positive number, got {factor!r}", key=f"whatif.gpu_scale.{key}.{fig}")
+            if fig.endswith("_tflops"):
+                base = gpu.dense_tflops.get(fig[: -len("_tflops")])
+                if base is None:
+                    raise ConfigError(f"{gpu.key} has no {fig}", key=f"whatif.gpu_scale.{key}.{fig}")
+            elif hasattr(gpu, fig) and isinstance(getattr(gpu, fig), (int, float)):
+                base = getattr(gpu, fig)
+            else:
+                raise ConfigError("unknown GPU figure", key=f"whatif.gpu_scale.{key}.{fig}",
+                                  fix="e.g. hbm_bw_gbps, hbm_gb, bf16_tflops, scaleup_bw_gbps")
+            over[fig] = float(over.get(fig, base)) * float(factor)
+        new.gpu.spec_overrides[key] = over
+    for key, factor in w.price_scale.items():
+        if not factor > 0:
+            raise ConfigError("scale must be > 0", key=f"whatif.price_scale.{key}")
+        new.gpu.usd_per_hour[key] = float(new.gpu.usd_per_hour.get(key, get_gpu(key).usd_per_hour)) * factor
+    if not w.slo_scale > 0 or not w.rate_scale > 0:
+        raise ConfigError("scales must be > 0", key="whatif.slo_scale/rate_scale")
+    for f in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p95_ms", "tpot_p99_ms"):
+        v = getattr(new.slo, f)
+        if v is not None:
+            setattr(new.slo, f, v * w.slo_scale)
+    if new.workload.rate_rps is not None:
+        new.workload = replace(new.workload, rate_rps=new.workload.rate_rps * w.rate_scale)
+    return new
+
+
+def describe(w) -> str:
+    parts = [f"{k}: " + ", ".join(f"{f} x{v:g}" for f, v in figs.items()) for k, figs in w.gpu_scale.items()]
+    parts += [f"{k} price x{v:g}" for k, v in w.price_scale.items()]
+    parts += [f"+{k}" for k in w.add_gpus]
+    if w.slo_scale != 1:
+        parts.append(f"SLOs x{w.slo_scale:g}")
+    if w.rate_scale != 1:
+        parts.append(f"rate x{w.rate_scale:g}")
+    return "; ".join(parts) or "no change (set whatif.* keys)"
