@@ -15,9 +15,10 @@ different GPU types and parallelism (heterogeneous pools). Each unit is priced a
 * **Decode worker capacity** (req/s within the TPOT target): the largest batch ``b``
   (``max_num_seqs``, KV of ``b`` requests of mean length above the watermark) whose decode
   step at mean context meets the TPOT target; ``b / (O x step(b))`` requests per second.
-* **Pools**: for the plan's rate ``R``, ``x = ceil(R / (max_load cap_p))`` prefill workers and
-  ``y = ceil(R / (max_load cap_d))`` decode workers of the cheapest shapes (GPU availability
-  respected); the cheapest valid pair (a KV link the catalog knows) is the option.
+* **Pools**: the integer program :func:`optimizer.select_ilp.solve_disagg` picks one shape and
+  a worker count per pool (x prefill, y decode workers, each priced as its GPUs) serving the
+  plan's rate ``R`` at ``max_load`` in both pools, with GPU availability shared by the pools;
+  prefill shapes need a KV link the catalog knows to every decode shape offered.
 
 This is a screen: the option is stated in plan.json beside the aggregated selection with its
 analytical figures and the command that simulates it (``llmplan simulate deployment.mode=disagg
@@ -48,6 +49,8 @@ class PoolPick:
     capacity_rps: float       # per worker, within the role's SLO
     latency_ms: float         # prefill: TTFT at that load (percentile); decode: TPOT at its batch
     batch: int = 1            # decode: the batch the capacity assumes
+    transfer_ms: float = 0.0  # prefill: the KV transfer its TTFT counts
+    link: str = ""            # prefill: that transfer's link (nvlink | network)
 
     @property
     def usd_per_hour(self) -> float:
@@ -168,61 +171,80 @@ def decode_capacity(ev: Evaluation, limit_ms: float) -> tuple[float, float, int]
     return 1000.0 * lo / (max(an.O, 1.0) * t), t, lo
 
 
-def _count(rate_rps: float, cap: float, max_load: float) -> int:
-    return max(1, math.ceil(rate_rps / (max_load * cap) - 1e-9))
-
-
 def best_disagg(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget], model: Any, engine_name: str,
                 max_gpus: dict[str, int] | None = None, max_load: float = 0.95,
                 max_workers: int = 256) -> Optional[DisaggOption]:
-    """The cheapest xPyD option over the screened shapes (None when no pair meets the SLOs)."""
+    """The cheapest xPyD option over the screened shapes: per KV dtype, the cheapest
+    :data:`TOP_PER_ROLE` shapes of each role (per request/s) go to the ILP
+    (:func:`optimizer.select_ilp.solve_disagg`: units priced as their GPUs, shared GPU
+    availability, one shape per pool); None when no pair meets the SLOs."""
+    from llmplan.optimizer.select_ilp import solve_disagg
     from llmplan.sim.disagg_handoff import handoff_ms
-    from llmplan.sim.kv_transfer import pool_link, request_kv_payload, transfer_ms
 
-    max_gpus = max_gpus or {}
     ttft_lim, ttft_pct = _limits(slos, "ttft")
     tpot_lim, _ = _limits(slos, "tpot")
     handoff = handoff_ms(engine_name)
     usable = [e for e in evals if e.analyzer is not None and e.kv_capacity_tokens]
-    decodes: list[PoolPick] = []
-    for e in usable:
-        cap, t, b = decode_capacity(e, tpot_lim)
-        if cap > 0:
-            n = _count(wl.rate_rps, cap, max_load)
-            if n <= max_workers:
-                decodes.append(PoolPick("decode", e, n, cap, t, b))
-    prefill_t = {id(e): prefill_ms(e) for e in usable}
-    decodes.sort(key=lambda p: (p.usd_per_hour, p.gpus, p.evaluation.candidate.name))
     best: Optional[DisaggOption] = None
-    for d in decodes[:TOP_PER_ROLE]:
-        dc = d.evaluation.candidate
-        picks: list[tuple[PoolPick, float, str]] = []
-        for e in usable:
-            c = e.candidate
-            if c.prec.kv_cache != dc.prec.kv_cache:
-                continue
-            try:
-                link = pool_link(c.gpu, dc.gpu, c.gpus_per_replica, d.gpus)
-            except UserError:
-                continue   # the catalog has no link figure for this GPU pair
-            xfer = transfer_ms(request_kv_payload(model, c.prec.kv_cache, int(round(wl.mean_input_tokens)),
-                                                  c.par.tp, dc.par.tp), link)
-            cap, ttft = prefill_capacity(prefill_t[id(e)], xfer + handoff, ttft_lim, ttft_pct)
+    for kv in sorted({e.candidate.prec.kv_cache for e in usable}):
+        group = [e for e in usable if e.candidate.prec.kv_cache == kv]
+        decodes = []
+        for e in group:
+            cap, t, b = decode_capacity(e, tpot_lim)
             if cap > 0:
-                n = _count(wl.rate_rps, cap, max_load)
-                if n <= max_workers:
-                    picks.append((PoolPick("prefill", e, n, cap, ttft), xfer, link.kind))
-        for p, xfer, kind in sorted(picks, key=lambda x: (x[0].usd_per_hour, x[0].gpus, x[0].evaluation.candidate.name)):
-            use: dict[str, int] = {}
-            for pick in (p, d):
-                k = pick.evaluation.candidate.gpu.key
-                use[k] = use.get(k, 0) + pick.gpus
-            if any(use[k] > lim for k, lim in max_gpus.items() if k in use):
-                continue
-            opt = DisaggOption(p, d, xfer, handoff, kind)
-            if best is None or (opt.usd_per_hour, opt.gpus) < (best.usd_per_hour, best.gpus):
-                best = opt
-            break
+                decodes.append(PoolPick("decode", e, 0, cap, t, b))
+        decodes = _cheapest(decodes)
+        prefills = _prefill_picks(group, decodes, wl, model, handoff, ttft_lim, ttft_pct)
+        if not decodes or not prefills:
+            continue
+        picks = {f"{p.role}:{p.evaluation.candidate.name}": p for p in prefills + decodes}
+        units = [(k, p.role, p.evaluation.candidate.gpu.key, p.evaluation.candidate.gpus_per_replica,
+                  p.evaluation.candidate.usd_per_replica_hour, p.capacity_rps) for k, p in picks.items()]
+        counts = solve_disagg(units, wl.rate_rps, max_gpus, max_workers, max_load)
+        if not counts:
+            continue
+        chosen = {role: next(picks[k] for k in counts if k.startswith(role + ":")) for role in ("prefill", "decode")}
+        for role, pick in chosen.items():
+            pick.workers = counts[f"{role}:{pick.evaluation.candidate.name}"]
+        p, d = chosen["prefill"], chosen["decode"]
+        opt = DisaggOption(p, d, p.transfer_ms, handoff, p.link)
+        if best is None or (opt.usd_per_hour, opt.gpus) < (best.usd_per_hour, best.gpus):
+            best = opt
     if best is not None and ttft_lim == math.inf:
         best.notes.append("no TTFT target: the prefill pool is sized at 95% load")
     return best
+
+
+def _cheapest(picks: list[PoolPick]) -> list[PoolPick]:
+    """The :data:`TOP_PER_ROLE` picks with the lowest $/h per request/s (then fewer GPUs, name)."""
+    key = lambda p: (p.evaluation.candidate.usd_per_replica_hour / p.capacity_rps,   # noqa: E731
+                     p.evaluation.candidate.gpus_per_replica, p.evaluation.candidate.name)
+    return sorted(picks, key=key)[:TOP_PER_ROLE]
+
+
+def _prefill_picks(group: list[Evaluation], decodes: list[PoolPick], wl: WorkloadStats, model: Any, handoff: float,
+                   ttft_lim: float, ttft_pct: float) -> list[PoolPick]:
+    """Prefill shapes with a known KV link to every decode shape in ``decodes``; the TTFT
+    counts the slowest of those transfers (a worst case: transfers are ms, the hand-off ~1 s)."""
+    from llmplan.sim.kv_transfer import pool_link, request_kv_payload, transfer_ms
+
+    out = []
+    tokens = int(round(wl.mean_input_tokens))
+    for e in group:
+        c = e.candidate
+        worst, kind = 0.0, ""
+        try:
+            for d in decodes:
+                dc = d.evaluation.candidate
+                link = pool_link(c.gpu, dc.gpu, c.gpus_per_replica, dc.gpus_per_replica)
+                x = transfer_ms(request_kv_payload(model, c.prec.kv_cache, tokens, c.par.tp, dc.par.tp), link)
+                if x >= worst:
+                    worst, kind = x, link.kind
+        except UserError:
+            continue   # the catalog has no link figure for one of the GPU pairs
+        cap, ttft = prefill_capacity(prefill_ms(e), worst + handoff, ttft_lim, ttft_pct)
+        if cap > 0:
+            pick = PoolPick("prefill", e, 0, cap, ttft)
+            pick.transfer_ms, pick.link = worst, kind
+            out.append(pick)
+    return _cheapest(out)

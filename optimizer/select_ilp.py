@@ -109,3 +109,46 @@ def alternatives(evals: list[Evaluation], rate_rps: float, chosen: Selection, ma
         out.append(sel)
     out.sort(key=lambda s: (s.total_usd_per_hour, s.total_gpus))
     return out[:limit]
+
+
+def solve_disagg(units: list[tuple[str, str, str, int, float, float]], rate_rps: float,
+                 max_gpus: dict[str, int] | None = None, max_workers: int = 256,
+                 max_load: float = 1.0, one_shape_per_role: bool = True) -> dict[str, int] | None:
+    """Cheapest disaggregated deployment: worker counts per unit.
+
+    ``units``: (name, role ``prefill``|``decode``, GPU type, GPUs per worker, $/h per worker =
+    its GPUs x $/GPU-h, capacity req/s per worker within the role's SLO). Both roles must serve
+    ``rate_rps`` at ``max_load``; GPU availability counts both pools; a pool may mix shapes.
+
+        minimise   sum_u usd_u n_u (+ GPU-count tie-break)
+        subject to sum_{u in role} max_load cap_u n_u >= rate   for role in (prefill, decode)
+                   sum_{u on GPU type g} gpus_u n_u <= avail_g
+                   n_u integer in [0, max_workers]
+
+    Returns {name: workers} of the units used, or None when infeasible."""
+    max_gpus = max_gpus or {}
+    if not units:
+        return None
+    prob = pulp.LpProblem("llmplan_disagg", pulp.LpMinimize)
+    n = {u[0]: prob.add_variable(f"w{i}", lowBound=0, upBound=max_workers, cat="Integer") for i, u in enumerate(units)}
+    prob += pulp.lpSum((usd + _TIE_BREAK * gpus) * n[name] for name, _, _, gpus, usd, _ in units)
+    for role in ("prefill", "decode"):
+        members = [u for u in units if u[1] == role]
+        if not members:
+            return None
+        prob += pulp.lpSum(max_load * cap * n[name] for name, _, _, _, _, cap in members) >= rate_rps, f"serve_{role}"
+        prob += pulp.lpSum(n[u[0]] for u in members) >= 1, f"one_{role}"
+        if one_shape_per_role:
+            y = {u[0]: prob.add_variable(f"y{role}{i}", cat="Binary") for i, u in enumerate(members)}
+            for k, (name, var) in enumerate(y.items()):
+                prob += n[name] <= max_workers * var, f"shape_{role}_{k}"
+            prob += pulp.lpSum(y.values()) == 1, f"single_shape_{role}"
+    for key, limit in sorted(max_gpus.items()):
+        members = [u for u in units if u[2] == key]
+        if members:
+            prob += pulp.lpSum(gpus * n[name] for name, _, _, gpus, _, _ in members) <= int(limit), f"avail_{key}"
+    status = prob.solve(_solver())
+    if pulp.LpStatus[status] != "Optimal":
+        return None
+    out = {name: int(round(n[name].value() or 0)) for name, *_ in units}
+    return {k: v for k, v in out.items() if v > 0}

@@ -76,3 +76,24 @@ def test_alternatives_one_per_gpu_type_then_another_shape_sorted_by_cost():
     assert all({(a.evaluation.candidate.name, a.replicas) for a in s.allocations} != {(h100_tp1.candidate.name, 2)}
                for s in alts)
     assert len(alternatives(evals, 20.0, chosen, None, 256, 1)) == 1
+
+
+def test_solve_disagg_prices_units_as_gpus_and_shares_availability():
+    from llmplan.optimizer.select_ilp import solve_disagg
+
+    # (name, role, gpu, gpus/worker, $/h per worker, req/s per worker)
+    units = [("p_small", "prefill", "h100", 1, 3.0, 2.0), ("p_big", "prefill", "h200", 2, 8.0, 5.0),
+             ("d_small", "decode", "h100", 1, 3.0, 4.0), ("d_big", "decode", "h200", 4, 16.0, 20.0)]
+    got = solve_disagg(units, 10.0)
+    # prefill: 5 x p_small ($15) vs 2 x p_big ($16); decode: 3 x d_small ($9) vs 1 x d_big ($16)
+    assert got == {"p_small": 5, "d_small": 3}
+    # only 6 H100 GPUs: both pools cannot be H100 -> the cheapest split uses H200 somewhere
+    got = solve_disagg(units, 10.0, {"h100": 6})
+    h100 = {n: g for n, _, k, g, _, _ in units if k == "h100"}
+    assert sum(h100[m] * c for m, c in got.items() if m in h100) <= 6
+    assert got == {"p_big": 2, "d_small": 3}
+    # one shape per pool by default ($12 of prefill); mixing shapes is cheaper: 1 + 1 workers, $11
+    assert solve_disagg(units, 7.0) == {"p_small": 4, "d_small": 2}
+    assert solve_disagg(units, 7.0, one_shape_per_role=False) == {"p_small": 1, "p_big": 1, "d_small": 2}
+    assert solve_disagg([u for u in units if u[1] == "prefill"], 1.0) is None
+    assert solve_disagg(units, 10.0, {"h100": 0, "h200": 5}) is None
