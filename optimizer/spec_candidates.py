@@ -65,13 +65,15 @@ class SpecSearch:
 
 def search_setting(model: ModelSpec, raw: Mapping[str, Any] | None) -> SpecSearch | None:
     """The speculation to search for ``model`` (None: none): the configured method, else MTP
-    when the model has MTP modules (with its documented default acceptance)."""
+    when the model has MTP modules (with its documented default acceptance); ``off``: none."""
     raw = dict(raw or {})
     k_max = raw.get("k_max", 4)
     if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
         raise UserError(f"must be an integer >= 1, got {k_max!r}", key="speculative.k_max", fix="e.g. 4")
     method = raw.get("method") or "none"
-    if method in ("none", "off"):
+    if method == "off":  # no speculation searched, MTP modules or not
+        return None
+    if method == "none":
         if mtp_layers(model) <= 0:
             return None
         return SpecSearch("mtp", default_acceptance("mtp"), None, 1, None, None, k_max)

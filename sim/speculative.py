@@ -42,6 +42,11 @@ Cost of one speculative step for a batch (:class:`SpeculativeStepModel`):
   the memory a sequence additionally holds (the k speculative slots in the target, the
   draft's own cache).
 
+Draft trees (EAGLE in SGLang / TensorRT-LLM): ``topk`` branches per later draft step and
+``verify_tokens`` query tokens per sequence in the verify step (the tree size, root
+included) instead of k + 1; the draft phase pays the engine's per-step host time once
+(it is a forward of its own). docs/SPECULATIVE.md explains both and the validation.
+
 TPOT = step time / E[L]. The loss of benefit at large batch is not a factor: the verify
 step's (k+1) x batch tokens make the linear layers compute-bound sooner than one-token decode,
 and the draft steps grow with the batch; both come from the step model.
