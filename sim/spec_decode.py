@@ -213,7 +213,8 @@ def speculative_replica(raw: Mapping[str, Any] | None, step: AnalyticalStepModel
     info = describe(cfg, kv)
     info["note"] = (f"speculative decoding ({cfg.method}, k={cfg.k}, E[L]={cfg.tokens_per_step:.2f} tokens per verify "
                     f"step): simulated in verify steps; KV {kv_capacity_tokens:,} -> {kv.kv_capacity_tokens:,} tokens with "
-                    f"the draft loaded, x{kv.step_space_factor:.3f} in step space (docs/SPECULATIVE.md)")
+                    f"the draft loaded, x{kv.step_space_factor:.3f} in step space; the analytical columns are "
+                    f"without speculation (docs/SPECULATIVE.md)")
     return cost, kv.step_space_tokens, info
 
 

@@ -115,3 +115,24 @@ def test_bad_settings_are_refused(cfg, key):
 
 def test_off_means_none():
     assert spec_config({"method": "none", "k": 4}) is None and spec_config(None) is None
+
+
+def test_simulate_cli_runs_speculation_and_names_bad_keys(tmp_path):
+    import json
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.simulate_cmd import run_simulate
+
+    base = ["model=llama2_13b", "deployment.gpu=h100_sxm", "deployment.tp=1", "workload=closed_loop",
+            "workload.concurrency=2", "workload.num_requests=6", "output.progress=false",
+            "speculative.method=draft_model", "speculative.draft_model=llama2_7b", "speculative.k=3"]
+    assert run_simulate(compose("simulate", base + ["speculative.acceptance=0.8"]), tmp_path) == 0
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["speculative"]["k"] == 3 and s["speculative"]["kv"]["draft_weights_gb_per_gpu"] > 13
+    assert any("speculative decoding" in n for n in s["notes"])
+    for bad, key in ((["speculative.acceptance=1.5"], "speculative.acceptance"),
+                     (["speculative.k=0"], "speculative.k"),
+                     (["speculative.acceptance=0.8", "deployment.pp=2"], "deployment.pp")):
+        with pytest.raises(UserError) as e:
+            run_simulate(compose("simulate", base + bad), tmp_path / "bad")
+        assert e.value.key == key
