@@ -20,7 +20,8 @@ requests are admitted only while ``free - needed >= watermark`` blocks (v0
 (:data:`NO_EVICT_ENGINES`) admits a request only when the blocks of its *whole* sequence
 (prompt + requested output) fit next to the whole sequences of the running requests:
 ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``, its default
-(https://nvidia.github.io/TensorRT-LLM/llm-api/reference.html, ``SchedulerConfig``), so it
+(https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html,
+``SchedulerConfig.capacity_scheduler_policy``), so it
 queues requests instead of preempting them. When a running step cannot get its blocks, the
 newest running request is preempted by recompute: its blocks are freed and it goes
 back to the *front* of the waiting queue, to recompute prompt plus generated tokens.
