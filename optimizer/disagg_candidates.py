@@ -20,9 +20,9 @@ different GPU types and parallelism (heterogeneous pools). Each unit is priced a
   plan's rate ``R`` at ``max_load`` in both pools, with GPU availability shared by the pools;
   prefill shapes need a KV link the catalog knows to every decode shape offered.
 
-This is a screen: the option is stated in plan.json beside the aggregated selection with its
-analytical figures and the command that simulates it (``llmplan simulate deployment.mode=disagg
-...``); it is not simulated by the planner.
+The option is stated in plan.json beside the aggregated selection with its analytical figures,
+its simulation (:func:`verify_option`, when the plan verifies finalists) and the command that
+simulates it with the real workload (``llmplan simulate deployment.mode=disagg ...``).
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ class DisaggOption:
     handoff_ms: float
     link: str
     notes: list[str] = field(default_factory=list)
+    simulated: Optional[dict] = None   # verify_option's result (None: not simulated)
 
     @property
     def usd_per_hour(self) -> float:
@@ -106,7 +107,9 @@ class DisaggOption:
                 "total_usd_per_hour": round(self.usd_per_hour, 4), "total_gpus": self.gpus,
                 "kv_transfer_ms": round(self.transfer_ms, 3), "kv_link": self.link,
                 "handoff_ms": self.handoff_ms, "cheaper_than_aggregated": cheaper,
-                "source": "analytical screen (optimizer/disagg_candidates.py), not simulated",
+                "source": ("analytical screen + ILP (optimizer/disagg_candidates.py), "
+                           + ("simulated (sim/disaggregated.py)" if self.simulated else "not simulated")),
+                "simulated": self.simulated,
                 "simulate_with": self.simulate_command(model_key), "notes": self.notes}
 
 
@@ -184,7 +187,10 @@ def best_disagg(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget
     ttft_lim, ttft_pct = _limits(slos, "ttft")
     tpot_lim, _ = _limits(slos, "tpot")
     handoff = handoff_ms(engine_name)
-    usable = [e for e in evals if e.analyzer is not None and e.kv_capacity_tokens]
+    # speculating twins (optimizer/spec_candidates.py) are left out: the disaggregated DES has no
+    # speculation, so the option could not be checked; plan.json states speculation None
+    usable = [e for e in evals if e.analyzer is not None and e.kv_capacity_tokens
+              and getattr(e.candidate, "spec", None) is None]
     best: Optional[DisaggOption] = None
     for kv in sorted({e.candidate.prec.kv_cache for e in usable}):
         group = [e for e in usable if e.candidate.prec.kv_cache == kv]
@@ -248,3 +254,43 @@ def _prefill_picks(group: list[Evaluation], decodes: list[PoolPick], wl: Workloa
             pick.transfer_ms, pick.link = worst, kind
             out.append(pick)
     return _cheapest(out)
+
+
+def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats, slos: list[SLOTarget],
+                  calibration: Optional[str], requests: int, seed: int = 0) -> dict:
+    """Simulate the option in the disaggregated DES (``sim.disaggregated``): Poisson arrivals at
+    the plan's rate, prompt and output lengths fixed at the workload means (the planner has the
+    workload's statistics, not its generator), the engine's fitted hand-off. Returns the
+    simulated value of every SLO target and whether all hold."""
+    from dataclasses import replace
+
+    from llmplan.sim.deployment import Deployment
+    from llmplan.sim.disagg_build import disagg_from_deployments
+    from llmplan.sim.disaggregated import simulate_disaggregated
+    from llmplan.sim.workload import LengthSpec, WorkloadSpec
+
+    deps = []
+    for pick in (opt.prefill, opt.decode):
+        c = pick.evaluation.candidate
+        deps.append(Deployment(model, c.gpu, c.par, c.prec, replace(engine, max_num_seqs=c.max_num_seqs)))
+    i, o = max(1, int(round(wl.mean_input_tokens))), max(1, int(round(wl.mean_output_tokens)))
+    spec = disagg_from_deployments(deps[0], deps[1], opt.prefill.workers, opt.decode.workers, i + o, calibration)
+    spec = replace(spec, handoff_ms=opt.handoff_ms)
+    work = WorkloadSpec(preset=None, arrival="poisson", rate_rps=wl.rate_rps, num_requests=requests,
+                        input_tokens=LengthSpec(kind="fixed", mean_tokens=i),
+                        output_tokens=LengthSpec(kind="fixed", mean_tokens=o), seed=seed)
+    res = simulate_disaggregated(work, spec, seed=seed)
+    s = res.summary
+    targets = {}
+    for t in slos:
+        v = s.get(f"{t.metric}_ms_p{t.percentile:g}")
+        if v is None:
+            import numpy as np
+
+            col = res.requests.loc[res.requests["measured"] & res.requests["finished"], f"{t.metric}_ms"].dropna()
+            v = float(np.percentile(col, t.percentile)) if len(col) else math.nan
+        targets[t.key] = {"limit_ms": t.limit_ms, "simulated_ms": round(float(v), 3)}
+    met = (not res.overloaded) and all(x["simulated_ms"] <= x["limit_ms"] for x in targets.values())
+    return {"requests": requests, "workload": "poisson at the plan's rate, lengths fixed at the workload means",
+            "overloaded": bool(res.overloaded), "targets": targets, "slo_met": bool(met),
+            "kv_transfer_ms_mean": s.get("transfer_ms_mean")}

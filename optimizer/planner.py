@@ -186,20 +186,26 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
     if progress:
         progress("ILP", 1, 1)
     return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform,
-                      disaggregated=disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel))
+                      disaggregated=disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel,
+                                                        calibration, verifier is not None))
 
 
 def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget],
                         space: SearchSpace, max_gpus: dict[str, int], engine: EngineProfile,
-                        sel: Selection) -> dict | None:
+                        sel: Selection, calibration: str | None = None, simulate: bool = False) -> dict | None:
     """The cheapest disaggregated (xPyD) option over the same screened shapes, priced as its
-    GPUs, stated beside the aggregated selection (None when no pair meets the SLOs)."""
-    from llmplan.optimizer.disagg_candidates import best_disagg
+    GPUs, stated beside the aggregated selection (None when no pair meets the SLOs); with
+    ``simulate`` (the plan verifies finalists) it is simulated in the disaggregated DES."""
+    from llmplan.optimizer.disagg_candidates import best_disagg, verify_option
 
     if space.uniform:
         return None
     opt = best_disagg(evals, wl, slos, model, engine.name, max_gpus, space.max_load, space.max_replicas)
-    return opt.as_dict(sel.total_usd_per_hour if sel.feasible else None, model.key) if opt else None
+    if opt is None:
+        return None
+    if simulate:
+        opt.simulated = verify_option(opt, model, engine, wl, slos, calibration, space.verify_requests)
+    return opt.as_dict(sel.total_usd_per_hour if sel.feasible else None, model.key)
 
 
 def screen(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,

@@ -90,3 +90,24 @@ def test_no_option_when_tpot_unreachable():
     evals, _ = screen(model, [(get_gpu("h100_sxm"), 3.0)], EngineProfile(), wl, slos,
                       SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0), "spec")
     assert best_disagg(evals, wl, slos, model, "vllm") is None
+
+
+def test_verify_option_simulates_the_pools_and_reports_every_target():
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.disagg_candidates import verify_option
+    from llmplan.optimizer.planner import SearchSpace, screen
+    from llmplan.sim.types import EngineProfile
+
+    model = load_model("llama3_1_8b")
+    wl = WorkloadStats(rate_rps=8.0, mean_input_tokens=800.0, mean_output_tokens=100.0, max_request_tokens=1000)
+    slos = [SLOTarget("ttft", 90, 2500.0), SLOTarget("tpot", 90, 40.0)]
+    evals, _ = screen(model, [(get_gpu("h100_sxm"), 3.0)], EngineProfile(name="vllm"), wl, slos,
+                      SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0), "spec")
+    opt = best_disagg(evals, wl, slos, model, "vllm")
+    sim = verify_option(opt, model, EngineProfile(name="vllm"), wl, slos, "spec", 200)
+    assert set(sim["targets"]) == {"ttft_p90", "tpot_p90"}
+    assert sim["slo_met"] == all(t["simulated_ms"] <= t["limit_ms"] for t in sim["targets"].values())
+    # the simulated TTFT includes the fitted hand-off, which the screen also counted
+    assert sim["targets"]["ttft_p90"]["simulated_ms"] >= opt.handoff_ms
+    assert sim["kv_transfer_ms_mean"] > 0
