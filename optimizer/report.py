@@ -306,6 +306,13 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
         if fl.get("simulation_meets_slos") is False:
             console.print("[bold yellow]The whole-deployment simulation at this rate misses an SLO[/bold yellow] "
                           "(see the warning below): read the rate as an upper bound")
+    cl = res.verification.get("closed_loop")
+    if cl and cl.get("check"):
+        c = cl["check"]
+        console.print(f"[bold]Closed loop of {cl['users']} users[/bold] (think time {cl['think_time_ms']:g} ms): "
+                      f"{c['throughput_rps']:.3g} req/s simulated, every SLO {'met' if c['met'] else 'NOT met'} ("
+                      + ", ".join(f"{k} {v['simulated_ms']:.4g} ms" for k, v in c["targets"].items())
+                      + f"); planned in {len(cl['rounds'])} round(s), the table's load is the last planned rate")
     if sel.feasible:
         band = d["error_band"]
         console.print(_deploy_table(

@@ -69,6 +69,10 @@ def check_checkpoint_servable(model, res, gpu_keys: list[str]) -> None:
 
 def plan_from_app(app, console: Console, show_progress: bool = True):
     """Resolve, screen, verify, select. Returns (PlanResult, ModelSpec)."""
+    if app.workload.arrival == "closed_loop":  # N users: plans for rates until their closed loop meets the SLOs
+        from llmplan.cli.plan_users import plan_users
+
+        return plan_users(app, console, show_progress, plan_from_app)
     model = resolve_model(app)
     fleet = dict(app.fleet.gpus)
     if fleet and app.day.profile:

@@ -53,8 +53,9 @@ def deploy_block(res, model, app, out: Path) -> dict | None:
 
     if not res.selection.feasible:
         return None
+    closed = app.workload.arrival == "closed_loop"
     arts = artifacts.build(res.selection, model, app.engine, res.workload, res.slos, app.seed,
-                           arrival=app.workload.arrival)
+                           arrival=app.workload.arrival, concurrency=app.workload.concurrency if closed else None)
     index = artifacts.write(arts, out)
     return {"dir": "deploy", "index": "deploy/deploy.json", "pools": index["pools"]}
 
