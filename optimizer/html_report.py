@@ -119,6 +119,9 @@ def _answer(plan: Mapping) -> str:
             ("per month (730 h)", _usd(usd_h * HOURS_PER_MONTH if isinstance(usd_h, (int, float)) else None, 0, "/month")),
             ("GPUs", _fmt(plan.get("total_gpus"), 0)),
             ("per million output tokens", _usd(plan.get("usd_per_million_output_tokens"), 3))]
+    p_all = plan.get("every_slo_probability")
+    if isinstance(p_all, (int, float)):
+        kpis.append(("P(every SLO met), docs/RISK.md", _fmt(100 * p_all, 1, "%")))
     out.append("<div class='kpis'>" + "".join(f"<div class='kpi'><b>{v}</b><span>{esc(k)}</span></div>" for k, v in kpis)
                + "</div>")
     deps = plan.get("deployments") or []
@@ -153,6 +156,19 @@ def _answer(plan: Mapping) -> str:
             cls.append("bind" if bind else "")
     out.append(_table(["deployment", "target", "limit", "predicted", "of limit", "", "p90 error band ±", "P(met)"], trows,
                       left=(0, 1), row_class=cls))
+    conf = plan.get("confidence") or {}
+    if conf:
+        out.append(f"<p>Planned for <b>search.confidence={_fmt(conf.get('level'), 2)}</b>: limits tightened to "
+                   + esc(", ".join(f"{k} {v:.4g} ms" for k, v in (conf.get("planned_limits_ms") or {}).items()))
+                   + " (docs/RISK.md).</p>")
+    hrows = [[esc(_deploy_label(d)), _fmt((d.get("headroom") or {}).get("load_rps_per_replica"), 2),
+              _fmt((d.get("headroom") or {}).get("capacity_rps_per_replica"), 2),
+              _fmt((d.get("headroom") or {}).get("headroom_pct"), 0, "%"),
+              esc((d.get("headroom") or {}).get("limited_by", "")), esc((d.get("headroom") or {}).get("detail", ""))]
+             for d in deps if d.get("headroom")]
+    if hrows:
+        out.append("<h3>Headroom</h3>" + _table(["deployment", "load req/s per replica", "capacity req/s per replica",
+                                                 "free", "capacity limited by", "detail"], hrows, left=(0, 4, 5)))
     band = plan.get("error_band") or {}
     if band.get("wide"):
         out.append(f"<div class='warn'><b>Low confidence:</b> the step-time error band is ±{_fmt(band.get('max_p90_pct'), 0)}% "

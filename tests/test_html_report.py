@@ -151,3 +151,15 @@ def test_renders_in_headless_chromium(tmp_path):
     img = mpimg.imread(shot)
     assert img.shape[:2] == (2000, 1280)
     assert img[..., :3].std() > 0.05  # not a blank page
+
+
+def test_risk_blocks_are_shown_when_the_plan_has_them():
+    plan = _plan()
+    plan["every_slo_probability"] = 0.8123
+    plan["confidence"] = {"level": 0.9, "planned_limits_ms": {"ttft_p90": 414.9, "tpot_p90": 34.99}}
+    plan["deployments"][0]["headroom"] = {"load_rps_per_replica": 3.5, "capacity_rps_per_replica": 4.0,
+                                          "headroom_pct": 12.5, "limited_by": "kv_memory", "detail": "overloaded (KV cache)"}
+    page = html_report.build(plan)
+    assert "81.2 %" in page and "search.confidence=0.90" in page and "ttft_p90 414.9 ms" in page
+    assert "<h3>Headroom</h3>" in page and "kv_memory" in page and "12 %" in page
+    assert "<h3>Headroom</h3>" not in html_report.build(_plan())  # no block without the data
