@@ -27,7 +27,8 @@ from llmplan.sim.kernel_calibration.physics import PARAM_NAMES, BaseParams
 
 #: evaluate each pooled GPU's residual ensemble (its shape -> efficiency corrections, in
 #: GPU-normalised features) on the target's features. Leave-one-GPU-out over the seven
-#: measured GPUs, mean MAPE over (GPU, family): 30.1% without, 25.5% with (docs/ACCURACY.md).
+#: measured GPUs, mean MAPE over the 57 (GPU, compute family) cells: 30.8% with the former
+#: parameter averaging, 25.1% pooling predictions with the residuals (docs/ACCURACY.md).
 USE_RESIDUAL = True
 #: groups not pooled across GPUs (none now). fp8_block GEMM latency carries an
 #: engine-specific fixed cost (vLLM's Triton fallback on Ada ~300 us, its DeepGEMM/FlashInfer
@@ -44,8 +45,8 @@ DEFAULT_BACKEND = "vllm"
 #: exp(-(d / SIMILARITY_SCALE)**2), d the Euclidean distance between the target's and its
 #: log figures (bf16 peak, DRAM bandwidth, SM count, L2 size). None: every GPU weighs the
 #: same. Chosen leave-one-GPU-out on the seven measured GPUs (docs/ACCURACY.md): mean MAPE
-#: over (GPU, family) with residual ensembles 27.1 / 25.8 / 25.5% at scale 1.0 / 0.6 / 0.35
-#: (without them, pooling parameters: 35.0% with equal weights, 30.6% at 0.6).
+#: over the 57 (GPU, compute family) cells 26.2 / 24.6 / 24.8% at scale 0.25 / 0.35 / 0.6
+#: (before pooling predictions: 35.0% with equal weights, 30.6% at 0.6).
 SIMILARITY_SCALE: float | None = 0.35
 
 
