@@ -35,6 +35,9 @@ class SearchSpace:
     tp: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     pp: list[int] = field(default_factory=lambda: [1, 2])
     ep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    # attention data-parallel ranks (MoE models, one GPU of attention per rank: the layout
+    # TensorRT-LLM, SGLang and vLLM all launch; docs/SIMULATOR.md "Attention DP and wide EP")
+    dp: list[int] = field(default_factory=lambda: [1])
     precision: list[str] = field(default_factory=lambda: ["bf16", "fp8"])
     max_batch: list[int] = field(default_factory=lambda: [64, 256])
     kv_cache_dtype: str = "auto"
@@ -66,7 +69,7 @@ class PlanResult:
 
 def check_space(space: SearchSpace) -> None:
     """Refuse search settings that would silently change the question (UserError names the key)."""
-    for name in ("tp", "pp", "ep", "max_batch"):
+    for name in ("tp", "pp", "ep", "dp", "max_batch"):
         values = list(getattr(space, name))
         if not values or any(not isinstance(v, int) or v < 1 for v in values):
             raise UserError(f"needs a non-empty list of integers >= 1, got {values}", key=f"search.{name}",
@@ -214,7 +217,7 @@ def screen(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EnginePr
            speculative=None) -> tuple[list[Evaluation], dict]:
     """Enumerate, screen analytically and (with a verifier) simulate the finalists. Returns (evaluations, verification)."""
     cands, rejected = enumerate_candidates(model, gpus, space.tp, space.pp, space.ep, space.precision,
-                                           space.max_batch, space.kv_cache_dtype)
+                                           space.max_batch, space.kv_cache_dtype, dps=space.dp)
     if speculative is not None:  # optimizer/spec_candidates.py: speculation on next to off
         from llmplan.optimizer.spec_candidates import expand
 

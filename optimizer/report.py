@@ -71,7 +71,7 @@ def allocation_dict(a: Allocation, slos=(), probability: dict | None = None) -> 
     sim_targets = (a.simulated or {}).get("targets", {})
     return {
         "gpu": c.gpu.key, "replicas": a.replicas, "gpus_per_replica": c.gpus_per_replica,
-        "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep, "precision": c.precision_label,
+        "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep, "dp": c.par.dp, "precision": c.precision_label,
         "weight_only": c.weight_only,
         "kv_cache_dtype": c.prec.kv_cache, "max_num_seqs": c.max_num_seqs,
         "usd_per_hour": _num(a.replicas * c.usd_per_replica_hour, 4),
@@ -157,7 +157,7 @@ def candidates_frame(evals: list[Evaluation]) -> pd.DataFrame:
     for e in evals:
         c = e.candidate
         rows.append({
-            "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep,
+            "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp, "ep": c.par.ep, "dp": c.par.dp,
             "precision": c.precision_label, "weight_only": c.weight_only, "kv_cache_dtype": c.prec.kv_cache,
             "max_num_seqs": c.max_num_seqs, "gpus_per_replica": c.gpus_per_replica, "usd_per_replica_hour": round(c.usd_per_replica_hour, 4),
             "verdict": e.verdict, "reason": e.reason or e.binding,

@@ -62,7 +62,8 @@ class Candidate:
     @property
     def name(self) -> str:
         ep = f"-ep{self.par.ep}" if self.par.ep > 1 else ""
-        return f"{self.gpu.key}-tp{self.par.tp}-pp{self.par.pp}{ep}-{self.prec.weights}-b{self.max_num_seqs}"
+        dp = f"-dp{self.par.dp}" if self.par.dp > 1 else ""
+        return f"{self.gpu.key}-tp{self.par.tp}{dp}-pp{self.par.pp}{ep}-{self.prec.weights}-b{self.max_num_seqs}"
 
     @property
     def weight_only(self) -> bool:

@@ -374,3 +374,39 @@ def test_simulate_attention_dp_reports_the_layout(capsys, tmp_path):
     dep = json.loads((tmp_path / "summary.json").read_text())["deployment"]
     assert (dep["tp"], dep["dp"], dep["ep"], dep["gpus"]) == (1, 8, 8, 8)
     assert "TP1 DP8" in out
+
+
+# ----------------------------------------------------------------------------- planner hook
+
+
+def test_planner_enumerates_attention_dp_for_moe_models_only(dsr1, h200):
+    from llmplan.optimizer.enumerate import enumerate_candidates
+
+    ok, _ = enumerate_candidates(dsr1, [(h200, 3.0)], [1, 8], [1], [1, 8], ["fp8"], [256], dps=[1, 8])
+    shapes = {(c.par.tp, c.par.dp, c.par.ep) for c in ok}
+    assert (1, 8, 8) in shapes and (1, 8, 1) in shapes and (8, 1, 8) in shapes
+    assert not any(c.par.dp > 1 and c.par.tp > 1 for c in ok)          # one attention GPU per rank
+    assert any(c.name.startswith("h200_sxm-tp1-dp8-pp1-ep8") for c in ok)
+    dense, _ = enumerate_candidates(load_model("llama3_1_8b"), [(h200, 3.0)], [1], [1], [1], ["bf16"], [64],
+                                    dps=[1, 8])
+    assert {c.par.dp for c in dense} == {1}
+    default, _ = enumerate_candidates(dsr1, [(h200, 3.0)], [8], [1], [8], ["fp8"], [256])
+    assert {c.par.dp for c in default} == {1}
+
+
+def test_launch_spec_of_a_dp_candidate_sets_attention_dp_per_rank_limits(dsr1, h200):
+    from llmplan.optimizer.launch import sglang, trtllm, vllm
+    from llmplan.optimizer.launch.spec import spec_from_allocation
+    from llmplan.optimizer.types import Candidate
+
+    c = Candidate(h200, Parallelism(tp=1, ep=8, dp=8), FP8, 256, 3.0)
+    ev = type("Ev", (), {"candidate": c, "kv_capacity_tokens": 10 ** 6})()
+    alloc = type("Alloc", (), {"evaluation": ev, "replicas": 2})()
+    wl = type("WL", (), {"max_request_tokens": 4096})()
+    s = spec_from_allocation(alloc, dsr1, EngineProfile(name="vllm", max_num_batched_tokens=8192), wl)
+    assert (s.tp, s.ep, s.attention_dp, s.gpus_per_replica, s.max_num_seqs) == (8, 8, True, 8, 32)
+    assert any("attention DP over 8 GPUs" in n for n in s.notes)
+    f = vllm.command(s).argv
+    assert f[f.index("--data-parallel-size") + 1] == "8" and f[f.index("--tensor-parallel-size") + 1] == "1"
+    assert "--enable-dp-attention" in sglang.command(replace(s, engine="sglang")).argv
+    assert not any("attention DP is not modelled" in n for n in trtllm.command(replace(s, engine="trtllm")).notes)

@@ -40,7 +40,8 @@ def command(s: LaunchSpec) -> LaunchCommand:
         argv += ["--ep-size", str(s.ep)]
     if s.attention_dp:
         argv += ["--enable-dp-attention", "--dp-size", str(s.tp)]
-        notes.append("attention DP is not modelled by the planner")
+        notes.append(f"--max-running-requests {s.max_num_seqs} is per DP rank here (the plan's replica total / "
+                     f"{s.tp}); check how your SGLang version applies it under --enable-dp-attention")
     q_args, q_notes = load_time_quantization(s, "SGLang")
     argv += q_args
     notes += q_notes

@@ -42,7 +42,7 @@ class LaunchSpec:
     enable_prefix_caching: bool
     max_model_len: int
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
-    attention_dp: bool = False    # not chosen by the planner (not modelled); kept for completeness
+    attention_dp: bool = False    # attention DP over all tp GPUs (planner candidates with dp > 1)
     port: int = 8000
     name: str = "llmplan"         # Kubernetes object name (DNS-1123)
     notes: tuple[str, ...] = field(default=())
@@ -97,10 +97,18 @@ def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile,
         notes.append(f"context length {max_len} tokens (the model supports {model.max_position_embeddings}): without "
                      "chunked prefill the token budget must hold a whole prompt, and the plan verified this budget")
     per_node = GPUS_PER_NODE.get(c.gpu.key, DEFAULT_GPUS_PER_NODE)
+    dp = c.par.dp
+    seqs, tokens = c.max_num_seqs, eng.max_num_batched_tokens
+    if dp > 1:  # attention DP (tp = 1 per rank, optimizer/enumerate.py): the engines' limits are per rank
+        seqs = -(-seqs // dp)
+        tokens = -(-tokens // dp) if eng.chunked_prefill else tokens  # a whole prompt must fit one rank
+        notes.append(f"attention DP over {dp} GPUs (EP {c.par.ep}): max_num_seqs {seqs} and token budget {tokens} "
+                     f"per rank are the planned replica's {c.max_num_seqs} sequences / {eng.max_num_batched_tokens} "
+                     f"tokens split over the ranks")
     return LaunchSpec(
         engine=engine.name, model_hf_id=model.hf_id, model_native_dtype=model.native_dtype,
-        gpu_key=c.gpu.key, gpu_vendor=c.gpu.vendor, tp=c.par.tp, pp=c.par.pp, ep=c.par.ep,
-        replicas=a.replicas, max_num_seqs=c.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens,
+        gpu_key=c.gpu.key, gpu_vendor=c.gpu.vendor, tp=c.par.tp * dp, pp=c.par.pp, ep=c.par.ep,
+        replicas=a.replicas, max_num_seqs=seqs, max_num_batched_tokens=tokens, attention_dp=dp > 1,
         chunked_prefill=eng.chunked_prefill, weights_dtype=c.prec.weights, kv_cache_dtype=c.prec.kv_cache,
         gpu_memory_utilization=eng.gpu_memory_utilization, block_size=eng.block_size,
         enable_prefix_caching=eng.enable_prefix_caching, max_model_len=int(max_len), gpus_per_node=per_node,

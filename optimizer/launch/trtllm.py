@@ -39,8 +39,6 @@ def command(s: LaunchSpec) -> LaunchCommand:
             "--kv_cache_free_gpu_memory_fraction", f"{s.gpu_memory_utilization:g}",
             "--extra_llm_api_options", OPTIONS_FILE, "--host", "0.0.0.0", "--port", str(s.port)]
     notes = list(s.notes)
-    if s.attention_dp:
-        notes.append("attention DP is not modelled by the planner")
     _, q_notes = load_time_quantization(s, "TensorRT-LLM", fp8_flag=False,
                                         how="quantized with NVIDIA ModelOpt; the command names the original")
     notes += q_notes

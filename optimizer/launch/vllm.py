@@ -34,7 +34,9 @@ def command(s: LaunchSpec) -> LaunchCommand:
                          f"search.ep=[1,{s.tp}] or use SGLang/TensorRT-LLM")
     if s.attention_dp:
         argv += ["--data-parallel-size", str(s.tp)]
-        notes.append("attention DP is not modelled by the planner")
+        if s.ep not in (1, s.tp):
+            notes.append(f"WARNING: with --enable-expert-parallel vLLM's EP size is TP x DP = {s.tp}, not the "
+                         f"planned ep={s.ep}: re-plan with search.ep=[1,{s.tp}] or use SGLang/TensorRT-LLM")
     q_args, q_notes = load_time_quantization(s, "vLLM")
     argv += q_args
     notes += q_notes
