@@ -136,8 +136,8 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
     (``verify.simulate_selection``). The ILP's rate sums per-replica capacities measured in
     short bisection runs, which can be optimistic for the whole deployment in steady state.
     When it fails, lower rates are tried until one passes: first :data:`SETTLE_ESTIMATE_SHARE`
-    of the capacity the steady-state run planner estimated for the failing run (kept within
-    x0.95 of the failing rate), else x0.9 the failing rate, down to :data:`SETTLE_FLOOR` x the
+    of the capacity the steady-state run planner estimated for the failing run, at most x0.9
+    the failing rate, down to :data:`SETTLE_FLOOR` x the
     ILP's rate; then the rate is bisected between the passing and the failing one to
     :data:`SETTLE_REL_TOL`. At most :data:`SETTLE_RUNS` further simulations. The results
     attached to ``res`` are those of the reported rate; ``res.fleet`` records the ILP's rate,
@@ -163,7 +163,7 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
     def lower(failed: float, snap: tuple) -> float:
         est = _capacity_estimate(snap, failed)
         guess = SETTLE_ESTIMATE_SHARE * est if est else 0.9 * failed
-        return min(guess, 0.95 * failed)
+        return min(guess, 0.9 * failed)
 
     ok, snap = run(rate0)
     snap0 = snap
