@@ -161,3 +161,49 @@ def test_trace_csv_is_binned(tmp_path):
     p = read_profile_csv(f, interval_s=1800.0)
     assert p.source == "trace" and p.rate_rps == pytest.approx((3 / 1800, 1 / 1800, 1 / 1800))
     assert read_profile_csv(f).rate_rps == pytest.approx((4 / 3600, 1 / 3600))
+
+
+def test_plan_reports_the_simulated_attainment_of_both_schedules(tmp_path):
+    import io
+    import json
+
+    from rich.console import Console
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+
+    prof = tmp_path / "three_hours.csv"
+    # per-minute rates for three hours: 4 req/s, then 12, then 4; re-binned to hours
+    prof.write_text("t_start_s,rate_rps\n" + "".join(f"{60 * i},{12 if 60 <= i < 120 else 4}\n" for i in range(180)))
+    out = io.StringIO()
+    code = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0", f"day.profile={prof}",
+                                     "day.interval_s=3600", "day.attainment.requests_per_phase=200"]),
+                    tmp_path / "p", Console(file=out, width=160))
+    assert code == 0
+    day = json.loads((tmp_path / "p" / "plan.json").read_text())["day"]
+    assert day["intervals"] == 3 and day["profile_source"] == "table, re-binned"
+    assert [r["rate_rps"] for r in day["schedule"]] == pytest.approx([4, 12, 4])
+    att = day["attainment"]
+    assert att["lead"] == "planned" and att["intervals_simulated"] == 3 and any("steady state" in m for m in att["model"])
+    for key in ("day", "static"):
+        a = att[key]
+        assert len(a["intervals"]) == 3 and set(a["share_within"]) == {"TTFT p90 <= 1000 ms", "TPOT p90 <= 50 ms"}
+        assert 0 <= a["share_all_targets"] <= min(a["share_within"].values()) <= 1
+    # the static fleet holds the peak's replicas in every hour
+    assert {r["replicas"][0] for r in att["static"]["intervals"]} == {max(r["replicas"][0] for r in att["day"]["intervals"])}
+    assert "simulated SLO attainment, autoscaled" in out.getvalue()
+    # switched off: no simulation, the day plan alone
+    code = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0", f"day.profile={prof}",
+                                     "day.interval_s=3600", "day.attainment.enabled=false"]), tmp_path / "q",
+                    Console(file=io.StringIO()))
+    assert code == 0 and json.loads((tmp_path / "q" / "plan.json").read_text())["day"]["attainment"] is None
+
+
+def test_plan_refuses_a_bad_attainment_setting_before_planning_the_day(tmp_path):
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+
+    with pytest.raises(UserError) as e:
+        run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0", "day.profile=diurnal_24h",
+                                  "day.attainment.lead=sometime"]), tmp_path)
+    assert e.value.key == "day.attainment.lead"
