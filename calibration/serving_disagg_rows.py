@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llmplan.calibration.serving_rows import (SIMULATED, Prediction, RowMapping, ServingCase, SimOptions,
-                                              _int, _kernels, _text, concurrency_of, deployment_key, kernel_tier,
-                                              map_row, num_requests)
+from llmplan.calibration.serving_rows import (_CONC, SIMULATED, Prediction, RowMapping, ServingCase, SimOptions,
+                                              _int, _kernels, _text, deployment_key, kernel_tier, map_row,
+                                              num_requests)
 from llmplan.sim.types import EngineProfile
 
 #: per-pool columns of a disaggregated row (``prefill_<name>`` / ``decode_<name>``)
@@ -88,14 +88,20 @@ def is_disagg(row: Mapping[str, Any]) -> bool:
 
 
 def disagg_concurrency(row: Mapping[str, Any]) -> int:
-    """Clients of a disaggregated run: ``silicon_concurrency=N`` in the source, else the decode
-    pool's total batch (``decode_batch_size x decode_num_workers x decode_attention_dp_size``;
-    equal to the concurrency on every row of the measurements that gives both)."""
-    n = concurrency_of(row)
-    if n >= 1:
-        return n
-    return (_int(row.get("decode_batch_size"), 0) * _int(row.get("decode_num_workers"), 0)
-            * max(1, _int(row.get("decode_attention_dp_size"), 1)))
+    """Clients of a disaggregated run: ``silicon_concurrency=N`` in the source, else 0 (unknown).
+
+    The decode pool's total batch (``decode_batch_size x decode_num_workers x
+    decode_attention_dp_size``) equals ``N`` on every row that gives both, but it is not a
+    stand-in where ``N`` is absent: on those rows (the ``*_c_tpnone_*`` runs) the measured TPOT
+    is below what that many concurrent decodes can reach (e.g. Qwen3-32B, 2 decode workers of
+    TP4 x 224: 8.7 ms measured, ~10 ms for the KV reads alone), so fewer clients were running."""
+    return concurrency_of_source(row)
+
+
+def concurrency_of_source(row: Mapping[str, Any]) -> int:
+    """``silicon_concurrency=N`` of ``silicon_data_source`` (0 when absent)."""
+    m = _CONC.search(str(row.get("silicon_data_source") or ""))
+    return int(m.group(1)) if m else 0
 
 
 def pool_row(row: Mapping[str, Any], pool: str) -> dict[str, Any]:
@@ -109,7 +115,7 @@ def pool_row(row: Mapping[str, Any], pool: str) -> dict[str, Any]:
 
 def missing_inputs(row: Mapping[str, Any]) -> list[str]:
     """Columns a disaggregated replay needs that the row leaves empty."""
-    out = []
+    out = [] if disagg_concurrency(row) >= 1 else ["silicon_concurrency (in silicon_data_source)"]
     for pool in POOLS:
         for c in NEEDED + ("tp_size",):
             if _int(row.get(f"{pool}_{c}"), 0) < 1:
@@ -142,7 +148,7 @@ def single_client_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
     """A row at concurrency 1 whose worker counts or batch sizes are empty, with 1 prefill and
     1 decode worker of batch 1 filled in: with one closed-loop client only one request is ever
     in flight, so any xPyD serves it alike (the replay is exact, not a guess). None otherwise."""
-    if concurrency_of(row) != 1:
+    if disagg_concurrency(row) != 1:
         return None
     if any(_int(row.get(f"{p}_tp_size"), 0) < 1 for p in POOLS):
         return None
@@ -327,31 +333,45 @@ def replay_disagg(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str
     return out
 
 
+#: rows whose simulated TPOT misses the measured by more than this are left out of the hand-off
+#: fit: there the pools themselves are mis-modelled, so their TTFT residual is not a hand-off
+FIT_MAX_TPOT_APE = 0.20
+
+
 def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, Any]], seed: int,
                 workers: int = 2, progress: Any = None) -> dict[str, Any]:
     """Per-engine hand-off delay from the training half of split ``seed``: the median of
-    measured minus simulated (hand-off 0) mean TTFT, floored at 0; engines without training
-    rows get the pooled median of all training rows."""
+    measured minus simulated (hand-off 0) mean TTFT over the rows whose TPOT the replay
+    reproduces (:data:`FIT_MAX_TPOT_APE`), floored at 0; engines without such rows get the
+    pooled median."""
     import numpy as np
 
     res = replay_disagg(df, opts, overrides, {"*": 0.0}, None, workers, progress, None, seed, train_only=True)
     meas = df["silicon_ttft_ms"].to_numpy(float)
+    tpot = df["silicon_tpot_ms"].to_numpy(float)
     resid: dict[str, list[float]] = {}
+    left_out: dict[str, int] = {}
     backends = df["backend"].astype(str).str.strip().str.lower().to_numpy()
     for i, (p, _) in res.items():
-        if p.status == SIMULATED:
-            resid.setdefault(backends[i], []).append(float(meas[i] - p.ttft_ms))
+        if p.status != SIMULATED:
+            continue
+        if abs(p.tpot_ms / tpot[i] - 1.0) > FIT_MAX_TPOT_APE:
+            left_out[backends[i]] = left_out.get(backends[i], 0) + 1   # the pools are mis-modelled here
+            continue
+        resid.setdefault(backends[i], []).append(float(meas[i] - p.ttft_ms))
     pooled = [x for v in resid.values() for x in v]
     doc: dict[str, Any] = {
         "pooled_handoff_ms": round(max(0.0, float(np.median(pooled))), 1) if pooled else 0.0,
         "engines": {b: {"handoff_ms": round(max(0.0, float(np.median(v))), 1), "training_rows": len(v),
+                        "rows_left_out_tpot_off": left_out.get(b, 0),
                         "residual_ms_p10_p90": [round(float(np.percentile(v, 10)), 1),
                                                 round(float(np.percentile(v, 90)), 1)]}
                     for b, v in sorted(resid.items())},
         "_provenance": {"seed": seed, "rows": "mode=disagg rows of the measurement files given, training half "
                                               "(calibration.engine_fit.deployment_half of the disaggregated "
                                               "deployment key)",
-                        "fit": "median of measured minus simulated mean TTFT with hand-off 0, floored at 0",
+                        "fit": "median of measured minus simulated mean TTFT with hand-off 0, floored at 0, over "
+                               f"the rows whose simulated TPOT is within {FIT_MAX_TPOT_APE:.0%} of the measured",
                         "source": "aiconfigurator-core 0.12.0 served runs (Apache-2.0), shared/measurements"},
     }
     return doc

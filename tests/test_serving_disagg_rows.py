@@ -54,10 +54,12 @@ def test_concurrency_one_replays_without_worker_counts():
     assert (m.case.prefill_workers, m.case.decode_workers, m.case.concurrency) == (1, 1, 1)
 
 
-def test_concurrency_falls_back_to_the_decode_pool_batch():
-    r = row(silicon_data_source="no concurrency here", decode_batch_size=6, decode_num_workers=3,
-            decode_attention_dp_size=2)
-    assert disagg_concurrency(r) == 36
+def test_concurrency_without_the_source_field_is_a_missing_input():
+    # the decode pool's total batch is not a stand-in for the client count (module docstring)
+    r = row(silicon_data_source="no concurrency here", decode_batch_size=6, decode_num_workers=3)
+    assert disagg_concurrency(r) == 0
+    m = map_disagg_row(r, 0, ENGINES)
+    assert m.case is None and m.status.startswith("missing_input:") and "silicon_concurrency" in m.status
 
 
 def test_unsupported_pool_names_the_pool():
