@@ -55,6 +55,9 @@ class FitOptions:
     min_rows_gbt: int = 60           # below this a group keeps its base model only
     few_configs: float = 8.0         # groups with fewer shape configurations lean on the pooled prior
     residual_split: Split = Split("grouped", 0.2, 0)
+    # further grouped splits whose held-out errors are pooled into the measured-tier bands of
+    # the families with few shape groups (BAND_EXTRA_FAMILIES), refitted for those only
+    band_extra_splits: tuple[Split, ...] = (Split("grouped", 0.2, 2), Split("grouped", 0.2, 3))
     residuals: bool = True           # compute residual statistics (needs a second fit)
     spec_rows: int = 4000            # rows per (family, GPU) scored for the roofline's error band
     crossgen_rows: int = 40000       # rows per (family, GPU) scored leave-one-GPU-out
@@ -75,6 +78,30 @@ def _take(phys: F.Phys, idx: np.ndarray) -> F.Phys:
     pick = lambda v: np.asarray(v)[idx] if np.ndim(v) else v  # noqa: E731
     return F.Phys(pick(phys.t_c), pick(phys.t_m), pick(phys.q), pick(phys.ws_l2), pick(phys.t_l2),
                   pick(phys.waves), None, None, [pick(v) for v in phys.x])
+
+
+#: features the residual ensembles never split on, per family. They stay in the feature
+#: vector (so calibration files fitted before keep their indices) but are held constant
+#: when fitting. MoE: the expert-configuration identity (hidden, inter, top-k, expert
+#: count). With them the trees memorise the configurations they saw and carry one
+#: configuration's kernel quirks to an unseen one; without them the residual is a function
+#: of tokens per expert, touched experts, dtype, sharding and the roofline terms only.
+#: Measured on the grouped split (--split grouped:0.2:1, MoE MAPE): H100 43.1 -> 25.9%,
+#: H200 47.3 -> 26.9%, B200 26.0 -> 17.9% (A100/L40S/RTX PRO 6000 within +-2 points).
+RESIDUAL_EXCLUDE: dict[str, tuple[str, ...]] = {
+    "moe": ("log_hidden", "log_inter_local", "log_topk", "log_local_experts"),
+}
+
+
+def residual_features(family: str, phys: F.Phys) -> np.ndarray:
+    """The residual ensembles' training matrix: :func:`features.feature_matrix` with the
+    family's :data:`RESIDUAL_EXCLUDE` columns held at 0 (never split on)."""
+    x = F.feature_matrix(phys)
+    drop = [i for i, n in enumerate(F.FEATURES[family]) if n in RESIDUAL_EXCLUDE.get(family, ())]
+    if drop:
+        x = x.copy()
+        x[:, drop] = 0.0
+    return x
 
 
 def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions, seed: int,
@@ -99,7 +126,7 @@ def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions,
         sub = _take(phys, ig)
         resid = np.log(y_us[ig] / predict_us(base, sub))
         n_trees = int(np.clip(len(df) / opts.rows_per_tree, opts.min_trees, opts.gbt.n_trees))
-        gbt = fit_gbt(F.feature_matrix(sub), resid, list(F.FEATURES[family]),
+        gbt = fit_gbt(residual_features(family, sub), resid, list(F.FEATURES[family]),
                       replace(opts.gbt, n_trees=n_trees, seed=seed % (2 ** 31))).rounded()
     return GroupModel.from_dict(GroupModel(base, gbt, len(df), shape_ranges(family, df)).to_dict())
 
@@ -139,7 +166,7 @@ def fit_shared_gbt(family: str, parts: list[tuple[pd.DataFrame, GroupModel]], gp
         idx = _subsample(len(df), cap, seed + i)
         sub = df.iloc[idx]
         phys = F.frame_phys(family, sub, gpu)
-        xs.append(F.feature_matrix(phys))
+        xs.append(residual_features(family, phys))
         rs.append(np.log(sub["latency_ms"].to_numpy(dtype=np.float64) * 1e3 / predict_us(gm.base, phys)))
     if total < opts.min_rows_gbt:
         return None
@@ -267,15 +294,38 @@ def ape_stats(pred: np.ndarray, meas_ms: np.ndarray) -> dict[str, float]:
             "p90_ape": round(float(np.quantile(e, 0.9)), 5)}
 
 
+#: families with few shape groups per GPU (MoE expert configurations, MLA head counts, GDN
+#: head configurations): one 20% grouped split holds out a handful of groups, too few for a
+#: stable p90, so their measured-tier bands pool the held-out errors of
+#: ``FitOptions.band_extra_splits`` as well
+BAND_EXTRA_FAMILIES = ("moe", "mla_prefill", "mla_decode", "mla_bmm", "gdn_prefill", "gdn_decode")
+
+
 def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
-                   max_rows: int | None = None) -> dict[str, dict[str, Any]]:
+                   max_rows: int | None = None,
+                   extra: list[tuple[Calibration, Measurements]] = ()) -> dict[str, dict[str, Any]]:
     """APE statistics per family (and per GEMM/MoE dtype ``family:dtype``, per GPU
     ``family@gpu``, pooled "collective" and "all" compute families) of ``cal`` on ``test``
-    rows; tier "spec" scores the roofline.
+    rows, pooled with those of every further (calibration, test rows) pair in ``extra``;
+    tier "spec" scores the roofline.
     ``max_rows`` caps the rows scored per (family, GPU) with a deterministic sample."""
+    collected: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for c, t in [(cal, test), *extra]:
+        _collect_residuals(c, t, tier, max_rows, collected)
+    out = {}
+    for fam, parts in sorted(collected.items()):
+        p = np.concatenate([a for a, _ in parts]) if parts else np.zeros(0)
+        y = np.concatenate([b for _, b in parts]) if parts else np.zeros(0)
+        st = ape_stats(p, y)
+        if st.get("rows"):
+            out[fam] = {**st, "method": method}
+    return out
+
+
+def _collect_residuals(cal: Calibration, test: Measurements, tier: str, max_rows: int | None,
+                       collected: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> None:
     from llmplan.sim.kernel_calibration.predict import predict_frame, roofline_predict
 
-    collected: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for fam, df in sorted(test.frames.items()):
         for gpu, sub in df.groupby("gpu", sort=True):
             if max_rows is not None and len(sub) > max_rows:
@@ -302,13 +352,21 @@ def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
                 collected.setdefault(f"collective@{gpu}", []).append((pred[keep], y[keep]))
             if fam in F.COMPUTE_FAMILIES:
                 collected.setdefault("all", []).append((pred[keep], y[keep]))
-    out = {}
-    for fam, parts in sorted(collected.items()):
-        p = np.concatenate([a for a, _ in parts]) if parts else np.zeros(0)
-        y = np.concatenate([b for _, b in parts]) if parts else np.zeros(0)
-        st = ape_stats(p, y)
-        if st.get("rows"):
-            out[fam] = {**st, "method": method}
+
+
+def _extra_band_fits(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
+                     progress: Progress | None) -> list[tuple[Calibration, Measurements]]:
+    """(held-out calibration, its test rows) of every ``band_extra_splits`` split, fitted on
+    the :data:`BAND_EXTRA_FAMILIES` only."""
+    few = Measurements(meas.root, {f: d for f, d in meas.frames.items() if f in BAND_EXTRA_FAMILIES},
+                       meas.sources, meas.gpu_specs)
+    out = []
+    for sp in opts.band_extra_splits:
+        if not few.frames:
+            break
+        train, test = split_measurements(few, sp)
+        sub = (lambda label, i, n, sp=sp: progress(f"bands {sp}: {label}", i, n)) if progress else None
+        out.append((Calibration(gpus=gpus, measured=fit_measured(train, gpus, opts, sub)), test))
     return out
 
 
@@ -325,8 +383,12 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
         sub_progress = (lambda label, i, n: progress(f"residuals: {label}", i, n)) if progress else None
         held = Calibration(gpus=gpus, measured=fit_measured(train, gpus, opts, sub_progress),
                            collectives=fit_collectives(train, gpus))
-        cal.residuals["measured"] = residual_stats(held, test, "measured", f"split {opts.residual_split}",
-                                                   max_rows=opts.crossgen_rows)
+        extra = _extra_band_fits(meas, gpus, opts, progress)
+        method = f"split {opts.residual_split}" + (
+            f" (+ {', '.join(map(str, opts.band_extra_splits))} for {', '.join(BAND_EXTRA_FAMILIES)})"
+            if extra else "")
+        cal.residuals["measured"] = residual_stats(held, test, "measured", method,
+                                                   max_rows=opts.crossgen_rows, extra=extra)
         if len(gpus) > 1:
             cal.residuals["cross-gen"] = residual_stats(cal, meas, "cross-gen", "leave-one-GPU-out",
                                                         max_rows=opts.crossgen_rows)
@@ -344,7 +406,10 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
                     "gbt": {"n_trees_max": opts.gbt.n_trees, "depth": opts.gbt.depth,
                             "learning_rate": opts.gbt.learning_rate, "l2": opts.gbt.l2, "n_bins": opts.gbt.n_bins,
                             "subsample": opts.gbt.subsample, "rows_per_tree": opts.rows_per_tree},
-                    "residual_split": str(opts.residual_split), "crossgen_rows": opts.crossgen_rows,
+                    "residual_split": str(opts.residual_split),
+                    "band_extra_splits": [str(sp) for sp in opts.band_extra_splits],
+                    "residual_exclude": {k: list(v) for k, v in sorted(RESIDUAL_EXCLUDE.items())},
+                    "crossgen_rows": opts.crossgen_rows,
                     "spec_rows": opts.spec_rows},
     }
     if progress:
