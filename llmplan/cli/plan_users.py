@@ -11,6 +11,7 @@ from dataclasses import replace
 from llmplan.cli.resolve import resolve_model, resolve_slos, workload_sample
 from llmplan.errors import ConfigError
 from llmplan.optimizer.closed_loop import closed_loop_check, plan_closed_loop
+from llmplan.optimizer.risk import confidence_slos
 
 
 def plan_users(app, console, show_progress: bool, plan_fn: Callable):
@@ -21,6 +22,8 @@ def plan_users(app, console, show_progress: bool, plan_fn: Callable):
     model = resolve_model(app)
     slos = resolve_slos(app)
     wl, _ = workload_sample(app, model, need_rate=False)
+    # with search.confidence the closed loop must meet the tightened limits, as each round's plan does
+    checked = confidence_slos(slos, app.engine.name, app.search.confidence)
 
     def at_rate(rate: float):
         a = copy.deepcopy(app)
@@ -28,6 +31,6 @@ def plan_users(app, console, show_progress: bool, plan_fn: Callable):
         return plan_fn(a, console, show_progress)
 
     def check(res, m):
-        return closed_loop_check(res, m, app.engine, app.workload, slos, app.seed)
+        return closed_loop_check(res, m, app.engine, app.workload, checked, app.seed)
 
     return plan_closed_loop(app, at_rate, check, slos, wl.mean_output_tokens)
