@@ -28,7 +28,9 @@ SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analy
            "Writes plan.json, candidates.csv, pareto.csv and deploy/ (launch.sh, k8s.yaml, bench.sh per\n"
            "pool) to the output directory (hydra.run.dir); report.html=true adds report.html and the\n"
            "PNG plots; day.profile=FILE.csv plans a day of traffic (day.csv). fleet.gpus='{h100_sxm: 8}'\n"
-           "answers instead the maximum request rate that fleet sustains within the SLOs.")
+           "answers instead the maximum request rate that fleet sustains within the SLOs.\n"
+           "search.confidence=0.9 picks the cheapest deployment meeting every SLO with that probability\n"
+           "(docs/RISK.md); workload=closed_loop workload.concurrency=64 plans for 64 concurrent users.")
 
 
 def output_dir() -> Path:
