@@ -274,8 +274,8 @@ def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats,
         c = pick.evaluation.candidate
         deps.append(Deployment(model, c.gpu, c.par, c.prec, replace(engine, max_num_seqs=c.max_num_seqs)))
     i, o = max(1, int(round(wl.mean_input_tokens))), max(1, int(round(wl.mean_output_tokens)))
-    spec = disagg_from_deployments(deps[0], deps[1], opt.prefill.workers, opt.decode.workers, i + o, calibration)
-    spec = replace(spec, handoff_ms=opt.handoff_ms)
+    spec = disagg_from_deployments(deps[0], deps[1], opt.prefill.workers, opt.decode.workers, i + o, calibration,
+                                   handoff_ms=opt.handoff_ms)
     work = WorkloadSpec(preset=None, arrival="poisson", rate_rps=wl.rate_rps, num_requests=requests,
                         input_tokens=LengthSpec(kind="fixed", mean_tokens=i),
                         output_tokens=LengthSpec(kind="fixed", mean_tokens=o), seed=seed)

@@ -28,9 +28,10 @@ def pool_from_deployment(dep: Deployment, workers: int, longest_request_tokens: 
 def disagg_from_deployments(prefill: Deployment, decode: Deployment, prefill_workers: int, decode_workers: int,
                             longest_request_tokens: int, calibration: Optional[str] = None,
                             placement: str = "auto", latency_us: Optional[float] = None, layerwise: bool = False,
-                            first_token_at: str = "decode") -> DisaggSpec:
+                            first_token_at: str = "decode", handoff_ms: float = 0.0) -> DisaggSpec:
     """xPyD deployment: ``prefill_workers`` x ``prefill``, ``decode_workers`` x ``decode``.
-    Both must serve the same model with the same KV dtype (the KV moves as it is)."""
+    Both must serve the same model with the same KV dtype (the KV moves as it is).
+    ``handoff_ms``: :attr:`DisaggSpec.handoff_ms` (``sim.disagg_handoff.handoff_ms`` has the fit)."""
     for key, w in (("prefill.workers", prefill_workers), ("decode.workers", decode_workers)):
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
             raise UserError(f"the pool needs at least one worker, got {w!r}", key=key,
@@ -46,4 +47,4 @@ def disagg_from_deployments(prefill: Deployment, decode: Deployment, prefill_wor
     d = pool_from_deployment(decode, decode_workers, longest_request_tokens, calibration)
     xfer = kv_link_transfer(prefill.model, prefill.prec.kv_cache, prefill.gpu, decode.gpu, p, d, placement,
                             latency_us, layerwise)
-    return DisaggSpec(p, d, xfer, first_token_at)
+    return DisaggSpec(p, d, xfer, first_token_at, handoff_ms=handoff_ms)

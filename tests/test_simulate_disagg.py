@@ -92,3 +92,26 @@ def test_cli_exit_code_2(tmp_path, capsys, monkeypatch):
     assert main(["simulate"] + HETERO + ["deployment.decode.workers=0"]) == 2
     err = capsys.readouterr().err
     assert "deployment.decode.workers" in err and "Traceback" not in err
+
+
+def test_handoff_defaults_to_the_engines_fit_and_can_be_set(tmp_path):
+    from llmplan.sim.disagg_handoff import handoff_ms
+
+    fitted = handoff_ms("vllm")
+    assert fitted > 0   # the shipped fit (sim/data/disagg_handoff.json)
+    runs = {}
+    for name, extra in (("fit", []), ("zero", ["deployment.kv_transfer.handoff_ms=0"]),
+                        ("set", ["deployment.kv_transfer.handoff_ms=250"])):
+        assert run_simulate(compose("simulate", HETERO + ["engine=vllm"] + extra), tmp_path / name) == 0
+        runs[name] = _summary(tmp_path / name)
+    assert runs["fit"]["deployment"]["handoff_ms"] == pytest.approx(fitted)
+    assert runs["zero"]["deployment"]["handoff_ms"] == 0 and runs["set"]["deployment"]["handoff_ms"] == 250
+    # at 10 req/s on these pools the delay adds to TTFT nearly one for one (nothing else queues more)
+    d = runs["set"]["ttft_ms"]["mean"] - runs["zero"]["ttft_ms"]["mean"]
+    assert d == pytest.approx(250.0, rel=0.1)
+
+
+def test_negative_handoff_exits_2(tmp_path):
+    with pytest.raises(UserError) as e:
+        run_simulate(compose("simulate", HETERO + ["deployment.kv_transfer.handoff_ms=-5"]), tmp_path)
+    assert "handoff_ms" in str(e.value.key)

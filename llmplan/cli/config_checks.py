@@ -69,6 +69,7 @@ RANGES: dict[str, Rule] = {
     **{f"deployment.{pool}.workers": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]")
        for pool in ("prefill", "decode")},
     "deployment.kv_transfer.latency_us": NON_NEGATIVE,
+    "deployment.kv_transfer.handoff_ms": NON_NEGATIVE,
     "gpu.max_gpus.*": NON_NEGATIVE, "fleet.gpus.*": AT_LEAST_1, "gpu.usd_per_hour.*": POSITIVE,
     "gpu.spec_overrides.*.*": POSITIVE,
     "whatif.slo_scale": POSITIVE, "whatif.rate_scale": POSITIVE, "whatif.price_scale.*": POSITIVE,

@@ -104,6 +104,9 @@ class KVTransferConfig:
     latency_us: Optional[float] = None
     # send the KV layer by layer while the prefill runs (only the last layer's share is exposed)
     layerwise: bool = False
+    # fixed per-request hand-off delay of the disaggregated front end, ms; null = the engine's
+    # fitted value (sim/data/disagg_handoff.json, docs/DISAGG.md), 0 = none
+    handoff_ms: Optional[float] = None
 
 
 @dataclass
