@@ -132,3 +132,27 @@ def test_confidence_out_of_range_is_a_config_error():
     with pytest.raises(ConfigError) as exc:
         to_app(compose("plan", SMALL + ["search.confidence=1.0"]))
     assert exc.value.key == "search.confidence"
+
+
+def test_console_lines_show_probabilities_and_headroom_from_the_plan_dict():
+    import io
+
+    from rich.console import Console
+
+    from llmplan.optimizer import report
+    from llmplan.optimizer.planner import PlanResult
+    from llmplan.optimizer.types import WorkloadStats
+
+    slos = [SLOTarget("ttft", 90, 1000.0), SLOTarget("tpot", 90, 50.0)]
+    a = _alloc("overloaded (max_num_seqs)")
+    a.analytical = {"ttft_p90": 300.0, "tpot_p90": 40.0}
+    res = PlanResult(Selection(True, [a], 8.0, 2, "Optimal"), [a.evaluation], [], WorkloadStats(6.0, 1000.0, 200.0, 4000),
+                     slos)
+    d = report.plan_dict(res, {"model": "m", "engine": "vllm"})
+    p = d["deployments"][0]["targets"]["tpot_p90"]["probability"]
+    assert p == pytest.approx(risk.error_model("vllm", "tpot").probability(40.0, 50.0), abs=1e-4)
+    buf = io.StringIO()
+    report.render(res, d, Console(file=buf, width=100, no_color=True), None)
+    text = buf.getvalue()
+    assert f"tpot_p90 {p:.2f}" in text and f"P(every SLO met) = {d['every_slo_probability']:.2f}" in text
+    assert "Headroom h100_sxm tp1/pp1/ep1: 3/4 req/s per replica, 25% free; limited by batch_cap" in text
