@@ -41,7 +41,7 @@ import numpy as np
 from llmplan.errors import InfeasibleDeployment, UserError
 from llmplan.model_catalog.derived import kv_bytes_per_token_tp
 from llmplan.model_catalog.loader import load_model
-from llmplan.sim.speculative import SpecConfig, SpeculativeStepModel, spec_config_from
+from llmplan.sim.speculative import SpecConfig, SpeculativeStepModel, _bucket_1pct, spec_config_from
 from llmplan.sim.step_model import AnalyticalStepModel
 from llmplan.sim.types import StepShape
 
@@ -122,9 +122,9 @@ class SpecDecodeCost:
         self.seed = int(seed)
         self.mean_prompt = max(0.0, float(mean_prompt_tokens))
         self.tokens_per_step = cfg.tokens_per_step
-        self._lengths = np.arange(1, cfg.k + 2)
-        self._probs = np.asarray(cfg.acceptance.length_distribution(cfg.k), float)
-        self._probs = self._probs / self._probs.sum()
+        probs = np.asarray(cfg.acceptance.length_distribution(cfg.k), float)
+        self._cdf = np.cumsum(probs / probs.sum())  # P(tokens <= 1..k+1)
+        self._cdf[-1] = 1.0
         self._memo: dict[tuple[int, float], float] = {}
 
     def __getattr__(self, name: str):  # breakdown, kernels, model, ... of the target step model
@@ -143,7 +143,7 @@ class SpecDecodeCost:
         steps, done = 0, 0
         while done < need:
             m = max(8, int(math.ceil((need - done) / self.tokens_per_step * 1.25)) + 4)
-            draws = rng.choice(self._lengths, size=m, p=self._probs)
+            draws = np.searchsorted(self._cdf, rng.random(m), side="right") + 1  # tokens 1..k+1
             csum = done + np.cumsum(draws)
             hit = int(np.searchsorted(csum, need))  # first index where the total reaches need
             if hit < m:
@@ -158,8 +158,8 @@ class SpecDecodeCost:
         return p + self.tokens_per_step * (step_context - p)
 
     def _decode_ms(self, n: int, step_ctx: float) -> float:
-        ctx = self.token_context(step_ctx)
-        key = (n, round(ctx))
+        ctx = _bucket_1pct(max(1.0, self.token_context(step_ctx)))  # the step model's own 1% grid
+        key = (n, ctx)
         t = self._memo.get(key)
         if t is None:
             lens = [max(1, int(round(ctx)))] * n
