@@ -503,7 +503,8 @@ def bands_from_fit(res: "FitResult") -> dict[str, Any]:
     seed = int(res.provenance.get("seed", 0))
     out: dict[str, Any] = {}
     for be, f in res.fits.items():
-        halves = {j: grouped_halves([b for b in bs if b.backend == be], seed) for j, bs in res.bases.items()}
+        halves = {j: grouped_halves(v, seed) for j, bs in res.bases.items()
+                  if (v := [b for b in bs if b.backend == be])}
         fold_a = log_residuals(halves[f.holdout.osl_jitter][1], lambda b: terms_for(b, f.holdout, f.holdout_families))
         other = {j: h[1] for j, h in halves.items()}
         if other[min(other)]:
@@ -667,25 +668,28 @@ def run_fit(measurements: list[str | Path], opts: SimOptions, seed: int = 0, pre
             backends: tuple[str, ...] = BACKENDS, workers: int = 2,
             progress: Callable[[int, int], None] | None = None,
             jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
-            cache: Path | None = None, exclude: bool = False) -> FitResult:
+            cache: Path | None = None, exclude: bool = False,
+            engine_jitters: dict[str, tuple[float, ...]] | None = None) -> FitResult:
     """Read measurement files and fit every engine in them (see :func:`fit_frame`)."""
     paths = serving_files(list(measurements))
     return fit_frame(read_serving_files(paths), paths, opts, seed, prefill_scale, backends, workers, progress,
-                     jitters, limit, cache, exclude)
+                     jitters, limit, cache, exclude, engine_jitters)
 
 
 def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
               backends: tuple[str, ...] = BACKENDS, workers: int = 2,
               progress: Callable[[int, int], None] | None = None,
               jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
-              cache: Path | None = None, exclude: bool = False) -> FitResult:
+              cache: Path | None = None, exclude: bool = False,
+              engine_jitters: dict[str, tuple[float, ...]] | None = None) -> FitResult:
     """Bases for the simulable rows of ``df`` (read from ``paths``) at each jitter of
     ``jitters`` (:func:`collect_bases`; reused from ``cache`` when it was written for the same
     inputs), then a fit per engine (:func:`fit_bases`)."""
-    key = _cache_key(df, opts, backends, jitters, limit, prefill_scale)
+    key = _cache_key(df, opts, backends, jitters, limit, prefill_scale, engine_jitters)
     got = _read_cache(cache, key) if cache else None
     if got is None:
-        got = collect_bases(df, opts, backends, workers, progress, jitters, limit=limit, prefill=prefill_scale)
+        got = collect_bases(df, opts, backends, workers, progress, jitters, limit=limit, prefill=prefill_scale,
+                            engine_jitters=engine_jitters)
         if cache:
             _write_cache(cache, key, *got)
     by_j, skipped = got
@@ -693,13 +697,14 @@ def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefi
 
 
 def _cache_key(df: Any, opts: SimOptions, backends: tuple[str, ...], jitters: tuple[float, ...],
-               limit: int | None, prefill: bool) -> str:
+               limit: int | None, prefill: bool, engine_jitters: dict[str, tuple[float, ...]] | None = None) -> str:
     """Everything the bases depend on: rows, options, grids, kernel calibration, scheduler policy
     and :data:`BASIS_VERSION`."""
     h = hashlib.sha256()
     h.update(df.to_csv(index=False).encode())
     h.update(repr((asdict(opts), backends, sorted(jitters), OVERLAP_GRID, limit, prefill,
-                   _calibration_sha(opts.calibration), SCHEDULER, BASIS_VERSION)).encode())
+                   _calibration_sha(opts.calibration), SCHEDULER, BASIS_VERSION,
+                   sorted((engine_jitters or {}).items()))).encode())
     return h.hexdigest()
 
 
@@ -734,10 +739,14 @@ def subsample(indices: list[int], limit: int | None) -> list[int]:
 def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKENDS, workers: int = 2,
                   progress: Callable[[int, int], None] | None = None,
                   jitters: tuple[float, ...] = JITTER_GRID, grid: tuple[float, ...] = OVERLAP_GRID,
-                  limit: int | None = None, prefill: bool = False) -> tuple[dict[float, list[Basis]], dict[str, int]]:
-    """{jitter: bases of the same rows, in order} and {reason: rows not used}. Rows without
-    a basis at some jitter are left out at every jitter. ``limit``: a deterministic subsample."""
-    if not jitters:
+                  limit: int | None = None, prefill: bool = False,
+                  engine_jitters: dict[str, tuple[float, ...]] | None = None
+                  ) -> tuple[dict[float, list[Basis]], dict[str, int]]:
+    """{jitter: bases of the rows simulated at that jitter, in order} and {reason: rows not used}.
+    Every row is simulated at each jitter of its engine's grid (``engine_jitters[backend]``,
+    else ``jitters``); rows without a basis at one of them are left out at all.
+    ``limit``: a deterministic subsample."""
+    if not jitters or any(not g for g in (engine_jitters or {}).values()):
         raise UserError("no desynchronisation values to try", key="--jitter-grid")
     maps = map_rows(df, engine_profiles(SCHEDULER))
     skipped: dict[str, int] = {}
@@ -746,20 +755,24 @@ def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKEND
             skipped[m.reason] = skipped.get(m.reason, 0) + 1
     idx = subsample([m.index for m in maps if m.case is not None and m.case.backend in backends], limit)
     rows = df.to_dict("records")
-    jgrid = sorted(set(float(j) for j in jitters))
-    per_j: dict[float, list[Basis | str]] = {}
+    engine_of = {m.index: m.case.backend for m in maps if m.case is not None}
+    grid_of = {be: tuple(float(j) for j in (engine_jitters or {}).get(be, jitters)) for be in set(engine_of.values())}
+    jgrid = sorted({j for i in idx for j in grid_of[engine_of[i]]})
+    per_j: dict[float, dict[int, Basis | str]] = {}
     for k, j in enumerate(jgrid):
         prog = (lambda d, t, k=k: progress(k * t + d, len(jgrid) * t)) if progress else None
-        per_j[j] = compute_bases(rows, idx, replace(opts, osl_jitter=j), workers, prog, grid=grid, prefill=prefill)
+        idx_j = [i for i in idx if j in grid_of[engine_of[i]]]
+        per_j[j] = dict(zip(idx_j, compute_bases(rows, idx_j, replace(opts, osl_jitter=j), workers, prog, grid=grid,
+                                                 prefill=prefill)))
     bad: dict[int, str] = {}
     for j in jgrid:
-        for i, b in zip(idx, per_j[j]):
+        for i, b in per_j[j].items():
             if isinstance(b, str) and i not in bad:
                 bad[i] = b.split(":", 1)[0]
     for r in bad.values():
         skipped[r] = skipped.get(r, 0) + 1
-    keep = [n for n, i in enumerate(idx) if i not in bad]
-    by_j: dict[float, list[Basis]] = {j: [per_j[j][n] for n in keep] for j in jgrid}  # type: ignore[misc]
+    by_j: dict[float, list[Basis]] = {j: [per_j[j][i] for i in idx if i in per_j[j] and i not in bad]  # type: ignore[misc]
+                                      for j in jgrid}
     return by_j, skipped
 
 
@@ -774,8 +787,8 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
         by_j, excluded = exclude_regimes(by_j, df)
     fits = {}
     for be in BACKENDS:
-        mine = {j: [b for b in bs if b.backend == be] for j, bs in by_j.items()}
-        if not mine[grid[0]]:
+        mine = {j: v for j, bs in by_j.items() if (v := [b for b in bs if b.backend == be])}
+        if not mine:
             continue
         fits[be] = fit_engine(be, mine, EngineParams(0.5, 0.0), seed, prefill_scale)
     first, last = data_dates(df["silicon_data_source"].tolist())
@@ -786,9 +799,10 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
             "measured_from": first, "measured_to": last, "gpus": sorted(df["system"].astype(str).unique().tolist()),
             "kernel_calibration": opts.calibration or "default",
             "kernel_calibration_sha256": _calibration_sha(opts.calibration),
-            "kernel_tiers": sorted({b.tier for b in by_j[grid[0]]}),
+            "kernel_tiers": sorted({b.tier for bs in by_j.values() for b in bs}),
             "sim_options": {k: v for k, v in asdict(opts).items() if k != "osl_jitter"},
-            "jitter_grid": grid, "overlap_grid": list(by_j[grid[0]][0].grid) if by_j[grid[0]] else [],
+            "jitter_grid": grid, "jitter_grid_per_engine": engine_grids(by_j),
+            "overlap_grid": next((list(bs[0].grid) for bs in by_j.values() if bs), []),
             "scheduler": SCHEDULER, "family_min_deployments": FAMILY_MIN_DEPLOYMENTS,
             "seed": seed, "split": f"halves by deployment (sha256 of seed and deployment key), seed {seed}",
             "method": ("least squares on log(mean TTFT) and log(mean TPOT), soft_l1 loss (f_scale "
@@ -800,14 +814,23 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
     return FitResult(fits, skipped, prov, by_j)
 
 
+def engine_grids(by_j: dict[float, list[Basis]]) -> dict[str, list[float]]:
+    """{engine: the jitter values its rows were simulated at}."""
+    out: dict[str, set[float]] = {}
+    for j, bs in by_j.items():
+        for b in bs:
+            out.setdefault(b.backend, set()).add(j)
+    return {be: sorted(v) for be, v in sorted(out.items())}
+
+
 def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float, list[Basis]], dict[str, int]]:
     """The bases without the rows :mod:`calibration.serving_regimes` flags (regimes the replay
     does not reproduce; criteria from the row and the simulator, never from the error), and
     {flag: rows excluded}."""
     from llmplan.calibration.serving_regimes import flags_of
 
-    first = by_j[min(by_j)] if by_j else []
-    flags = flags_of(df.to_dict("records"), [b.index for b in first], engine_profiles(SCHEDULER))
+    indices = sorted({b.index for bs in by_j.values() for b in bs})
+    flags = flags_of(df.to_dict("records"), indices, engine_profiles(SCHEDULER))
     counts: dict[str, int] = {}
     for f in flags.values():
         for k in f:
@@ -877,6 +900,18 @@ def parse_grid(text: str) -> tuple[float, ...]:
     return grid
 
 
+def parse_engine_jitters(specs: list[str]) -> dict[str, tuple[float, ...]] | None:
+    """``["vllm=0.02", "sglang=0,0.02"]`` -> {engine: grid} (None when empty)."""
+    out: dict[str, tuple[float, ...]] = {}
+    for spec in specs:
+        name, _, values = spec.partition("=")
+        if name.strip() not in BACKENDS or not values:
+            raise UserError(f"bad --engine-jitter '{spec}'", key="--engine-jitter",
+                            fix=f"ENGINE=J[,J...] with ENGINE one of {', '.join(BACKENDS)}")
+        out[name.strip()] = parse_grid(values)
+    return out or None
+
+
 def sim_options(a: argparse.Namespace) -> tuple[SimOptions, str]:
     """SimOptions from parsed arguments, with the calibration resolved (and a note)."""
     if a.waves < 1 or (a.osl_jitter is not None and not (0.0 <= a.osl_jitter < 1.0)):
@@ -905,6 +940,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSON file keeping the simulated coefficients; reused when rows, options, kernel "
                          "calibration and code are unchanged (refits then take seconds)")
     add_jitter_arg(ap)
+    ap.add_argument("--engine-jitter", action="append", default=[], metavar="ENGINE=J[,J...]",
+                    help="desynchronisation values tried for one engine instead of --jitter-grid (repeatable), "
+                         "e.g. vllm=0.02")
     add_sim_args(ap)
     a = ap.parse_args(argv)
     console = make_console()
@@ -916,7 +954,7 @@ def main(argv: list[str] | None = None) -> int:
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
             res = run_fit(a.measurements, opts, a.seed, a.prefill_scale, tuple(a.backend or BACKENDS), a.workers, prog,
                           parse_grid(a.jitter_grid), a.limit, Path(a.bases_cache) if a.bases_cache else None,
-                          a.exclude_regimes)
+                          a.exclude_regimes, parse_engine_jitters(a.engine_jitter))
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR
