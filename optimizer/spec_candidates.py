@@ -90,14 +90,14 @@ def search_setting(model: ModelSpec, raw: Mapping[str, Any] | None) -> SpecSearc
 
 
 def expand(cands: list[Candidate], search: SpecSearch | None) -> list[Candidate]:
-    """Each candidate, followed by its speculating twin (pp = 1 shapes only; k chosen later, per
+    """Each candidate, followed by its speculating twin (pp = 1, dp = 1 shapes only; k chosen later, per
     shape: a placeholder k here, replaced in :func:`spec_view`)."""
     if search is None:
         return cands
     out: list[Candidate] = []
     for c in cands:
         out.append(c)
-        if c.par.pp != 1:  # speculation with pipeline parallelism is not modelled (sim/spec_decode.py)
+        if c.par.pp != 1 or c.par.dp != 1:  # not modelled with pipeline stages or attention DP
             continue
         k = search.k_fixed or 1
         out.append(SpecCandidate(c.gpu, c.par, c.prec, c.max_num_seqs, c.usd_per_gpu_hour, spec=search.config(k)))
