@@ -171,6 +171,7 @@ class PhaseSim:
     overloaded: bool                   # the queue grows over the window (or no replica)
     served_rps: float                  # completed requests per second in the window
     held: bool                         # every target holds at its percentile, not overloaded
+    backlog_growth_rps: float = 0.0    # growth of the requests in the system over the window (overloaded)
 
 
 #: per phase: (share within each target in order, share meeting all, targets held, overloaded)
@@ -202,25 +203,29 @@ def run_phase(fleet: Fleet, rate_rps: float, replica_of: Callable[[str], Replica
         held &= (len(done) == 0 and t.metric == "tpot") or (
             len(done) > 0 and float(np.percentile(done, t.percentile)) <= t.limit_ms)
         held &= float(fin.mean()) >= t.percentile / 100.0
-    served = r.summary.get("request_throughput_rps") or 0.0
-    return PhaseSim(values, fin, bool(r.overloaded), float(served), bool(held))
+    window = r.summary.get("window") or {}
+    served = window.get("served_rate_rps") or r.summary.get("request_throughput_rps") or 0.0
+    # the backlog grows at the offered rate less the rate served over the steady window (the
+    # window's own queue count is dominated by its warm-up transient when the run is short)
+    return PhaseSim(values, fin, bool(r.overloaded), float(served), bool(held), max(0.0, rate_rps - float(served)))
 
 
 def phase_shares(sim: PhaseSim, slos: list[SLOTarget], rate_rps: float, duration_s: float) -> PhaseResult:
     """Shares of a phase's requests within each target and within all.
 
     Not overloaded: the simulated requests' shares. Overloaded (fluid backlog): from the
-    phase's start the queue grows at ``rate - served`` req/s, so a request arriving ``tau``
-    seconds in waits ``(rate - served) tau / served`` s more before its first token than the
-    simulated requests did; its TPOT is as simulated. The shares average over ``tau`` uniform
+    phase's start the requests in the system grow at ``g = rate - served`` req/s (``served``:
+    the rate completed over the simulated steady window), so a request arriving ``tau``
+    seconds in waits ``g tau / served`` s more before its first token than the simulated
+    requests did; its TPOT is as simulated. The shares average over ``tau`` uniform
     in the phase. Unfinished requests miss every target; with no replica nothing is served."""
     if sim.served_rps <= 0 or not len(sim.finished):
         return tuple(0.0 for _ in slos), 0.0, False, True
     fin = sim.finished
     extra_ms = [0.0]
-    if sim.overloaded and rate_rps > sim.served_rps:
+    if sim.overloaded and sim.backlog_growth_rps > 0:
         taus = (np.arange(BACKLOG_POINTS) + 0.5) / BACKLOG_POINTS * duration_s
-        extra_ms = list(1000.0 * (rate_rps - sim.served_rps) * taus / sim.served_rps)
+        extra_ms = list(1000.0 * sim.backlog_growth_rps * taus / sim.served_rps)
     shares = np.zeros(len(slos))
     share_all = 0.0
     for extra in extra_ms:
@@ -320,8 +325,8 @@ def day_attainment(day: DayPlan, replica_of: Callable[[str], ReplicaSpec], wl_sp
              "interruption",
              "whole-profile shares weight intervals by their requests (rate x length)",
              "an overloaded phase (the queue grows over the simulated window) misses its targets at their percentiles; "
-             "its backlog grows at (rate - served rate) from the phase's start (fluid model), delaying each "
-             "request's first token by the backlog ahead of it; TPOT as simulated"]
+             "its backlog grows from the phase's start at (rate - the rate served over the simulated window) "
+             "(fluid model), delaying each request's first token by the backlog ahead of it; TPOT as simulated"]
     if stride > 1:
         model.append(f"sample: every {stride}th interval simulated ({len(idx)} of {n}), each standing for the "
                      f"{stride} intervals from it")

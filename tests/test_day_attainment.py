@@ -207,3 +207,18 @@ def test_plan_refuses_a_bad_attainment_setting_before_planning_the_day(tmp_path)
         run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0", "day.profile=diurnal_24h",
                                   "day.attainment.lead=sometime"]), tmp_path)
     assert e.value.key == "day.attainment.lead"
+
+
+def test_an_overloaded_phase_delays_first_tokens_by_its_growing_backlog():
+    n = 50
+    vals = {"ttft": np.full(n, 100.0), "tpot": np.full(n, 20.0)}
+    sim = da.PhaseSim(vals, np.ones(n, bool), overloaded=True, served_rps=8.0, held=False, backlog_growth_rps=2.0)
+    # a request tau s into the phase waits 2 tau / 8 s more: within 2000 ms while tau <= 7.6 s
+    shares, share_all, held, over = da.phase_shares(sim, SLOS, 10.0, 76.0)
+    within = sum(1 for k in range(da.BACKLOG_POINTS) if 100 + 250 * (k + 0.5) / da.BACKLOG_POINTS * 76 <= 2000)
+    assert shares[0] == pytest.approx(within / da.BACKLOG_POINTS) and 0.05 < shares[0] < 0.15
+    assert shares[1] == 1.0 and share_all == pytest.approx(shares[0]) and over and not held
+    # twice as long a phase: about half the share
+    assert da.phase_shares(sim, SLOS, 10.0, 152.0)[0][0] == pytest.approx(shares[0] / 2, abs=0.02)
+    steady = da.PhaseSim(vals, np.ones(n, bool), overloaded=False, served_rps=10.0, held=True)
+    assert da.phase_shares(steady, SLOS, 10.0, 3600.0) == ((1.0, 1.0), 1.0, True, False)

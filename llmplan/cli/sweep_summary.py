@@ -136,6 +136,7 @@ def plot(df, path: Path, panel_key: str, line_key: str, x_key: str, value: str =
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     d = swept_columns(df)
     panels = sorted(d[f"swept:{panel_key}"].unique(), key=str)
@@ -152,6 +153,11 @@ def plot(df, path: Path, panel_key: str, line_key: str, x_key: str, value: str =
         ax.set_title(f"{p}" + (f" ({missing} without a deployment)" if missing else ""), fontsize=10)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        xs = sorted(set(sub[f"swept:{x_key}"]))
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(x_key + (" (req/s)" if x_key.endswith("rate_rps") else ""))
         ax.set_ylabel(y_label)
         ax.grid(True, which="both", alpha=0.3)
