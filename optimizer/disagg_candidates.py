@@ -102,11 +102,14 @@ class DisaggOption:
 
     def as_dict(self, aggregated_usd_per_hour: Optional[float], model_key: str) -> dict:
         cheaper = aggregated_usd_per_hour is None or self.usd_per_hour < aggregated_usd_per_hour
+        # recommended: cheaper, and the simulation (when run) meets every SLO target
+        ok = self.simulated is None or bool(self.simulated.get("slo_met"))
         return {"mode": "disaggregated", "xpyd": f"{self.prefill.workers}P{self.decode.workers}D",
                 "pools": [self.prefill.as_dict(), self.decode.as_dict()], "speculation": None,
                 "total_usd_per_hour": round(self.usd_per_hour, 4), "total_gpus": self.gpus,
                 "kv_transfer_ms": round(self.transfer_ms, 3), "kv_link": self.link,
                 "handoff_ms": self.handoff_ms, "cheaper_than_aggregated": cheaper,
+                "recommended": bool(cheaper and ok),
                 "source": ("analytical screen + ILP (optimizer/disagg_candidates.py), "
                            + ("simulated (sim/disaggregated.py)" if self.simulated else "not simulated")),
                 "simulated": self.simulated,

@@ -188,9 +188,15 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
         operating_points(s, wl.rate_rps, slos)
     if progress:
         progress("ILP", 1, 1)
-    return PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform,
-                      disaggregated=disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel,
-                                                        calibration, verifier is not None))
+    disagg = disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel, calibration,
+                                 verifier is not None)
+    res = PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform,
+                     disaggregated=disagg)
+    if disagg and disagg["recommended"]:
+        res.notes.append(f"a disaggregated deployment is cheaper: {disagg['xpyd']} at "
+                         f"${disagg['total_usd_per_hour']:.2f}/h ({disagg['source']}); plan.json 'disaggregated' "
+                         "has its pools; the table and deploy/ files describe the cheapest aggregated deployment")
+    return res
 
 
 def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget],

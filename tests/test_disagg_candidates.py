@@ -111,3 +111,21 @@ def test_verify_option_simulates_the_pools_and_reports_every_target():
     # the simulated TTFT includes the fitted hand-off, which the screen also counted
     assert sim["targets"]["ttft_p90"]["simulated_ms"] >= opt.handoff_ms
     assert sim["kv_transfer_ms_mean"] > 0
+
+
+def test_cheaper_simulated_option_is_recommended_in_a_note():
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.planner import SearchSpace, plan
+    from llmplan.sim.types import EngineProfile
+
+    model = load_model("llama3_1_8b")
+    gpus = [(get_gpu("h100_sxm"), get_gpu("h100_sxm").usd_per_hour)]
+    wl = WorkloadStats(rate_rps=20.0, mean_input_tokens=1000.0, mean_output_tokens=200.0, max_request_tokens=1400)
+    slos = [SLOTarget("ttft", 90, 3000.0), SLOTarget("tpot", 90, 40.0)]
+    space = SearchSpace(tp=[1, 2], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0)
+    res = plan(model, gpus, EngineProfile(name="vllm"), wl, slos, space, {}, "spec")
+    d = res.disaggregated
+    assert d["simulated"] is None and d["recommended"] == d["cheaper_than_aggregated"]
+    noted = any("disaggregated deployment is cheaper" in n for n in res.notes)
+    assert noted == d["recommended"]
