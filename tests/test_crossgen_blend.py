@@ -113,3 +113,20 @@ def test_collectives_pool_by_fabric():
     nvl = crossgen.crossgen_alpha_beta(cal, cal.gpus["h100_sxm"])[key]
     scaleup = [g for g in have if g != "h100_sxm" and cal.gpus[g].fabric == "scaleup"]
     assert scaleup and nvl == geo_mean([cal.collectives[g].alpha_beta[key] for g in scaleup])
+
+
+def test_member_residual_capped_at_a_factor_of_two():
+    """A member's residual correction larger than RESIDUAL_CAP (a kernel quirk of that GPU)
+    is capped on the target, on both evaluation paths."""
+    from llmplan.sim.kernel_calibration.crossgen_blend import RESIDUAL_CAP
+
+    m = _member(4.0, 0.8, False)
+    x = F.feature_matrix(F.frame_phys("gemm", SHAPES, GPU))
+    big = fit_gbt(np.repeat(x, 4, axis=0), np.full(4 * len(x), 3.0), list(F.FEATURES["gemm"]),
+                  GBTParams(n_trees=5, depth=2, subsample=1.0)).rounded()
+    assert np.all(big.predict(x) > 2.0 * RESIDUAL_CAP)
+    quirky = GroupModel(m.base, big, 10)
+    gm = _blend([(quirky, 1.0)], residual=True)
+    np.testing.assert_allclose(_frame(gm), _frame(m) * math.exp(RESIDUAL_CAP), rtol=1e-12)
+    ms, _ = gm.predict_one(scalar_phys("gemm", GPU, "bf16", SHAPES.iloc[3].to_dict()))
+    assert ms == pytest.approx(_frame(m)[3] * math.exp(RESIDUAL_CAP), rel=1e-9)
