@@ -94,3 +94,12 @@ def test_targets_table_per_engine_and_all():
     assert t.loc["trtllm", "rows"] == 2 and t.loc["all", "rows"] == 3
     assert t.loc["trtllm", "ttft_median"] == pytest.approx(15.0)
     assert bool(t.loc["trtllm", "tpot_met"]) is True and bool(t.loc["sglang", "tpot_met"]) is False
+
+
+def test_best_handoff_minimises_the_median_ape():
+    from llmplan.calibration.serving_disagg_rows import best_handoff
+
+    # three rows 500 ms short, one 5 s short: the median APE is zero at 500 ms, not at the mean residual
+    pairs = [(1000.0, 500.0), (2000.0, 1500.0), (800.0, 300.0), (9000.0, 4000.0)]
+    assert best_handoff(pairs) == 500.0
+    assert best_handoff([(100.0, 200.0)]) == 0.0      # never negative
