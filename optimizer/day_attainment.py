@@ -179,11 +179,20 @@ PhaseResult = tuple[tuple[float, ...], float, bool, bool]
 
 #: points of the phase at which the fluid backlog of an overloaded phase is evaluated
 BACKLOG_POINTS = 64
+#: a phase is simulated over at least this many seconds of arrivals: with chat lengths a request
+#: lives 5-15 s, and the steady window needs a warm-up and a drain of a lifetime each (at 59 req/s
+#: on two H100 replicas of Llama-3.1-8B, 600 requests = 10 s showed only the fill-up, read as
+#: overload; 2,400 requests gave a steady, stationary window)
+MIN_PHASE_ARRIVALS_S = 40.0
+#: an overloaded run without a steady window is run once more, this many times longer
+RETRY_FACTOR = 4
 
 
 def run_phase(fleet: Fleet, rate_rps: float, replica_of: Callable[[str], ReplicaSpec], wl_spec: WorkloadSpec,
               slos: list[SLOTarget], requests: int, seed: int) -> PhaseSim:
-    """Steady-state simulation of ``fleet`` at ``rate_rps`` (``requests`` at least, 100 per replica)."""
+    """Steady-state simulation of ``fleet`` at ``rate_rps``: ``requests`` at least, 100 per replica and
+    :data:`MIN_PHASE_ARRIVALS_S` of arrivals; an overloaded run judged without a steady window
+    (on its fill-up) is run once more :data:`RETRY_FACTOR` times longer."""
     from llmplan.optimizer.verify import thresholds
     from llmplan.sim.serving import simulate_serving
 
@@ -192,8 +201,14 @@ def run_phase(fleet: Fleet, rate_rps: float, replica_of: Callable[[str], Replica
         return PhaseSim({t.metric: empty for t in slos}, np.zeros(0, bool), True, 0.0, False)
     reps = [replica_of(name) for name, k in fleet for _ in range(k)]
     arrival = wl_spec.arrival if wl_spec.arrival in ("poisson", "gamma") else "poisson"
-    spec = replace(wl_spec, arrival=arrival, rate_rps=rate_rps, num_requests=max(requests, 100 * len(reps)))
-    r = simulate_serving(spec, reps, router="least_outstanding", seed=seed, slo=thresholds(slos), steady_state=True)
+    n = max(requests, 100 * len(reps), math.ceil(rate_rps * MIN_PHASE_ARRIVALS_S))
+    for attempt in range(2):
+        spec = replace(wl_spec, arrival=arrival, rate_rps=rate_rps, num_requests=n)
+        r = simulate_serving(spec, reps, router="least_outstanding", seed=seed, slo=thresholds(slos), steady_state=True)
+        window = r.summary.get("window") or {}
+        if not r.overloaded or window.get("window_kind") == "steady":
+            break
+        n *= RETRY_FACTOR  # overload judged on the arrival period alone (the fill-up): a longer run tells
     m = r.requests[r.requests["measured"]]
     fin = m["finished"].to_numpy()
     values = {t.metric: m[f"{t.metric}_ms"].to_numpy(dtype=float) for t in slos}
@@ -203,11 +218,14 @@ def run_phase(fleet: Fleet, rate_rps: float, replica_of: Callable[[str], Replica
         held &= (len(done) == 0 and t.metric == "tpot") or (
             len(done) > 0 and float(np.percentile(done, t.percentile)) <= t.limit_ms)
         held &= float(fin.mean()) >= t.percentile / 100.0
-    window = r.summary.get("window") or {}
-    served = window.get("served_rate_rps") or r.summary.get("request_throughput_rps") or 0.0
-    # the backlog grows at the offered rate less the rate served over the steady window (the
-    # window's own queue count is dominated by its warm-up transient when the run is short)
-    return PhaseSim(values, fin, bool(r.overloaded), float(served), bool(held), max(0.0, rate_rps - float(served)))
+    # the rate served: over the steady window when there is one, else completions over the run
+    # (first arrival to last finish; the fill-up and the drain make it a lower bound)
+    done = r.requests[r.requests["finished"]]
+    span_s = (float(done["finish_ms"].max()) - float(r.requests["arrival_ms"].min())) / 1000.0 if len(done) else 0.0
+    served = window.get("served_rate_rps") if window.get("window_kind") == "steady" else (
+        len(done) / span_s if span_s > 0 else 0.0)
+    served = min(rate_rps, float(served or 0.0))
+    return PhaseSim(values, fin, bool(r.overloaded), float(served), bool(held), max(0.0, rate_rps - served))
 
 
 def phase_shares(sim: PhaseSim, slos: list[SLOTarget], rate_rps: float, duration_s: float) -> PhaseResult:
@@ -215,7 +233,7 @@ def phase_shares(sim: PhaseSim, slos: list[SLOTarget], rate_rps: float, duration
 
     Not overloaded: the simulated requests' shares. Overloaded (fluid backlog): from the
     phase's start the requests in the system grow at ``g = rate - served`` req/s (``served``:
-    the rate completed over the simulated steady window), so a request arriving ``tau``
+    completions over the simulated run, first arrival to last finish), so a request arriving ``tau``
     seconds in waits ``g tau / served`` s more before its first token than the simulated
     requests did; its TPOT is as simulated. The shares average over ``tau`` uniform
     in the phase. Unfinished requests miss every target; with no replica nothing is served."""
@@ -315,8 +333,9 @@ def day_attainment(day: DayPlan, replica_of: Callable[[str], ReplicaSpec], wl_sp
     plan = simulate_schedule("day", day.profile, day.serving, *common)
     peak = simulate_schedule("static", day.profile, static, *common)
     idx, stride = sampled_intervals(n, settings.max_intervals)
-    model = [f"each phase simulated at steady state with >= {settings.requests_per_phase} requests (backlog between "
-             "phases not carried over); unfinished requests miss every target",
+    model = [f"each phase simulated at steady state with >= {settings.requests_per_phase} requests and >= "
+             f"{MIN_PHASE_ARRIVALS_S:g} s of arrivals (an overloaded run without a steady window is run once more, "
+             f"{RETRY_FACTOR}x longer); backlog between phases not carried over; unfinished requests miss every target",
              f"scale-up lead: {settings.lead}" + (" (replicas started scale_up_s ahead serve from the interval's start)"
                                                   if settings.lead == "planned" else
                                                   " (replicas added at an interval's start serve scale_up_s later)"),
@@ -325,7 +344,7 @@ def day_attainment(day: DayPlan, replica_of: Callable[[str], ReplicaSpec], wl_sp
              "interruption",
              "whole-profile shares weight intervals by their requests (rate x length)",
              "an overloaded phase (the queue grows over the simulated window) misses its targets at their percentiles; "
-             "its backlog grows from the phase's start at (rate - the rate served over the simulated window) "
+             "its backlog grows from the phase's start at (rate - the rate the simulated run served) "
              "(fluid model), delaying each request's first token by the backlog ahead of it; TPOT as simulated"]
     if stride > 1:
         model.append(f"sample: every {stride}th interval simulated ({len(idx)} of {n}), each standing for the "
