@@ -154,11 +154,14 @@ def print_help(command: str, summary: str) -> None:
     print(f"usage: llmplan {command} [group=option ...] [key=value ...] [-m] [--cfg job|hydra|all [-p key]]\n\n{summary}\n")
     print("config groups (conf/<group>/<option>.yaml):")
     for g in groups():
-        print(f"  {g:<11} " + ", ".join(group_options(g)))
+        if g != "hydra":  # conf/hydra/launcher/: launcher options, listed below
+            print(f"  {g:<11} " + ", ".join(group_options(g)))
     print("\nexamples:")
     print(f"  llmplan {command} model=qwen3_32b gpu=h100_sxm slo.ttft_p90_ms=800 workload.rate_rps=20")
     print(f"  llmplan {command} -m model=llama3_1_8b,qwen3_32b gpu=h100_sxm,h200_sxm   # sweep, parallel jobs")
     print(f"  llmplan {command} --cfg job    # print the composed config")
+    print("\nsweep launchers (hydra/launcher=...; docs/SWEEPS.md): joblib (default, this machine), ray_local "
+          "(Ray; pip install 'llmplan[ray]'), submitit_slurm (SLURM; pip install hydra-submitit-launcher)")
     print("\n`model=` also takes a Hugging Face id or a config.json path; `gpu=<key>` any catalog GPU"
           " (`llmplan catalog gpus`).\nOutputs: llmplan-out/<command>/<time>/ (hydra.run.dir=...);"
           " sweeps: llmplan-out/<command>-multirun/<time>/ with summary.csv (hydra.sweep.dir=...),\n"
