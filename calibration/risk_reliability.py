@@ -12,14 +12,16 @@ z(p_k))``: the limit the error model (``sim/served_error.py``) says is met with 
 probabilities cover [0, 1] evenly. Observed: the share of those cases whose measured value is
 within the limit. A reliable model has observed ~ predicted in every bin.
 
-Two error models are scored:
+Columns:
 
-* ``shipped``: the served bands in ``sim/data/engine_profiles.json`` (what `plan` uses). They
-  were sized on the same held-out residuals (both folds), so this checks the lognormal *shape*
-  more than out-of-sample sizing;
-* ``cross-fold``: the held-out rows split again by deployment (:func:`engine_fit.deployment_half`
-  with another seed); each half's rows scored with the model sized on the other half (the
-  central 90% interval of its log residuals, as the shipped band is built): out of sample.
+* ``cross-fold empirical``: the held-out rows split again by deployment
+  (:func:`engine_fit.deployment_half` with another seed); each half scored with the other half's
+  residual distribution: the planner's method (``sim/served_error.EmpiricalError``) out of sample;
+* ``cross-fold lognormal``: the same with the lognormal through the other half's central 90%
+  interval (as a served band is built): the planner's fallback when no current residual file;
+* ``shipped``: what `plan` uses now (``sim/served_error.error_model``): with the residual file
+  written from these rows (``--write-quantiles``) this is in sample, a consistency check only;
+* ``shipped, both SLOs``: both metrics at once, P = q^2 (the planner's independence).
 
 Usage::
 
@@ -33,6 +35,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ from llmplan.calibration.serving_bands import LEVEL, interval
 from llmplan.calibration.serving_rows import SIMULATED, deployment_key, read_serving_files, serving_files
 from llmplan.calibration.validate_serving import validate_serving
 from llmplan.errors import EXIT_USER_ERROR, UserError
-from llmplan.sim.served_error import ErrorModel, error_model, from_interval, normal
+from llmplan.sim.served_error import ErrorModel, error_model, from_interval
 
 #: predicted probabilities of the synthetic SLOs (bin centres of ten equal bins)
 LEVELS = tuple(round(0.05 + 0.1 * k, 2) for k in range(10))
@@ -63,17 +66,32 @@ def simulated_rows(res: pd.DataFrame) -> pd.DataFrame:
     return sim.reset_index(drop=True)
 
 
-def cases(rows: pd.DataFrame, models: dict[tuple[str, str], ErrorModel | None], metric: str) -> pd.DataFrame:
-    """One case per row and level: predicted probability p, SLO limit and whether it was met."""
+@dataclass(frozen=True)
+class EmpiricalModel:
+    """The empirical distribution of log residuals (the alternative to the lognormal fit:
+    what the bands would give if they stored their residual quantiles)."""
+
+    residuals: tuple[float, ...]  # sorted log(measured / predicted)
+
+    def log_quantile(self, p: float) -> float:
+        return float(np.quantile(self.residuals, p))
+
+    def probability(self, predicted_ms: float, limit_ms: float) -> float:
+        x = math.log(limit_ms / predicted_ms)
+        return float(np.searchsorted(self.residuals, x, side="right")) / len(self.residuals)
+
+
+def cases(rows: pd.DataFrame, models: dict[tuple[str, str], Any], metric: str) -> pd.DataFrame:
+    """One case per row and level: predicted probability p, SLO limit and whether it was met.
+    A model gives ``log_quantile(p)`` and ``probability(predicted, limit)``."""
     recs = []
-    z = {p: normal().inv_cdf(p) for p in LEVELS}
     for r in rows.itertuples(index=False):
         err = models.get((r.backend, metric))
         if err is None:
             continue
         pred, meas = float(getattr(r, f"predicted_{metric}_ms")), float(getattr(r, f"silicon_{metric}_ms"))
         for p in LEVELS:
-            limit = pred * math.exp(err.mu + err.sigma * z[p])
+            limit = pred * math.exp(err.log_quantile(p))
             recs.append({"backend": r.backend, "metric": metric, "p": err.probability(pred, limit),
                          "met": meas <= limit})
     return pd.DataFrame(recs)
@@ -107,16 +125,24 @@ def _log_res(rows: pd.DataFrame, metric: str) -> np.ndarray:
     return np.log(rows[f"silicon_{metric}_ms"].to_numpy(float) / rows[f"predicted_{metric}_ms"].to_numpy(float))
 
 
-def cross_fold_cases(rows: pd.DataFrame, metric: str, seed: int = CROSS_SEED) -> pd.DataFrame:
-    """Cases of each half scored with the error model sized (central 90% interval) on the other half."""
+def cross_fold_cases(rows: pd.DataFrame, metric: str, seed: int = CROSS_SEED, empirical: bool = False) -> pd.DataFrame:
+    """Cases of each half scored with the error model sized on the other half: the lognormal
+    through its central 90% interval (as the shipped band is built), or (``empirical``) the
+    other half's residual distribution itself."""
     half = np.array([deployment_half(deployment_key(r), seed) for r in rows.to_dict("records")])
     out = []
     for test in (0, 1):
         train_rows, test_rows = rows[half != test], rows[half == test]
-        models: dict[tuple[str, str], ErrorModel | None] = {}
+        models: dict[tuple[str, str], Any] = {}
         for b, g in train_rows.groupby("backend"):
-            lo, hi = interval(_log_res(g, metric), LEVEL)
-            models[(b, metric)] = from_interval(b, metric, lo, hi, LEVEL, "cross-fold") if len(g) >= 10 else None
+            res = _log_res(g, metric)
+            if len(g) < 10:
+                models[(b, metric)] = None
+            elif empirical:
+                models[(b, metric)] = EmpiricalModel(tuple(np.sort(res)))
+            else:
+                lo, hi = interval(res, LEVEL)
+                models[(b, metric)] = from_interval(b, metric, lo, hi, LEVEL, "cross-fold")
         out.append(cases(test_rows, models, metric))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
@@ -136,9 +162,8 @@ def joint_cases(rows: pd.DataFrame, models: dict[tuple[str, str], ErrorModel | N
         if et is None or ep is None:
             continue
         for q in LEVELS:
-            z = normal().inv_cdf(q)
-            lt = r.predicted_ttft_ms * math.exp(et.mu + et.sigma * z)
-            lp = r.predicted_tpot_ms * math.exp(ep.mu + ep.sigma * z)
+            lt = r.predicted_ttft_ms * math.exp(et.log_quantile(q))
+            lp = r.predicted_tpot_ms * math.exp(ep.log_quantile(q))
             recs.append({"backend": r.backend, "metric": "both", "p": q * q,
                          "met": bool(r.silicon_ttft_ms <= lt and r.silicon_tpot_ms <= lp)})
     return pd.DataFrame(recs)
@@ -150,8 +175,10 @@ def analyse(res: pd.DataFrame) -> dict[str, Any]:
     shipped = shipped_models(sorted(rows["backend"].unique()))
     out: dict[str, Any] = {"rows": int(len(rows)), "rows_per_engine": rows["backend"].value_counts().sort_index().to_dict(),
                            "residual_correlation": residual_correlation(rows), "tables": {}}
-    for name, c in (("shipped", pd.concat([cases(rows, shipped, m) for m in METRICS], ignore_index=True)),
-                    ("cross-fold", pd.concat([cross_fold_cases(rows, m) for m in METRICS], ignore_index=True)),
+    for name, c in (("cross-fold empirical", pd.concat([cross_fold_cases(rows, m, empirical=True) for m in METRICS],
+                                                       ignore_index=True)),
+                    ("cross-fold lognormal", pd.concat([cross_fold_cases(rows, m) for m in METRICS], ignore_index=True)),
+                    ("shipped", pd.concat([cases(rows, shipped, m) for m in METRICS], ignore_index=True)),
                     ("shipped, both SLOs", joint_cases(rows, shipped))):
         out["tables"][name] = {"ece": round(calibration_error(c), 4), "bins": reliability_table(c).round(4).to_dict("records"),
                                "per_metric_ece": {m: round(calibration_error(g), 4) for m, g in c.groupby("metric")}
@@ -188,6 +215,31 @@ def markdown(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: probabilities at which --write-quantiles stores the held-out log residuals
+QUANTILE_P = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8,
+              0.85, 0.9, 0.95, 0.975, 0.99)
+
+
+def residual_quantiles(res: pd.DataFrame, profiles: Path) -> dict[str, Any]:
+    """The ``sim/data/served_residuals.json`` document: per engine and metric the held-out log
+    residuals at :data:`QUANTILE_P`, tied to the engine profile file (its sha256) they belong to."""
+    import hashlib
+
+    rows = simulated_rows(res)
+    engines: dict[str, Any] = {}
+    for b, g in rows.groupby("backend"):
+        for m in METRICS:
+            r = _log_res(g, m)
+            if len(r) >= 20:
+                engines.setdefault(b, {})[m] = {"p": list(QUANTILE_P), "rows": int(len(r)),
+                                                "log_residual": [round(float(x), 5) for x in np.quantile(r, QUANTILE_P)]}
+    return {"_provenance": {
+        "engine_profiles_sha256": hashlib.sha256(profiles.read_bytes()).hexdigest(),
+        "source": "held-out half of `llmplan validate serving --holdout` on the served rows (H100, H200): "
+                  "log(measured / predicted) of mean TTFT and TPOT, terms fitted on the other half",
+        "written_by": "python -m llmplan.calibration.risk_reliability --write-quantiles"}, "engines": engines}
+
+
 def replay(measurements: list[str], workers: int, limit: int | None, argv_sim: list[str]) -> pd.DataFrame:
     """The held-out replay of ``llmplan validate serving --holdout`` (shipped engine profiles)."""
     ap = argparse.ArgumentParser()
@@ -212,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="replay at most N held-out rows")
     ap.add_argument("--json", default=None, help="also write the tables as JSON here")
+    ap.add_argument("--write-quantiles", default=None,
+                    help="write the held-out residual quantiles the planner's error model reads "
+                         "(sim/data/served_residuals.json to update the shipped file)")
     return ap
 
 
@@ -229,6 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(e.render(), file=sys.stderr)
         return EXIT_USER_ERROR
+    if a.write_quantiles:
+        from llmplan.sim.engine_terms import PATH as profiles
+
+        doc = residual_quantiles(res, profiles)
+        Path(a.write_quantiles).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {a.write_quantiles}")
     rep = analyse(res)
     print(markdown(rep))
     if a.json:

@@ -227,8 +227,10 @@ def risk_lines(d: dict, res: PlanResult) -> list[str]:
                        f"per replica, {h['headroom_pct']:.0f}% free; limited by {why}")
     p = d.get("every_slo_probability")
     if p is not None:
-        out.append(f"P(every SLO met) = {p:.2f} (served bands of {d.get('engine')} as a lognormal error, "
-                   "docs/RISK.md)")
+        kinds = sorted({e["kind"] for e in ((d.get("risk") or {}).get("error_model") or {}).values() if e})
+        basis = " and ".join({"empirical": "held-out residuals", "lognormal": "served band as a lognormal"}[k]
+                             for k in kinds)
+        out.append(f"P(every SLO met) = {p:.2f} ({d.get('engine')} served error: {basis}; docs/RISK.md)")
     return out
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from llmplan.errors import UserError
 from llmplan.optimizer.types import Selection, SLOTarget
-from llmplan.sim.served_error import ErrorModel, error_model, normal as _normal
+from llmplan.sim.served_error import EmpiricalError, ErrorModel, error_model
 
 
 def sample_log_sd(values: np.ndarray, percentile: float) -> float:
@@ -68,9 +68,9 @@ def metric_level(confidence: float, slos: list[SLOTarget]) -> float:
     return confidence ** (1.0 / m)
 
 
-def tightened_limit(limit_ms: float, err: ErrorModel, level: float) -> float:
-    """The predicted value at which the target holds with probability ``level`` (band only)."""
-    return limit_ms * math.exp(-(err.mu + _normal().inv_cdf(level) * err.sigma))
+def tightened_limit(limit_ms: float, err: ErrorModel | EmpiricalError, level: float) -> float:
+    """The predicted value at which the target holds with probability ``level`` (served error only)."""
+    return limit_ms * math.exp(-err.log_quantile(level))
 
 
 def tightened_slos(slos: list[SLOTarget], engine: str, confidence: float) -> list[SLOTarget]:
@@ -83,6 +83,11 @@ def tightened_slos(slos: list[SLOTarget], engine: str, confidence: float) -> lis
         if err is None:
             raise UserError(f"engine {engine!r} has no served {s.metric.upper()} band to size a probability on",
                             key="search.confidence", fix="drop search.confidence, or plan for vllm, sglang or trtllm")
+        if level >= err.max_probability:
+            top = err.max_probability ** len({t.metric for t in slos})
+            raise UserError(f"needs each of TTFT/TPOT met with probability {level:.4f}, beyond what the served error "
+                            f"data of {engine} resolves ({err.max_probability:g}: {err.source})",
+                            key="search.confidence", fix=f"use a confidence below {top:.3f}")
         out.append(SLOTarget(s.metric, s.percentile, tightened_limit(s.limit_ms, err, level)))
     return out
 
@@ -123,7 +128,9 @@ def selection_risk(sel: Selection, slos: list[SLOTarget], engine: str) -> dict:
     p_all = every_slo([p["probability"] for p in pools], slos) if pools else None
     models = {m: error_model(engine, m) for m in sorted({s.metric for s in slos})}
     return {"every_slo_probability": None if p_all is None else round(p_all, 4), "pools": pools,
-            "error_model": {m: (None if e is None else {"mu_log": round(e.mu, 4), "sigma_log": round(e.sigma, 4),
+            "error_model": {m: (None if e is None else {"kind": "lognormal" if isinstance(e, ErrorModel) else "empirical",
+                                                         "median_factor": round(math.exp(e.log_quantile(0.5)), 4),
+                                                         "p90_factor": round(math.exp(e.log_quantile(0.9)), 4),
                                                          "source": e.source}) for m, e in models.items()},
             "method": "docs/RISK.md"}
 

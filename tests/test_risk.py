@@ -15,24 +15,64 @@ from llmplan.hardware_catalog.loader import get_gpu
 from llmplan.optimizer import risk
 from llmplan.optimizer.headroom import headroom, limited_by
 from llmplan.optimizer.types import Allocation, Candidate, Evaluation, Selection, SLOTarget
+from llmplan.sim import served_error
 from llmplan.sim.serving_bands import served_band
 from llmplan.sim.types import Parallelism, Precision
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 @pytest.mark.parametrize("metric", ["ttft", "tpot"])
-def test_error_model_puts_the_band_edges_at_its_central_share(engine, metric):
-    b, err = served_band(engine, metric), risk.error_model(engine, metric)
+def test_lognormal_puts_the_band_edges_at_its_central_share(engine, metric):
+    b, err = served_band(engine, metric), served_error.lognormal_error(engine, metric)
     # measured <= predicted x hi for (1 + level) / 2 of deployments, <= predicted x lo for (1 - level) / 2
     assert err.probability(100.0, 100.0 * b.hi) == pytest.approx((1 + b.level) / 2, abs=1e-9)
     assert err.probability(100.0, 100.0 * b.lo) == pytest.approx((1 - b.level) / 2, abs=1e-9)
     assert err.probability(math.inf, 1e9) == 0.0 and err.probability(float("nan"), 1e9) == 0.0
 
 
-def test_sampling_spread_lowers_a_high_probability_and_raises_a_low_one():
-    err = risk.error_model("vllm", "tpot")
+@pytest.mark.parametrize("kind", ["lognormal", "empirical"])
+def test_sampling_spread_lowers_a_high_probability_and_raises_a_low_one(kind):
+    err = served_error.lognormal_error("vllm", "tpot") if kind == "lognormal" else _empirical()
     hi, lo = err.probability(20.0, 40.0), err.probability(40.0, 20.0)
     assert err.probability(20.0, 40.0, 0.3) < hi and err.probability(40.0, 20.0, 0.3) > lo
+
+
+def _empirical():
+    return served_error.EmpiricalError("vllm", "tpot", (0.05, 0.5, 0.95), (-0.5, 0.1, 0.3), "test")
+
+
+def test_empirical_error_interpolates_its_quantiles_and_holds_the_tails():
+    e = _empirical()
+    for p, q in zip(e.p, e.log_residual):  # the stored points
+        assert e.cdf(q) == pytest.approx(p) and e.log_quantile(p) == pytest.approx(q)
+    assert e.cdf(-0.2) == pytest.approx(0.05 + 0.45 * 0.3 / 0.6)       # linear in between
+    assert e.cdf(-9.0) == 0.05 and e.cdf(9.0) == 0.95                  # no sharper tails than the sample
+    assert e.probability(100.0, 100.0 * math.exp(0.1)) == pytest.approx(0.5)
+
+
+def test_confidence_beyond_what_the_residuals_resolve_is_refused(monkeypatch):
+    monkeypatch.setattr(risk, "error_model", lambda engine, metric: _empirical())
+    slos = [SLOTarget("ttft", 90, 1000.0), SLOTarget("tpot", 90, 50.0)]
+    assert risk.tightened_slos(slos, "vllm", 0.8)[1].limit_ms == pytest.approx(50.0 / math.exp(_empirical().log_quantile(
+        math.sqrt(0.8))))
+    with pytest.raises(UserError) as exc:
+        risk.tightened_slos(slos, "vllm", 0.95)  # each metric at 0.975 > 0.95, the top stored quantile
+    assert exc.value.key == "search.confidence" and "0.902" in exc.value.fix
+
+
+def test_residual_file_is_used_only_for_the_bands_it_belongs_to(monkeypatch, tmp_path):
+    def write(sha: str):
+        path = tmp_path / f"{sha[:8]}.json"
+        path.write_text(json.dumps({"_provenance": {"engine_profiles_sha256": sha}, "engines": {"vllm": {"tpot": {
+            "p": [0.05, 0.5, 0.95], "log_residual": [-0.5, 0.1, 0.3], "rows": 40}}}}))
+        monkeypatch.setattr(served_error, "RESIDUALS_PATH", path)
+
+    write(served_error._profiles_sha())
+    err = risk.error_model("vllm", "tpot")
+    assert isinstance(err, served_error.EmpiricalError) and err.log_quantile(0.5) == pytest.approx(0.1)
+    assert isinstance(risk.error_model("vllm", "ttft"), served_error.ErrorModel)  # not in the file: the band
+    write("0" * 64)  # written for other bands (a refit since): ignored
+    assert isinstance(risk.error_model("vllm", "tpot"), served_error.ErrorModel)
 
 
 def test_sample_log_sd_matches_the_spread_of_simulated_percentiles():
@@ -53,7 +93,7 @@ def test_tightened_limits_give_the_confidence_for_every_slo():
     for s, t in zip(slos, tight):
         assert t.limit_ms < s.limit_ms and t.key == s.key
         # a prediction at the tightened limit meets the real one with exactly the per-metric level
-        assert risk.error_model("vllm", s.metric).probability(t.limit_ms, s.limit_ms) == pytest.approx(level)
+        assert risk.error_model("vllm", s.metric).probability(t.limit_ms, s.limit_ms) == pytest.approx(level, abs=1e-9)
     probs = risk.allocation_probabilities({t.key: t.limit_ms for t in tight}, {}, slos, "vllm")
     assert risk.every_slo([probs], slos) == pytest.approx(0.9)
 
@@ -102,7 +142,7 @@ def test_selection_risk_uses_simulated_percentiles_with_their_spread():
     pool = rk["pools"][0]
     assert pool["basis"] == "simulated"
     tpot = risk.error_model("vllm", "tpot")
-    assert pool["probability"]["tpot_p90"] == pytest.approx(tpot.probability(30.0, 50.0, 0.05))
+    assert pool["probability"]["tpot_p90"] == pytest.approx(tpot.probability(30.0, 50.0, 0.05), abs=1e-9)
     assert rk["every_slo_probability"] == pytest.approx(pool["probability"]["ttft_p90"] * pool["probability"]["tpot_p90"],
                                                         abs=1e-4)
 
