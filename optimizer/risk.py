@@ -1,20 +1,16 @@
 """Probability that a planned deployment meets each SLO (docs/RISK.md).
 
-Error model (``sim/served_error.py``). What an engine serves is the prediction times a multiplicative error,
-``measured = predicted x exp(e)``. The calibrated served bands (``sim/serving_bands.py``:
-per engine and metric, factors ``lo``/``hi`` holding a central share ``level`` of held-out
-deployments) fix the distribution of ``e``: a normal (the prediction error is lognormal)
-whose central ``level`` interval is ``[ln lo, ln hi]``::
+Error model (``sim/served_error.py``). What an engine serves is the prediction times a
+multiplicative error, ``measured = predicted x exp(e)``. ``e`` is distributed as the held-out
+served residuals of the engine and metric (``sim/data/served_residuals.json``, empirical), or,
+when that file does not belong to the current bands, as the normal whose central ``level``
+interval is the served band ``[ln lo, ln hi]`` (``sim/serving_bands.py``).
 
-    mu = (ln lo + ln hi) / 2,   sigma = (ln hi - ln lo) / (2 z),   z = Phi^-1((1 + level) / 2)
-
-The bands are sized on *mean* TTFT/TPOT (what benchmark clients report); a target at a
-percentile is assumed to carry the same multiplicative error (the error scales the latency
-distribution). The simulated percentile itself is a finite-sample estimate: its spread in log
-space comes from the order statistics of the simulated requests (:func:`sample_log_sd`) and is
-added in quadrature.
-
-    P(target met) = Phi((ln(limit / predicted) - mu) / sqrt(sigma^2 + s_sample^2))
+The residuals are of *mean* TTFT/TPOT (what benchmark clients report); a target at a percentile
+is assumed to carry the same multiplicative error (the error scales the latency distribution).
+The simulated percentile itself is a finite-sample estimate: its spread ``s`` in log space comes
+from the order statistics of the simulated requests (:func:`sample_log_sd`) and is added as an
+independent normal: P(target met) = P(e + s Z <= ln(limit / predicted)).
 
 Targets of one metric (several percentiles, several pools of one engine) share one error ``e``:
 they are met together up to the sampling noise, so the metric's probability is the lowest of
