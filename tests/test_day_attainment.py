@@ -222,3 +222,19 @@ def test_an_overloaded_phase_delays_first_tokens_by_its_growing_backlog():
     assert da.phase_shares(sim, SLOS, 10.0, 152.0)[0][0] == pytest.approx(shares[0] / 2, abs=0.02)
     steady = da.PhaseSim(vals, np.ones(n, bool), overloaded=False, served_rps=10.0, held=True)
     assert da.phase_shares(steady, SLOS, 10.0, 3600.0) == ((1.0, 1.0), 1.0, True, False)
+
+
+def test_a_per_minute_day_must_be_re_binned(tmp_path):
+    from types import SimpleNamespace
+
+    from llmplan.cli.day_outputs import MAX_INTERVALS, read_profile
+
+    f = tmp_path / "minutes.csv"
+    f.write_text("t_start_s,rate_rps\n" + "".join(f"{60 * i},{5 + i % 7}\n" for i in range(1440)))
+    app = SimpleNamespace(day=SimpleNamespace(profile=str(f), interval_s=None))
+    with pytest.raises(UserError) as e:
+        read_profile(app)
+    assert e.value.key == "day.interval_s" and "day.interval_s=900" in e.value.fix and MAX_INTERVALS < 1440
+    app.day.interval_s = 900.0
+    p = read_profile(app)
+    assert len(p.rate_rps) == 96 and p.source == "table, re-binned"

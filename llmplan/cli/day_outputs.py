@@ -10,12 +10,24 @@ from pathlib import Path
 from llmplan.progress import stage_progress, step
 
 
+#: more intervals than this make the day ILP slow (CBC: 24 hourly 0.4 s, 96 quarter-hours 5 s,
+#: benchmarks/bench_day_plan.py); such a profile is refused with the re-binning key to use
+MAX_INTERVALS = 288
+
+
 def read_profile(app):
-    """``day.profile`` (a rate table or a trace CSV, or a shipped name) with ``day.interval_s``."""
+    """``day.profile`` (a rate table or a trace CSV, or a shipped name) with ``day.interval_s``;
+    a profile of more than :data:`MAX_INTERVALS` intervals is refused (never re-binned silently)."""
+    from llmplan.errors import UserError
     from llmplan.optimizer import day_plan
 
-    return day_plan.read_profile_csv(day_plan.resolve_profile(str(app.day.profile)), key="day.profile",
+    prof = day_plan.read_profile_csv(day_plan.resolve_profile(str(app.day.profile)), key="day.profile",
                                      interval_s=app.day.interval_s)
+    if len(prof.rate_rps) > MAX_INTERVALS:
+        raise UserError(f"{len(prof.rate_rps)} intervals: the day's integer program grows too slow beyond "
+                        f"{MAX_INTERVALS} (e.g. per-minute rates over a day)", key="day.interval_s",
+                        fix="re-bin the profile, e.g. day.interval_s=900 (15-minute intervals)")
+    return prof
 
 
 def attainment_settings(app):
