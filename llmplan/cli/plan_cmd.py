@@ -30,7 +30,10 @@ SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analy
            "PNG plots; day.profile=FILE.csv plans a day of traffic (day.csv). fleet.gpus='{h100_sxm: 8}'\n"
            "answers instead the maximum request rate that fleet sustains within the SLOs.\n"
            "search.confidence=0.9 picks the cheapest deployment meeting every SLO with that probability\n"
-           "(docs/RISK.md); workload=closed_loop workload.concurrency=64 plans for 64 concurrent users.")
+           "(docs/RISK.md); workload=closed_loop workload.concurrency=64 plans for 64 concurrent users.\n"
+           "workload=offline target.tokens_per_s=50000: the cheapest GPUs for 50,000 output tokens/s of\n"
+           "offline throughput (docs/OFFLINE.md). A day profile also simulates the SLO attainment through\n"
+           "the day (docs/AUTOSCALING.md).")
 
 
 def output_dir() -> Path:
