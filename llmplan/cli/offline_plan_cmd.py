@@ -22,7 +22,8 @@ def wants_offline(app) -> bool:
 
 def _check_mode(app) -> None:
     if app.workload.arrival != "offline":
-        raise UserError("target.tokens_per_s plans offline throughput (every request queued at once)",
+        raise UserError(f"a throughput target plans offline work (every request queued at once), but the workload's "
+                        f"arrivals are {app.workload.arrival}",
                         key="target.tokens_per_s", fix="add workload=offline, or drop target.tokens_per_s to plan "
                                                        "workload.rate_rps within the SLOs")
     for key, on in (("fleet.gpus", bool(app.fleet.gpus)), ("day.profile", bool(app.day.profile))):
