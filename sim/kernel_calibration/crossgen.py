@@ -20,6 +20,7 @@ import numpy as np
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import AlphaBeta, pooled_alpha_beta
+from llmplan.sim.kernel_calibration import crossgen_gemm
 from llmplan.sim.kernel_calibration.crossgen_blend import BlendGroupModel
 from llmplan.sim.kernel_calibration.family_model import FamilyModel, GroupModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
@@ -38,6 +39,10 @@ USE_RESIDUAL = True
 #: that cost over: leave-one-GPU-out GEMM MAPE 42.4 -> 38.0% on B200, 34.4 -> 31.8% on L40S,
 #: 16.8 -> 6.8% on H100, 32.0 -> 32.7% on RTX PRO 6000, others unchanged (docs/ACCURACY.md).
 EXCLUDED_GROUPS: dict[str, frozenset[str]] = {}
+#: weight of the GEMM model pooled over the source GPUs (:mod:`crossgen_gemm`, fitted by
+#: ``python -m llmplan.calibration.fit_crossgen``) in the log-space mean with the per-GPU
+#: models, where a model for exactly the tier's source GPUs was fitted (0: per-GPU models only)
+GEMM_POOLED_WEIGHT = 0.5
 #: engine whose kernels stand in when the asked engine was measured on no GPU
 DEFAULT_BACKEND = "vllm"
 
@@ -136,7 +141,10 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
                    else [1.0 / len(gms)] * len(gms))
         pooled = GroupModel(mean_params([m.base for m in gms], weights), None, sum(m.rows for m in gms),
                             _union_ranges(gms))
-        groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual)
+        extra = None
+        if family == "gemm" and GEMM_POOLED_WEIGHT > 0 and len(set(src.values())) == 1:
+            extra = crossgen_gemm.member_for(sorted(src), next(iter(src.values())), key)
+        groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual, extra, GEMM_POOLED_WEIGHT)
     return FamilyModel(family, groups)
 
 

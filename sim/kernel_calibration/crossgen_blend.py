@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -47,13 +48,20 @@ class BlendGroupModel(GroupModel):
     residual ensemble) triples, weights summing to 1)."""
 
     members: tuple[tuple[GroupModel, float, bool], ...] = field(default=())
+    #: a model pooled over the GPUs (``log_us_frame(phys)`` / ``log_us_one(phys)``: log latency
+    #: in us), combined with the members' geometric mean with weight ``pooled_weight``
+    pooled: Any = None
+    pooled_weight: float = 0.0
 
     @staticmethod
-    def of(base_model: GroupModel, members: list[tuple[GroupModel, float]], residual: bool) -> "BlendGroupModel":
+    def of(base_model: GroupModel, members: list[tuple[GroupModel, float]], residual: bool,
+           pooled: Any = None, pooled_weight: float = 0.0) -> "BlendGroupModel":
         keep = [(m, w) for m, w in members if w >= MIN_WEIGHT] or list(members)
         total = sum(w for _, w in keep)
         mem = tuple((m, w / total, bool(residual and m.gbt is not None and m.gbt.n_trees)) for m, w in keep)
-        return BlendGroupModel(base_model.base, None, base_model.rows, base_model.ranges, mem)
+        pw = float(pooled_weight) if pooled is not None else 0.0
+        return BlendGroupModel(base_model.base, None, base_model.rows, base_model.ranges, mem,
+                               pooled if pw > 0 else None, pw)
 
     def predict_frame(self, phys: F.Phys, gbt: GBTModel | None = None, use: np.ndarray | None = None) -> np.ndarray:
         """Latency in ms for every row (``gbt``/``use`` are ignored: members use their own)."""
@@ -64,6 +72,8 @@ class BlendGroupModel(GroupModel):
             if r:
                 lt = lt + np.clip(m.gbt.predict(x), -RESIDUAL_CAP, RESIDUAL_CAP)
             log_t = log_t + w * lt
+        if self.pooled is not None:
+            log_t = (1.0 - self.pooled_weight) * log_t + self.pooled_weight * self.pooled.log_us_frame(phys)
         return np.exp(log_t) / 1e3
 
     def predict_one(self, phys: F.Phys, gbt: GBTModel | None = None) -> tuple[float, str]:
@@ -80,4 +90,6 @@ class BlendGroupModel(GroupModel):
             log_t += w * lt
             if w > best:
                 best, bound = w, b
+        if self.pooled is not None:
+            log_t = (1.0 - self.pooled_weight) * log_t + self.pooled_weight * self.pooled.log_us_one(phys)
         return math.exp(log_t) / 1e3, bound
