@@ -29,9 +29,10 @@ from llmplan.sim.kernel_calibration.family_model import GroupModel
 from llmplan.sim.kernel_calibration.gbt import GBTModel
 from llmplan.sim.kernel_calibration.physics import predict_us, predict_us_scalar
 
-#: members whose weight is below this share are dropped (renormalised): speed only, the
-#: predictions change by far less than the model's error
-MIN_WEIGHT = 1e-3
+#: members whose weight is below this share are dropped (renormalised): speed only (a
+#: GB200 query evaluates B200's model alone instead of three), the prediction moves by
+#: about the dropped weight times the members' log disagreement (~1%)
+MIN_WEIGHT = 0.01
 #: cap on one member's log residual correction on the target (ln 2: at most a factor of 2
 #: either way). A larger correction is a quirk of that GPU's kernels in a corner of its
 #: shape space (a kernel switch, a fallback path), which does not transfer to another
