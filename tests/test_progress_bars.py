@@ -117,3 +117,22 @@ def test_sweep_bar_counts_jobs_that_wrote_their_output(tty, tmp_path):
             time.sleep(0.05)
         assert re.search(r"sweep jobs.*1/3", err.getvalue())
     assert "3/3" in err.getvalue()  # the launcher returned: every job ended
+
+
+def test_day_plan_and_offline_plan_stages_have_bars(tty, tmp_path):
+    prof = tmp_path / "two_hours.csv"
+    prof.write_text("t_start_s,rate_rps\n0,2\n3600,6\n")
+    err = tty()
+    day = ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0", f"day.profile={prof}",
+           "day.attainment.requests_per_phase=100"]
+    code, _ = _run(run_plan, day, tmp_path / "day", bar=True)
+    assert code == 0
+    for stage in ("day ILP", "attain day", "attain static"):
+        assert stage in err.getvalue(), stage
+    err = tty()
+    off = ["model=llama3_1_8b", "gpu=h100_sxm", "workload=offline", "workload.num_requests=200",
+           "target.tokens_per_s=5000", "search.tp=[1]", "search.precision=[fp8]"]
+    code, out = _run(run_plan, off, tmp_path / "off", bar=True)
+    assert code == 0 and "offline" in out
+    for stage in ("evaluate", "simulate", "ILP"):
+        assert stage in err.getvalue(), stage
