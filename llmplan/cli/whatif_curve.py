@@ -117,7 +117,8 @@ def point_row(res, figure: str, scale: float, engine: str, max_load: float) -> d
     if not sel.feasible:
         return row
     d = report.selection_dict(sel, res, engine)
-    cap_sel, cap_wl = at_capacity(sel, wl, max_load)
+    # fleet mode: the planned rate is the fleet's maximum, settled on the steady-state simulation
+    cap_sel, cap_wl = (sel, wl) if res.fleet else at_capacity(sel, wl, max_load)
     cap_tok_s = cap_wl.rate_rps * wl.mean_output_tokens
     row.update({
         "deployment": " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in sel.allocations),
