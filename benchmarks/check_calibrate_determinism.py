@@ -29,7 +29,7 @@ def _fit(measurements: str, gpus: str, workers: int, out_dir: Path) -> dict[str,
     if gpus != "all":
         cmd += ["--gpus", gpus]
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     print(f"  workers={workers}: {time.perf_counter() - t0:.0f} s")
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out_dir.glob("cal*.json"))}
 
