@@ -62,6 +62,14 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # reader sums them into one layer time per shape and splits prefill from decode
     "gdn": ("gdn", ("backend", "kernel_source", "phase", "batch_size", "seq_len", "num_tokens", "num_k_heads",
                     "head_k_dim", "num_v_heads", "head_v_dim", "latency_ms")),
+    # GLM-5 / DeepSeek sparse attention (DSA) operators, one table each (kernel-level, one head
+    # configuration per table): the indexer's fp8 MQA logits, its top-k, the sparse MLA attention
+    "glm5_mqa_logits_module": ("dsa_mqa_logits", ("backend", "kernel_source", "num_heads", "batch_size", "isl",
+                                                   "step", "tp_size", "kv_cache_dtype", "latency_ms")),
+    "glm5_topk_module": ("dsa_topk", ("backend", "kernel_source", "num_heads", "batch_size", "isl", "step",
+                                      "tp_size", "kv_cache_dtype", "latency_ms")),
+    "glm5_dsa_attn_module": ("dsa_attention", ("backend", "kernel_source", "num_heads", "batch_size", "isl",
+                                               "step", "tp_size", "kv_cache_dtype", "latency_ms")),
 }
 
 #: family -> canonical shape/dtype columns added by the reader
@@ -81,7 +89,14 @@ CANONICAL: dict[str, tuple[str, ...]] = {
     "mla_bmm": ("op", "dtype", "num_tokens", "num_heads"),
     "gdn_prefill": ("batch", "seq_len", "num_tokens", "k_heads", "head_k_dim", "v_heads", "head_v_dim", "conv_dim"),
     "gdn_decode": ("batch", "seq_len", "num_tokens", "k_heads", "head_k_dim", "v_heads", "head_v_dim", "conv_dim"),
+    "dsa_mqa_logits": ("batch", "q_len", "kv_len", "num_heads", "tp", "kv_dtype"),
+    "dsa_topk": ("batch", "q_len", "kv_len", "num_heads", "tp", "kv_dtype", "mode"),
+    "dsa_attention": ("batch", "q_len", "kv_len", "num_heads", "tp", "kv_dtype"),
 }
+
+#: sparse-attention (DSA) operator tables: read on request (``tables=``), not fitted yet, so
+#: ``llmplan calibrate`` output does not depend on them
+DSA_TABLES = ("glm5_mqa_logits_module", "glm5_topk_module", "glm5_dsa_attn_module")
 
 #: tables whose rows split into several families (by a column the canonical frame sets)
 SPLIT_TABLES = {"gdn": ("gdn_prefill", "gdn_decode")}
@@ -240,6 +255,16 @@ def _canonicalise(table: str, df: pd.DataFrame) -> pd.DataFrame:
         out["num_heads"] = i64("num_heads")
     elif family == "gdn":
         out = _gdn_layers(out)
+    elif family.startswith("dsa_"):
+        # isl new tokens per sequence after `step` cached ones (decode rows: isl 1)
+        out["batch"] = i64("batch_size")
+        out["q_len"] = i64("isl")
+        out["kv_len"] = out["q_len"] + i64("step")
+        out["num_heads"] = i64("num_heads")
+        out["tp"] = i64("tp_size")
+        out["kv_dtype"] = _norm_dtype(out["kv_cache_dtype"])
+        if family == "dsa_topk":
+            out["mode"] = out["score_mode"].astype(str) if "score_mode" in out else "flat"
     elif family == "moe_a2a":
         # the source's `latency` of this table is in microseconds: it equals transmit_us +
         # notify_us on every row (a 1-token DeepEP dispatch does not take 50 ms)
