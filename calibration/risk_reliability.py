@@ -220,9 +220,15 @@ QUANTILE_P = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
               0.85, 0.9, 0.95, 0.975, 0.99)
 
 
-def residual_quantiles(res: pd.DataFrame, profiles: Path) -> dict[str, Any]:
+#: residual sets kept in the file (one per engine-profile fit, newest last)
+KEEP_SETS = 3
+
+
+def residual_quantiles(res: pd.DataFrame, profiles: Path, previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``sim/data/served_residuals.json`` document: per engine and metric the held-out log
-    residuals at :data:`QUANTILE_P`, tied to the engine profile file (its sha256) they belong to."""
+    residuals at :data:`QUANTILE_P`, filed under the sha256 of the engine profile file they
+    belong to; the sets of ``previous`` (the file as it was) for other fits are kept, the last
+    :data:`KEEP_SETS`."""
     import hashlib
 
     rows = simulated_rows(res)
@@ -233,11 +239,15 @@ def residual_quantiles(res: pd.DataFrame, profiles: Path) -> dict[str, Any]:
             if len(r) >= 20:
                 engines.setdefault(b, {})[m] = {"p": list(QUANTILE_P), "rows": int(len(r)),
                                                 "log_residual": [round(float(x), 5) for x in np.quantile(r, QUANTILE_P)]}
+    sha = hashlib.sha256(profiles.read_bytes()).hexdigest()
+    sets = {k: v for k, v in ((previous or {}).get("by_engine_profiles_sha256") or {}).items() if k != sha}
+    sets[sha] = {"rows": int(len(rows)), "engines": engines}
     return {"_provenance": {
-        "engine_profiles_sha256": hashlib.sha256(profiles.read_bytes()).hexdigest(),
         "source": "held-out half of `llmplan validate serving --holdout` on the served rows (H100, H200): "
-                  "log(measured / predicted) of mean TTFT and TPOT, terms fitted on the other half",
-        "written_by": "python -m llmplan.calibration.risk_reliability --write-quantiles"}, "engines": engines}
+                  "log(measured / predicted) of mean TTFT and TPOT, terms fitted on the other half; one set per "
+                  "sha256 of sim/data/engine_profiles.json (the planner uses the current file's)",
+        "written_by": "python -m llmplan.calibration.risk_reliability --write-quantiles"},
+        "by_engine_profiles_sha256": dict(list(sets.items())[-KEEP_SETS:])}
 
 
 def replay(measurements: list[str], workers: int, limit: int | None, argv_sim: list[str]) -> pd.DataFrame:
@@ -287,8 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.write_quantiles:
         from llmplan.sim.engine_terms import PATH as profiles
 
-        doc = residual_quantiles(res, profiles)
-        Path(a.write_quantiles).write_text(json.dumps(doc, indent=1) + "\n")
+        target = Path(a.write_quantiles)
+        try:
+            previous = json.loads(target.read_text()) if target.is_file() else None
+        except ValueError:
+            previous = None
+        target.write_text(json.dumps(residual_quantiles(res, profiles, previous), indent=1) + "\n")
         print(f"wrote {a.write_quantiles}")
     rep = analyse(res)
     print(markdown(rep))

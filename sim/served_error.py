@@ -8,8 +8,8 @@ Used by the planner's probabilities (``optimizer/risk.py``) and their reliabilit
 (``calibration/risk_reliability.py``).
 
 Where ``sim/data/served_residuals.json`` holds the held-out residual quantiles of the same band
-fit (written by ``python -m llmplan.calibration.risk_reliability --write-quantiles``; its
-``engine_profiles_sha256`` must match ``sim/data/engine_profiles.json``), the error is their
+fit (written by ``python -m llmplan.calibration.risk_reliability --write-quantiles``; one set
+per sha256 of ``sim/data/engine_profiles.json``, the current file's is used), the error is their
 empirical distribution instead (:class:`EmpiricalError`): the lognormal through two band
 edges misplaces the median of skewed residuals (docs/ACCURACY.md). After a refit of the
 bands the stale file is ignored and the lognormal is used.
@@ -133,9 +133,9 @@ def _residuals(path: str, profiles_sha: str) -> dict:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
-    if (doc.get("_provenance") or {}).get("engine_profiles_sha256") != profiles_sha:
-        return {}  # written for other bands: stale after a refit
-    return doc.get("engines") or {}
+    # one residual set per engine-profile file it was computed with (the last few fits); a file
+    # without a set for the current one is stale (written for other bands: a refit since)
+    return ((doc.get("by_engine_profiles_sha256") or {}).get(profiles_sha) or {}).get("engines") or {}
 
 
 def _profiles_sha() -> str:

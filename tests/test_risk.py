@@ -63,8 +63,8 @@ def test_confidence_beyond_what_the_residuals_resolve_is_refused(monkeypatch):
 def test_residual_file_is_used_only_for_the_bands_it_belongs_to(monkeypatch, tmp_path):
     def write(sha: str):
         path = tmp_path / f"{sha[:8]}.json"
-        path.write_text(json.dumps({"_provenance": {"engine_profiles_sha256": sha}, "engines": {"vllm": {"tpot": {
-            "p": [0.05, 0.5, 0.95], "log_residual": [-0.5, 0.1, 0.3], "rows": 40}}}}))
+        path.write_text(json.dumps({"by_engine_profiles_sha256": {sha: {"engines": {"vllm": {"tpot": {
+            "p": [0.05, 0.5, 0.95], "log_residual": [-0.5, 0.1, 0.3], "rows": 40}}}}}}))
         monkeypatch.setattr(served_error, "RESIDUALS_PATH", path)
 
     write(served_error._profiles_sha())

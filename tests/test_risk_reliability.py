@@ -69,3 +69,17 @@ def test_cli_reads_a_replay_csv_and_refuses_a_missing_one(tmp_path, capsys):
     assert "predicted P(met)" in capsys.readouterr().out and (tmp_path / "r.json").is_file()
     assert rr.main(["--predictions", str(tmp_path / "none.csv")]) == EXIT_USER_ERROR
     assert "--predictions" in capsys.readouterr().err
+
+
+def test_written_residuals_keep_the_sets_of_other_fits(tmp_path):
+    import hashlib
+
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text("{}")
+    doc = rr.residual_quantiles(_rows(60, 1.0), profiles)
+    sha = hashlib.sha256(b"{}").hexdigest()
+    mine = doc["by_engine_profiles_sha256"][sha]["engines"]["vllm"]["tpot"]
+    assert mine["p"] == list(rr.QUANTILE_P) and mine["log_residual"] == sorted(mine["log_residual"])
+    profiles.write_text('{"refit": 1}')
+    doc2 = rr.residual_quantiles(_rows(60, 1.0, seed=2), profiles, previous=doc)
+    assert len(doc2["by_engine_profiles_sha256"]) == 2 and sha in doc2["by_engine_profiles_sha256"]
