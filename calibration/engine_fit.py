@@ -23,6 +23,13 @@ grows with the batch. A ``prefill_scale`` (s) can be added with ``--prefill-scal
 Desynchronisation: N identical closed-loop clients stay in lock-step forever in a
 deterministic simulator, while a real engine and client drift apart. The simulator breaks
 lock-step by drawing output lengths uniformly in ``osl x [1 - j, 1 + j]`` (mean unchanged).
+``--engine-jitter ENGINE=J`` simulates an engine only at its own values (half the work when its
+value is known from earlier fits).
+
+The step model the bases come from carries the other composition terms: CUDA-graph padding
+(``sim/cuda_graphs.py``), TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler and the reuse of
+preempted requests' blocks (``sim/scheduler.py``, ``sim/kv_cache.py``); the MoE routing skew is in
+the calibrated MoE query.
 
 Scheduling policy of the measured runs (:data:`SCHEDULER`, engines' documented defaults):
 SGLang does not mix prefill chunks into decode batches unless started with
