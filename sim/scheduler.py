@@ -182,8 +182,11 @@ class EngineState:
         return self.pool.match(seq.keys, (seq.target - 1) // self.U)
 
     def _whole_blocks(self, seq: Seq) -> int:
-        """Blocks of a request's whole sequence: prompt + requested output tokens."""
-        return -(-(seq.P + seq.req.output_tokens) // self.B)
+        """Blocks of a request's whole sequence on this engine: prompt + the output tokens it
+        generates here (the requested output; 1 on a disaggregated prefill worker, which stops
+        after the first token; tokens, not verify steps, under speculative decoding)."""
+        out = seq.req.output_tokens if seq.O > 1 else seq.O
+        return -(-(seq.P + out) // self.B)
 
     def _no_room(self, seq: Seq) -> bool:
         """GUARANTEED_NO_EVICT: the whole sequence does not fit beside the running ones' (a

@@ -244,3 +244,15 @@ def test_trtllm_guaranteed_no_evict_queues_instead_of_preempting(checked):
     assert trt.unfinished == 0 and trt.summary["kv_peak_util"] <= 1.0
     whole = (trt.requests["input_tokens"] + trt.requests["output_tokens"]).max()
     assert whole <= 24000   # every request fits alone, so the queue always drains
+
+
+def test_no_evict_reserves_only_what_the_engine_generates():
+    """A disaggregated prefill worker (output length 1 on that engine) reserves prompt + 1 token."""
+    from llmplan.sim.scheduler import EngineState, Seq
+    from llmplan.sim.types import EngineProfile
+
+    eng = EngineState(0, EngineProfile(name="trtllm", block_size=16), 100, 16, 8)
+    seq = Seq(0, Request(0.0, 100, 500), True)
+    assert eng._whole_blocks(seq) == -(-600 // 16)
+    seq.O = 1
+    assert eng._whole_blocks(seq) == -(-101 // 16)
