@@ -20,6 +20,10 @@ import pulp
 from llmplan.optimizer.types import Allocation, Evaluation, Selection
 
 _TIE_BREAK = 1e-4  # $/h per GPU: prefer fewer GPUs among equal-cost plans
+# $/h per req/s of SLO capacity: among plans of equal cost and GPU count, prefer the one with more
+# capacity (more headroom) instead of whichever tie the solver meets first. 1e-7 x a few hundred
+# req/s stays far below the GPU tie-break and any real price difference.
+_CAPACITY_TIE_BREAK = 1e-7
 
 
 def _solver(gap_rel: float | None = None) -> pulp.LpSolver:
@@ -55,7 +59,8 @@ def solve(evals: list[Evaluation], rate_rps: float, max_gpus: dict[str, int] | N
     names = [f"n{i}" for i in range(len(pool))]
     n = {name: prob.add_variable(name, lowBound=0, upBound=max_replicas, cat="Integer") for name in names}
     prob += pulp.lpSum(
-        (e.candidate.usd_per_replica_hour + _TIE_BREAK * e.candidate.gpus_per_replica) * n[nm]
+        (e.candidate.usd_per_replica_hour + _TIE_BREAK * e.candidate.gpus_per_replica
+         - _CAPACITY_TIE_BREAK * e.effective_capacity_rps) * n[nm]
         for nm, e in zip(names, pool))
     prob += pulp.lpSum(max_load * e.effective_capacity_rps * n[nm] for nm, e in zip(names, pool)) >= rate_rps, "serve_rate"
     # any traffic needs a replica: a tiny rate (1e-9 req/s) is within the solver's feasibility
