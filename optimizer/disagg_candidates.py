@@ -116,13 +116,18 @@ class DisaggOption:
                 "simulate_with": self.simulate_command(model_key), "notes": self.notes}
 
 
+MEAN_AS_PERCENTILE = 100.0 * (1.0 - math.exp(-1.0))  # see _limits
+
+
 def _limits(slos: list[SLOTarget], metric: str) -> tuple[float, float]:
-    """(tightest limit, its percentile) of a metric; (inf, 50) when it has none."""
+    """(tightest limit, its percentile) of a metric; (inf, 50) when it has none. A mean target
+    counts as the percentile 100 (1 - 1/e): there the exponential-tail wait of
+    :func:`prefill_capacity` (k = ln(1 / (1 - q)) = 1) is the M/D/1 mean wait rho S / (2 (1 - rho))."""
     mine = [s for s in slos if s.metric == metric]
     if not mine:
         return math.inf, 50.0
     s = min(mine, key=lambda s: (s.limit_ms, -s.percentile))
-    return s.limit_ms, s.percentile
+    return s.limit_ms, (MEAN_AS_PERCENTILE if s.is_mean else s.percentile)
 
 
 def prefill_ms(ev: Evaluation) -> float:
@@ -286,12 +291,12 @@ def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats,
     s = res.summary
     targets = {}
     for t in slos:
-        v = s.get(f"{t.metric}_ms_p{t.percentile:g}")
+        v = s.get(f"{t.metric}_ms_mean" if t.is_mean else f"{t.metric}_ms_p{t.percentile:g}")
         if v is None:
             import numpy as np
 
             col = res.requests.loc[res.requests["measured"] & res.requests["finished"], f"{t.metric}_ms"].dropna()
-            v = float(np.percentile(col, t.percentile)) if len(col) else math.nan
+            v = (float(col.mean()) if t.is_mean else float(np.percentile(col, t.percentile))) if len(col) else math.nan
         targets[t.key] = {"limit_ms": t.limit_ms, "simulated_ms": round(float(v), 3)}
     met = (not res.overloaded) and all(x["simulated_ms"] <= x["limit_ms"] for x in targets.values())
     return {"requests": requests, "workload": "poisson at the plan's rate, lengths fixed at the workload means",

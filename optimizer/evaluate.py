@@ -73,6 +73,12 @@ def wait_quantile_ms(rho: float, service_ms: float, ca2: float, cs2: float, q: f
     return theta * math.log(rho / (1.0 - q))
 
 
+def mean_wait_ms(rho: float, service_ms: float, ca2: float, cs2: float) -> float:
+    """Mean of the wait of ``wait_quantile_ms``: rho theta (Kingman's formula)."""
+    rho = min(rho, 0.999)
+    return rho * service_ms * (ca2 + cs2) / (2.0 * (1.0 - rho))
+
+
 def residual_quantile_ms(tau_d: float, tau_pf: float, p_pf: float, q: float) -> float:
     """q-quantile of the time left in the step an arrival lands in. Poisson arrivals see time
     averages (PASTA): with probability ``p_pf`` (the share of time in prompt-carrying steps) the
@@ -107,8 +113,8 @@ class OperatingPoint:
     decode_seqs: float       # mean sequences decoding
     prefill_tokens: float    # mean prefill tokens per iteration
     utilization: float       # share of the token budget / batch slots in use (0..1+)
-    ttft_ms: dict[float, float]  # percentile -> ms
-    tpot_ms: dict[float, float]
+    ttft_ms: dict[float | str, float]  # percentile -> ms, and "mean" -> the mean (ms)
+    tpot_ms: dict[float | str, float]
     limit: str               # what stops a higher rate ("" when far from limits)
 
 
@@ -185,7 +191,7 @@ class ReplicaAnalyzer:
     def operating_point(self, lam: float, percentiles: list[float]) -> OperatingPoint:
         stable, tau, b, (tau_d, tau_pf, tokens, n_pf), limit = self._fixed_point(lam)
         if not stable:
-            inf = {q: math.inf for q in percentiles}
+            inf = {q: math.inf for q in [*percentiles, "mean"]}
             return OperatingPoint(lam, False, tau, b, 0.0, 1.0, inf, dict(inf), limit)
         st, pp = self.step, self.step.pp
         f = min(1.0, n_pf * tau / 1e3)               # fraction of steps carrying prompt tokens
@@ -218,6 +224,16 @@ class ReplicaAnalyzer:
             n_hits += max(0.0, z) * math.sqrt(n_hits)
             extra = tau_pf - tau_d if self.chunked else tau_pf
             tpot[q] = (st.stage_time_ms(self._shape(max(1.0, b_q), 0)) + extra * n_hits / o_e) * pp
+        # the means (SLOs on the mean): mean residual E[R] = sum over step kinds of the time share
+        # x half the step (PASTA, uniform residual), the mean prompt's prefill, Kingman's mean wait
+        # E[W] = rho theta; TPOT at the mean batch with the mean prefill interference (z = 0)
+        own = self.I + max(0.0, tokens - self.I)
+        pf = st.step_time_ms(self._shape(b if self.chunked else 0.0, min(own, room))) * max(1, math.ceil(own / room))
+        residual = p_in_pf * tau_pf / 2.0 + (1.0 - p_in_pf) * tau_d / 2.0
+        ttft["mean"] = residual + pf + mean_wait_ms(rho, service, ca2, cs2)
+        n_hits = (f if self.chunked else f / max(1.0 - MAX_LOAD, 1.0 - f)) * o_e
+        extra = tau_pf - tau_d if self.chunked else tau_pf
+        tpot["mean"] = (st.stage_time_ms(self._shape(max(1.0, b), 0)) + extra * n_hits / o_e) * pp
         bt = b * pp
         util = max(bt / self.max_seqs, bt * (self.I + self.O / 2) / max(1, self.kv_cap), n_pf * (tau_pf - tau_d) / 1e3)
         return OperatingPoint(lam, True, tau, b, tokens * f, util, ttft, tpot, limit)
@@ -227,7 +243,7 @@ class ReplicaAnalyzer:
         if not op.stable:
             return f"overloaded ({op.limit})"
         for s in slos:
-            v = (op.ttft_ms if s.metric == "ttft" else op.tpot_ms)[s.percentile]
+            v = (op.ttft_ms if s.metric == "ttft" else op.tpot_ms)[s.quantity]
             if not v <= s.limit_ms:
                 return s.label
         return ""

@@ -47,8 +47,9 @@ COLUMNS = ["option", "candidate", "gpu", "tp", "pp", "ep", "precision", "max_num
            "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "capacity_rps_per_replica", "latency_basis", "meets_slo", "gpu_power_w", "joules_per_output_token"]
 
 
-def _percentile(slos: list[SLOTarget], metric: str) -> float:
-    return next((s.percentile for s in slos if s.metric == metric), slos[0].percentile if slos else 90.0)
+def _percentile(slos: list[SLOTarget], metric: str) -> float | str:
+    """The metric's first target's percentile, or "mean" for a mean target (the axis statistic)."""
+    return next((s.quantity for s in slos if s.metric == metric), slos[0].percentile if slos else 90.0)
 
 
 def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget] | None = None,
@@ -59,7 +60,7 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
 
     slos = slos or []
     tq, pq = _percentile(slos, "ttft"), _percentile(slos, "tpot")
-    pcts = sorted({tq, pq} | {s.percentile for s in slos})
+    pcts = sorted({q for q in (tq, pq) if q != "mean"} | {s.percentile for s in slos})  # "mean": always computed
     rows = []
     for e in evals:
         cap = e.effective_capacity_rps
@@ -166,7 +167,7 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
         f = pareto_front(df, FRONTIERS[fname])
         ax.plot(f[col], f["usd_per_hour"], "o-", color="C0", label="Pareto frontier")
         s = slo.get(label.lower())
-        pct = f" p{s.percentile:g}" if s else ""
+        pct = f" {s.key.split('_')[1]}" if s else ""
         if s:
             ax.axvline(s.limit_ms, color="C3", ls="--", label=f"SLO {s.label}")
         ax.set_xlabel(f"{label}{pct} at the target rate (ms)")

@@ -17,7 +17,7 @@ from llmplan.optimizer.headroom import headroom
 from llmplan.optimizer.planner import PlanResult
 from llmplan.optimizer.risk import selection_risk
 from llmplan.optimizer.slo_check import binding_target, worst_miss
-from llmplan.optimizer.types import Allocation, Evaluation, Selection
+from llmplan.optimizer.types import Allocation, Evaluation, Selection, SLOTarget
 from llmplan.sim.serving_bands import served_bands
 
 REJECT_ORDER = ("memory", "parallelism", "precision", "slo", "availability")
@@ -125,6 +125,14 @@ def rejection_counts(evals: list[Evaluation]) -> dict[str, int]:
     return {k: c.get(k, 0) for k in REJECT_ORDER if c.get(k, 0)} | {k: v for k, v in c.items() if k not in REJECT_ORDER}
 
 
+def slo_entry(s: SLOTarget) -> dict:
+    """One target in plan.json: a percentile target as {metric, percentile, limit_ms}; a mean
+    target as {metric, percentile: null, stat: "mean", limit_ms}."""
+    if s.is_mean:
+        return {"metric": s.metric, "percentile": None, "stat": "mean", "limit_ms": s.limit_ms}
+    return {"metric": s.metric, "percentile": s.percentile, "limit_ms": s.limit_ms}
+
+
 def plan_dict(res: PlanResult, context: dict) -> dict:
     sel = res.selection
     engine = context.get("engine")
@@ -135,7 +143,7 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
         "fleet": res.fleet,
         "binding_constraint": sel.binding or None,
         "infeasible": res.diagnosis.as_dict() if res.diagnosis else None,
-        "slo": [{"metric": s.metric, "percentile": s.percentile, "limit_ms": s.limit_ms} for s in res.slos],
+        "slo": [slo_entry(s) for s in res.slos],
         "workload": {"rate_rps": res.workload.rate_rps, "mean_input_tokens": _num(res.workload.mean_input_tokens),
                      "mean_output_tokens": _num(res.workload.mean_output_tokens),
                      "max_request_tokens": res.workload.max_request_tokens},
@@ -240,7 +248,7 @@ def _deploy_table(title: str, sel: Selection, res: PlanResult) -> Table:
     heads = {}
     for metric in ("ttft", "tpot"):
         mine = [s for s in res.slos if s.metric == metric]
-        heads[metric] = (f"{metric.upper()}\np{mine[0].percentile:g} ms" if len(mine) == 1
+        heads[metric] = (f"{metric.upper()}\n{mine[0].key.split('_')[1]} ms" if len(mine) == 1
                          else f"{metric.upper()} ms\n(binding)" if mine else f"{metric.upper()}\nms")
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               collapse_padding=True)

@@ -6,10 +6,12 @@ served residuals of the engine and metric (``sim/data/served_residuals.json``, e
 when that file does not belong to the current bands, as the normal whose central ``level``
 interval is the served band ``[ln lo, ln hi]`` (``sim/serving_bands.py``).
 
-The residuals are of *mean* TTFT/TPOT (what benchmark clients report); a target at a percentile
-is assumed to carry the same multiplicative error (the error scales the latency distribution).
-The simulated percentile itself is a finite-sample estimate: its spread ``s`` in log space comes
-from the order statistics of the simulated requests (:func:`sample_log_sd`) and is added as an
+The residuals are of *mean* TTFT/TPOT (what benchmark clients report), so a target on the mean
+(``slo.ttft_mean_ms``) is the direct case: the error applies to the predicted mean as fitted.
+A target at a percentile is assumed to carry the same multiplicative error (the error scales
+the latency distribution). The simulated statistic is a finite-sample estimate: its spread ``s``
+in log space comes from the order statistics of the simulated requests (:func:`sample_log_sd`)
+or, for a mean, the standard error of the mean (:func:`target_log_sd`), and is added as an
 independent normal: P(target met) = P(e + s Z <= ln(limit / predicted)).
 
 Targets of one metric (several percentiles, several pools of one engine) share one error ``e``:
@@ -48,6 +50,19 @@ def sample_log_sd(values: np.ndarray, percentile: float) -> float:
     return float((math.log(hi) - math.log(lo)) / 2.0)
 
 
+def target_log_sd(values: np.ndarray, s: SLOTarget) -> float:
+    """Sampling spread (log space) of the simulated statistic a target is judged on: for a
+    mean target the standard error of the mean over the mean, sd / (sqrt(n) mean) (delta
+    method), else :func:`sample_log_sd` at its percentile. NaN for fewer than 2 positive values."""
+    if not s.is_mean:
+        return sample_log_sd(values, s.percentile)
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if len(v) < 2:
+        return math.nan
+    return float(v.std(ddof=1) / (math.sqrt(len(v)) * v.mean()))
+
+
 def check_confidence(value) -> float | None:
     """``search.confidence``: None (point prediction) or a probability in (0, 1)."""
     if value is None:
@@ -84,7 +99,7 @@ def tightened_slos(slos: list[SLOTarget], engine: str, confidence: float) -> lis
             raise UserError(f"needs each of TTFT/TPOT met with probability {level:.4f}, beyond what the served error "
                             f"data of {engine} resolves ({err.max_probability:g}: {err.source})",
                             key="search.confidence", fix=f"use a confidence below {top:.3f}")
-        out.append(SLOTarget(s.metric, s.percentile, tightened_limit(s.limit_ms, err, level)))
+        out.append(SLOTarget(s.metric, s.percentile, tightened_limit(s.limit_ms, err, level), stat=s.stat))
     return out
 
 

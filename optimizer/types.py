@@ -11,17 +11,28 @@ from llmplan.sim.types import Parallelism, Precision
 @dataclass(frozen=True)
 class SLOTarget:
     metric: str        # ttft | tpot
-    percentile: float  # e.g. 90
+    percentile: float  # e.g. 90; for a mean target 50 (the screen's operating-point inputs), never judged
     limit_ms: float
+    stat: str = "pct"  # pct: the limit holds at ``percentile``; mean: the mean is within the limit
+
+    @property
+    def is_mean(self) -> bool:
+        return self.stat == "mean"
 
     @property
     def label(self) -> str:
-        return f"{self.metric.upper()} p{self.percentile:g} <= {self.limit_ms:g} ms"
+        at = "mean" if self.is_mean else f"p{self.percentile:g}"
+        return f"{self.metric.upper()} {at} <= {self.limit_ms:g} ms"
 
     @property
     def key(self) -> str:
-        """Stable identifier, e.g. ``ttft_p90`` (the config key without ``_ms``)."""
-        return f"{self.metric}_p{self.percentile:g}"
+        """Stable identifier, e.g. ``ttft_p90`` or ``ttft_mean`` (the config key without ``_ms``)."""
+        return f"{self.metric}_mean" if self.is_mean else f"{self.metric}_p{self.percentile:g}"
+
+    @property
+    def quantity(self) -> float | str:
+        """Key of this target's value in a percentile -> ms map (``"mean"`` for a mean target)."""
+        return "mean" if self.is_mean else self.percentile
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ finds the highest rate at which every SLO holds at its percentile in simulation 
 capacity); that replaces the analytical capacity in the ILP. After the ILP, the chosen
 deployment is simulated as a whole (all replicas behind the router) at the target rate.
 
-Every SLO target is checked at its own percentile and limit: the bisection runs once per
-distinct percentile (``slo_check.threshold_groups``) and the capacity is the lowest of them;
+Every SLO target is checked at its own percentile (or on the mean) and limit: the bisection runs
+once per distinct percentile and once for the mean targets (``slo_check.threshold_groups``) and
+the capacity is the lowest of them;
 the whole-deployment simulation reports each target at its own percentile.
 """
 
@@ -18,8 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from llmplan.model_catalog.spec import ModelSpec
-from llmplan.optimizer.risk import sample_log_sd
-from llmplan.optimizer.slo_check import binding_target, misses, threshold_groups
+from llmplan.optimizer.risk import target_log_sd
+from llmplan.optimizer.slo_check import binding_target, misses, sample_value, threshold_groups
 from llmplan.optimizer.types import Evaluation, SLOTarget, WorkloadStats
 from llmplan.sim.deployment import replica_limits
 from llmplan.sim.metrics import SLOThresholds
@@ -39,7 +40,8 @@ FINAL_REQUESTS = 1500     # requests in the whole-deployment simulation (at leas
 def thresholds(slos: list[SLOTarget]) -> SLOThresholds:
     """The threshold set of the highest percentile (for per-request SLO attainment in summaries;
     the pass/fail verdicts use every target, see ``slo_check``)."""
-    return threshold_groups(slos)[-1]
+    groups = threshold_groups(slos)
+    return ([g for g in groups if not g.mean] or groups)[-1]
 
 
 def replica_spec(ev: Evaluation, engine: EngineProfile, model: ModelSpec) -> ReplicaSpec:
@@ -72,12 +74,9 @@ def pick_finalists(evals: list[Evaluation], n: int) -> list[Evaluation]:
 
 
 def _percentiles(df, slos: list[SLOTarget]) -> dict[str, float]:
-    """SLOTarget.key -> the simulated value at that target's percentile (finished requests)."""
-    out = {}
-    for t in slos:
-        vals = df[f"{t.metric}_ms"].dropna()
-        out[t.key] = float(np.percentile(vals, t.percentile)) if len(vals) else float("nan")
-    return out
+    """SLOTarget.key -> the simulated value at that target's percentile, or the mean for a mean
+    target (finished requests)."""
+    return {t.key: sample_value(df[f"{t.metric}_ms"].to_numpy(float), t) for t in slos}
 
 
 def make_verifier(model: ModelSpec, engine: EngineProfile, wl_spec: WorkloadSpec, wl: WorkloadStats,
@@ -104,14 +103,14 @@ def make_verifier(model: ModelSpec, engine: EngineProfile, wl_spec: WorkloadSpec
                 runs += len(r.evaluations)
                 sim_cap = min(sim_cap, r.rate_rps if r.feasible else 0.0)
                 if not r.feasible:
-                    missed = (slo.percentile, r.rate_rps)
+                    missed = ("mean" if slo.mean else f"p{slo.percentile:g}", r.rate_rps)
                     break
             ev.sim_capacity_rps = sim_cap
             if sim_cap > 0 and cap > 0:
                 ratios.append(sim_cap / cap)
             diff = (ev.sim_capacity_rps - cap) / cap if cap else float("nan")
             if missed:
-                ev.notes.append(f"simulation: the p{missed[0]:g} targets are missed even at {missed[1]:.3g} req/s")
+                ev.notes.append(f"simulation: the {missed[0]} targets are missed even at {missed[1]:.3g} req/s")
             out[ev.candidate.name] = {
                 "analytical_capacity_rps": round(cap, 4), "simulated_capacity_rps": round(ev.sim_capacity_rps, 4),
                 "difference": round(diff, 4), "disagree": bool(abs(diff) > DISAGREE), "simulations": runs}
@@ -148,13 +147,13 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
         sim = _percentiles(mine, slos)
         bt, bp = binding_target(sim, slos, "ttft"), binding_target(sim, slos, "tpot")
         # finite-sample spread of each simulated percentile (log space), for optimizer.risk
-        log_sd = {t.key: sample_log_sd(mine[f"{t.metric}_ms"].dropna().to_numpy(float), t.percentile) for t in slos}
+        log_sd = {t.key: target_log_sd(mine[f"{t.metric}_ms"].dropna().to_numpy(float), t) for t in slos}
         a.simulated = {"targets": {k: round(v, 2) for k, v in sim.items()}, "requests": int(len(mine)),
                        "log_sd": {k: round(v, 5) for k, v in log_sd.items() if np.isfinite(v)},
                        "ttft_ms": round(sim[bt.key], 2) if bt else None, "tpot_ms": round(sim[bp.key], 2) if bp else None}
         for t in slos:
             an, v = a.analytical.get(t.key, float("nan")), sim[t.key]
-            name = f"{t.metric.upper()} p{t.percentile:g}"
+            name = t.label.split(" <=")[0]
             if not np.isfinite(an):
                 notes.append(f"{a.evaluation.candidate.name}: the planned load is beyond the analytical model's stable "
                              f"range; simulated {name} {v:.1f} ms")

@@ -52,6 +52,7 @@ RANGES: dict[str, Rule] = {
        for k, r in (("mean_tokens", POSITIVE), ("min_tokens", AT_LEAST_1), ("max_tokens", AT_LEAST_1),
                     ("cv", NON_NEGATIVE), ("sigma", NON_NEGATIVE))},
     **{f"slo.{m}_p{p}_ms": POSITIVE for m in ("ttft", "tpot") for p in (50, 90, 95, 99)},
+    "slo.ttft_mean_ms": POSITIVE, "slo.tpot_mean_ms": POSITIVE,
     "search.tp[]": AT_LEAST_1, "search.pp[]": AT_LEAST_1, "search.ep[]": AT_LEAST_1, "search.dp[]": AT_LEAST_1,
     "search.max_batch[]": AT_LEAST_1, "search.max_replicas": AT_LEAST_1,
     "search.max_load": FRACTION, "search.finalists": NON_NEGATIVE, "search.alternatives": NON_NEGATIVE,

@@ -65,6 +65,9 @@ class SLOConfig:
     tpot_p90_ms: Optional[float] = 50.0
     tpot_p95_ms: Optional[float] = None
     tpot_p99_ms: Optional[float] = None
+    # mean over requests (ms), alone or beside percentile targets; null = no target
+    ttft_mean_ms: Optional[float] = None
+    tpot_mean_ms: Optional[float] = None
 
 
 #: the search group's schema: optimizer.planner.SearchSpace (its defaults are the only ones),

@@ -111,7 +111,10 @@ def resolve_slos(app: AppConfig) -> list[SLOTarget]:
         if v is None:
             continue
         metric, pct, _ = f.name.split("_")  # v > 0 and finite: config_checks
-        out.append(SLOTarget(metric, float(pct[1:]), float(v)))
+        if pct == "mean":
+            out.append(SLOTarget(metric, 50.0, float(v), stat="mean"))
+        else:
+            out.append(SLOTarget(metric, float(pct[1:]), float(v)))
     if not out:
         raise ConfigError("no SLO target set", key="slo", fix="set e.g. slo.ttft_p90_ms=1000 slo.tpot_p90_ms=50")
     return out

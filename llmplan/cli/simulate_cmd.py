@@ -133,8 +133,8 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     }
     summary["analytical"] = {
         "capacity_rps": round(cap_rps * dep.replicas, 4), "capacity_limit": limit, "rate_rps": an_rate,
-        "ttft_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.ttft_ms.items()} if an_op else None,
-        "tpot_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.tpot_ms.items()} if an_op else None,
+        "ttft_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.ttft_ms.items() if q != "mean"} if an_op else None,
+        "tpot_ms": {f"p{q:g}": round(v, 3) for q, v in an_op.tpot_ms.items() if q != "mean"} if an_op else None,
     }
     summary["step_breakdown"] = {"prefill": breakdown_json(step, prefill_shape), "decode": breakdown_json(step, decode_shape)}
     from llmplan.sim.uncertainty import step_band

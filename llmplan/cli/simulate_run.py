@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from llmplan.optimizer.slo_check import sample_value
 from llmplan.optimizer.types import SLOTarget
 from llmplan.sim.metrics import SLOThresholds
 from llmplan.sim.replica import ReplicaSpec
@@ -86,7 +86,7 @@ def des_summary(app, res, spec, slos: list[SLOTarget], out: Path, offline: dict 
     targets = {}
     for t in slos:
         vals = done[f"{t.metric}_ms"].dropna().to_numpy()
-        v = float(np.percentile(vals, t.percentile)) if len(vals) else None
+        v = sample_value(vals, t) if len(vals) else None  # the mean for a mean target
         share = float((vals <= t.limit_ms).mean()) if len(vals) else None
         targets[t.label] = {"simulated_ms": v, "met": bool(v is not None and v <= t.limit_ms), "share_within": share}
     summary |= {
