@@ -85,9 +85,19 @@ class AnalyticalStepModel:
         self._n_global = len(ga.layer_indices) * self._frac if ga is not None else 0.0
         self._linear = lru_cache(maxsize=65536)(self._linear_ops)
         self._attn = lru_cache(maxsize=262144)(self._attn_ops)
-        # the hot path only needs the sums
-        self._linear_ms = lru_cache(maxsize=65536)(lambda *k: sum(o.latency_ms for o in self._linear(*k)))
-        self._attn_ms = lru_cache(maxsize=262144)(lambda *k: sum(o.latency_ms for o in self._attn(*k)))
+        # the hot path only needs the sums. The token-row operators and the logit-row ones
+        # (lm_head, sampling: the last two) are cached apart, and so are the prefill and the
+        # decode part of attention (dense / MLA models): each sum is still taken over the
+        # same latencies in the same order, so it is bit-identical to summing the whole step.
+        self._body_lat = lru_cache(maxsize=65536)(
+            lambda *k: tuple(o.latency_ms for o in self._linear_body_ops(*k)))
+        self._logit_lat = lru_cache(maxsize=65536)(
+            lambda rows: tuple(o.latency_ms for o in self._logit_ops(rows)))
+        self._linear_ms = lru_cache(maxsize=65536)(self._linear_sum)
+        self._split_attn = m.linear is None and m.sparse is None
+        self._pf_lat = lru_cache(maxsize=65536)(lambda *k: tuple(o.latency_ms for o in self._attn_ops(*k, 0, 0.0)))
+        self._dc_lat = lru_cache(maxsize=65536)(lambda *k: tuple(o.latency_ms for o in self._attn_ops(0, 0, 0.0, *k)))
+        self._attn_ms = lru_cache(maxsize=262144)(self._attn_sum)
 
     # ------------------------------------------------------------------ public protocol
     def step_time_ms(self, shape: StepShape) -> float:
@@ -188,11 +198,28 @@ class AnalyticalStepModel:
         return OpTime(name, family, kt.latency_ms * count, kt.bound, kt.flops * count, kt.bytes * count, kt.tier,
                       kt.extrapolated)
 
+    def _linear_sum(self, tokens: int, logit_rows: int, group_tokens: int | None = None,
+                    decode_only: bool = False) -> float:
+        """sum(latency_ms) of :meth:`_linear_ops`, from the two cached parts."""
+        return sum(self._body_lat(tokens, group_tokens, decode_only) + self._logit_lat(logit_rows))
+
+    def _attn_sum(self, pf_seqs: int, pf_q: int, pf_kv: float, dc_seqs: int, dc_kv: float) -> float:
+        """sum(latency_ms) of :meth:`_attn_ops`; for dense/MLA attention from its cached
+        prefill and decode parts (linear-attention and DSA layers mix the two)."""
+        if not self._split_attn:
+            return sum(o.latency_ms for o in self._attn(pf_seqs, pf_q, pf_kv, dc_seqs, dc_kv))
+        return sum(self._pf_lat(pf_seqs, pf_q, pf_kv) + self._dc_lat(dc_seqs, dc_kv))
+
     def _linear_ops(self, tokens: int, logit_rows: int, group_tokens: int | None = None,
                     decode_only: bool = False) -> tuple[OpTime, ...]:
         """Token-count-dependent operators of one pipeline stage (all but attention).
         ``tokens``: rows of one (the busiest) attention DP rank; ``group_tokens``: rows of the
         whole DP group, which the MoE experts compute (None without attention DP)."""
+        return self._linear_body_ops(tokens, group_tokens, decode_only) + self._logit_ops(logit_rows)
+
+    def _linear_body_ops(self, tokens: int, group_tokens: int | None = None,
+                         decode_only: bool = False) -> tuple[OpTime, ...]:
+        """:meth:`_linear_ops` but the logit-row operators (which come last)."""
         m, k, par, T = self.model, self.kernels, self.par, tokens
         tp, h, wd = par.tp, m.hidden_size, self._wd
         L = self.layers_per_stage
@@ -287,10 +314,16 @@ class AnalyticalStepModel:
                 ops.append(self._op("ep_alltoall", "comm", a2a, 2 * n_moe))
         # ---- once per iteration (last stage): embedding, final norm, lm_head, sampling
         ops.append(self._op("embedding", "memory", k.memory_op(T * h * ACT_BYTES), 1))
-        if logit_rows:
-            ops.append(self._op("lm_head", "gemm", k.gemm(logit_rows, max(1, m.vocab_size // tp), h, wd["lm_head"]), 1))
-            ops.append(self._op("sampling", "memory", k.memory_op(logit_rows * m.vocab_size * 4.0 * 2), 1))
         return tuple(ops)
+
+    def _logit_ops(self, logit_rows: int) -> tuple[OpTime, ...]:
+        """lm_head and sampling over the sequences that emit a token (last stage, once per step)."""
+        if not logit_rows:
+            return ()
+        m, k = self.model, self.kernels
+        return (self._op("lm_head", "gemm", k.gemm(logit_rows, max(1, m.vocab_size // self.par.tp), m.hidden_size,
+                                                   self._wd["lm_head"]), 1),
+                self._op("sampling", "memory", k.memory_op(logit_rows * m.vocab_size * 4.0 * 2), 1))
 
     def _attn_ops(self, pf_seqs: int, pf_q: int, pf_kv: float, dc_seqs: int, dc_kv: float) -> tuple[OpTime, ...]:
         """Attention of one pipeline stage: prefill chunks and decode tokens."""

@@ -100,10 +100,11 @@ def test_step_time_is_cached():
     _, _, step, _ = _step()
     shapes = [StepShape.build([], [1000 + i] * 8) for i in range(200)]
     first = [step.step_time_ms(s) for s in shapes]
-    linear_misses, attn_misses = step._linear.cache_info().misses, step._attn.cache_info().misses
+    linear_misses, attn_misses = step._linear_ms.cache_info().misses, step._attn_ms.cache_info().misses
     assert [step.step_time_ms(s) for s in shapes] == first
-    assert step._linear.cache_info().misses == linear_misses
-    assert step._attn.cache_info().misses == attn_misses
+    assert step._linear_ms.cache_info().misses == linear_misses
+    assert step._attn_ms.cache_info().misses == attn_misses
+    assert step._body_lat.cache_info().misses == 1  # one token count, 8 decode rows
     # 1% geometric KV buckets: 200 lengths from 1000 to 1199 share far fewer attention entries
     assert attn_misses < 40
 
@@ -133,3 +134,16 @@ def test_error_band_is_the_time_weighted_residual_in_percent():
     band = step_band(step, shape)
     assert band is not None and band.p90_pct == pytest.approx(expected, abs=0.06)
     assert band.tier == "measured"
+
+
+@pytest.mark.parametrize("model,par", [("llama3_1_8b", Parallelism(2, 1, 1)), ("deepseek_v3", Parallelism(8, 2, 8)),
+                                       ("qwen3_5_397b_a17b", Parallelism(8, 1, 8))])
+def test_cached_step_sum_equals_the_breakdown_sum(model, par):
+    """The hot path sums cached parts (token rows / logit rows, prefill / decode attention):
+    it must give exactly the sum of the per-operator breakdown."""
+    _, _, step, _ = _step(model, par=par, prec=Precision("fp8", "fp8"))
+    for shape in (StepShape.build([(512, 0)], [900] * 12), StepShape.build([(64, 3000), (200, 0)], []),
+                  StepShape.build([], [40, 5000, 17]), StepShape.build([(512, 0)], [900] * 12)):
+        lin, attn = step._linear_ms(*step._linear_key(shape)), step._attn_ms(*step._attn_key(shape))
+        assert lin == sum(o.latency_ms for o in step._linear(*step._linear_key(shape)))
+        assert attn == sum(o.latency_ms for o in step._attn(*step._attn_key(shape)))
