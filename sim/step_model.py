@@ -98,9 +98,22 @@ class AnalyticalStepModel:
         self._pf_lat = lru_cache(maxsize=65536)(lambda *k: tuple(o.latency_ms for o in self._attn_ops(*k, 0, 0.0)))
         self._dc_lat = lru_cache(maxsize=65536)(lambda *k: tuple(o.latency_ms for o in self._attn_ops(0, 0, 0.0, *k)))
         self._attn_ms = lru_cache(maxsize=262144)(self._attn_sum)
+        self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
 
     # ------------------------------------------------------------------ public protocol
     def step_time_ms(self, shape: StepShape) -> float:
+        n = shape.decode_seqs
+        if n and not shape.prefill_seqs and self.dp == 1:
+            # a decode-only step's time depends only on (sequences, bucketed mean KV length):
+            # its cache keys, pipeline send and host time are functions of those two
+            key = (n, _bucket(shape.decode_kv_tokens / n))
+            t = self._decode_ms.get(key)
+            if t is None:
+                if len(self._decode_ms) >= 262144:
+                    self._decode_ms.clear()
+                stage, comm = self._stage_and_comm(shape)
+                t = self._decode_ms[key] = self._with_host(stage * self.pp + comm, shape)
+            return t
         stage, comm = self._stage_and_comm(shape)
         return self._with_host(stage * self.pp + comm, shape)
 

@@ -147,3 +147,15 @@ def test_cached_step_sum_equals_the_breakdown_sum(model, par):
         lin, attn = step._linear_ms(*step._linear_key(shape)), step._attn_ms(*step._attn_key(shape))
         assert lin == sum(o.latency_ms for o in step._linear(*step._linear_key(shape)))
         assert attn == sum(o.latency_ms for o in step._attn(*step._attn_key(shape)))
+
+
+@pytest.mark.parametrize("model,par", [("llama3_1_8b", Parallelism(1, 2, 1)), ("mixtral_8x7b", Parallelism(2, 1, 2))])
+def test_decode_only_memo_equals_the_general_path(model, par):
+    """Decode-only steps are memoised on (sequences, bucketed mean KV): same answer as the
+    uncached composition, including pipeline sends and host time."""
+    _, _, step, _ = _step(model, par=par, engine=EngineProfile())
+    for n, kv in ((1, 30), (8, 8 * 1000), (8, 8 * 1002), (8, 8 * 1004), (64, 64 * 3000), (8, 8 * 1000)):
+        shape = StepShape.build([], [kv // n] * n)
+        stage, comm = step._stage_and_comm(shape)
+        assert step.step_time_ms(shape) == step._with_host(stage * step.pp + comm, shape)
+    assert len(step._decode_ms) == 4  # 8x1000 and 8x1002 share a 1% KV bucket, 8x1004 does not
