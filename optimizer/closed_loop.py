@@ -54,7 +54,7 @@ def start_rate(users: int, think_ms: float, slos: list[SLOTarget], mean_output_t
 def closed_loop_check(res, model, engine, wl_spec, slos: list[SLOTarget], seed: int) -> dict:
     """Simulate the chosen deployment as a closed loop (``wl_spec``: arrival closed_loop,
     concurrency N): throughput, every target at its percentile, and whether all are met."""
-    from llmplan.optimizer.risk import sample_log_sd
+    from llmplan.optimizer.risk import target_log_sd
     from llmplan.optimizer.verify import _percentiles, replica_spec
     from llmplan.sim.serving import simulate_serving
 
@@ -71,7 +71,7 @@ def closed_loop_check(res, model, engine, wl_spec, slos: list[SLOTarget], seed: 
     for i in range(len(allocs)):
         mine = done[owner[done["replica"].to_numpy()] == i]
         pv = _percentiles(mine, slos)
-        sd = {t.key: sample_log_sd(mine[f"{t.metric}_ms"].dropna().to_numpy(float), t.percentile) for t in slos}
+        sd = {t.key: target_log_sd(mine[f"{t.metric}_ms"].dropna().to_numpy(float), t) for t in slos}
         pools.append({"targets": {k: round(v, 2) for k, v in pv.items()}, "requests": int(len(mine)),
                       "log_sd": {k: round(v, 5) for k, v in sd.items() if np.isfinite(v)}, "basis": "closed_loop"})
     thr = r.summary.get("request_throughput_rps")

@@ -30,6 +30,7 @@ from llmplan.errors import InfeasibleDeployment
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.optimizer.enumerate import kv_dtype_for
 from llmplan.optimizer.planner import SearchSpace, plan
+from llmplan.optimizer.slo_check import sample_value
 from llmplan.optimizer.types import SLOTarget, WorkloadStats
 from llmplan.optimizer.verify import replica_spec, thresholds
 from llmplan.sim.colocation import ColocatedModel, build_pool, simulate_colocated
@@ -78,7 +79,7 @@ def judge(res: SimResult, slos: list[SLOTarget]) -> dict[str, Any]:
     met = not res.overloaded and len(done) > 0
     for t in slos:
         vals = done[f"{t.metric}_ms"].dropna().to_numpy()
-        v = float(np.percentile(vals, t.percentile)) if len(vals) else None
+        v = sample_value(vals, t) if len(vals) else None  # the mean for a mean target
         out[t.label] = None if v is None else round(v, 3)
         met = met and v is not None and v <= t.limit_ms
     out["overloaded"] = bool(res.overloaded)

@@ -8,7 +8,7 @@ beyond) its limit, i.e. the largest value/limit.
 A mean target (``slo.ttft_mean_ms``, ``SLOTarget.stat == "mean"``) is judged on the mean over
 requests: the analytical screen's mean estimate (``"mean"`` in its percentile maps), the
 simulator's mean over finished requests (``sample_value``; ``SLOThresholds.mean`` in the
-verification bisection). Paths that check percentiles only call ``refuse_mean`` (exit 2).
+verification bisection).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from llmplan.errors import ConfigError
 from llmplan.optimizer.types import SLOTarget
 from llmplan.sim.metrics import SLOThresholds
 
@@ -80,14 +79,3 @@ def threshold_groups(slos: list[SLOTarget]) -> list[SLOThresholds]:
         out.append(SLOThresholds(ttft_ms=mean.get("ttft"), tpot_ms=mean.get("tpot"), mean=True))
     return out
 
-
-def mean_targets(slos: list[SLOTarget]) -> list[SLOTarget]:
-    return [s for s in slos if s.is_mean]
-
-
-def refuse_mean(slos: list[SLOTarget], where: str, fix: str = "use a percentile target (e.g. slo.ttft_p90_ms)") -> None:
-    """Exit 2 naming the key when a path that checks only percentiles is given a mean target."""
-    means = mean_targets(slos)
-    if means:
-        raise ConfigError(f"SLOs on the mean are not supported by {where}", key=f"slo.{means[0].key}_ms",
-                          fix=f"{fix}, or drop it from this run")

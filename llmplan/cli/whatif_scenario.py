@@ -43,7 +43,8 @@ def scenario(app):
         new.gpu.usd_per_hour[key] = float(new.gpu.usd_per_hour.get(key, get_gpu(key).usd_per_hour)) * factor
     if not w.slo_scale > 0 or not w.rate_scale > 0:
         raise ConfigError("scales must be > 0", key="whatif.slo_scale/rate_scale")
-    for f in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p95_ms", "tpot_p99_ms"):
+    for f in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p95_ms", "tpot_p99_ms",
+              "ttft_mean_ms", "tpot_mean_ms"):
         v = getattr(new.slo, f)
         if v is not None:
             setattr(new.slo, f, v * w.slo_scale)
