@@ -200,3 +200,13 @@ def test_verified_mean_only_plan_reports_simulated_means(tmp_path):
     assert sim["targets"]["TPOT mean <= 12 ms"]["met"] == (sim["targets"]["TPOT mean <= 12 ms"]["simulated_ms"] <= 12)
     pool = d["deployments"][0]
     assert pool["targets"]["tpot_mean"]["simulated_ms"] is not None
+
+
+def test_closed_loop_judges_mean_targets_in_its_closed_loop_simulation(tmp_path):
+    over = ["model=llama3_1_8b", "workload=closed_loop", "workload.concurrency=32", "output.progress=false",
+            "slo.ttft_p90_ms=null", "slo.tpot_p90_ms=null", "slo.ttft_mean_ms=400", "slo.tpot_mean_ms=20"]
+    assert run_plan(compose("plan", over), tmp_path, Console(file=io.StringIO(), width=100)) == EXIT_OK
+    check = json.loads((tmp_path / "plan.json").read_text())["verification"]["closed_loop"]["check"]
+    assert set(check["targets"]) == {"ttft_mean", "tpot_mean"}
+    for t in check["targets"].values():
+        assert t["met"] == (t["simulated_ms"] <= t["limit_ms"])
