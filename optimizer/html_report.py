@@ -199,6 +199,13 @@ def _alternatives(plan: Mapping) -> str:
             + "</section>")
 
 
+def _slo_stat(s: Mapping, raw: bool = False) -> str:
+    """A plan.json SLO entry's statistic: ``mean`` (``stat: mean``), else ``p90`` (``p90.0`` raw)."""
+    if s.get("stat") == "mean":
+        return "mean"
+    return f"p{s.get('percentile')}" if raw else f"p{float(s.get('percentile') or 90):g}"
+
+
 def latency_figure(latencies: Mapping[str, Sequence[float]], slo: Sequence[Mapping], title: str = "") -> bytes:
     """PNG: a histogram per metric (``ttft_ms``, ``tpot_ms``, ...) of per-request latencies,
     with each SLO limit of that metric (dashed) and the observed percentile (dotted)."""
@@ -216,11 +223,11 @@ def latency_figure(latencies: Mapping[str, Sequence[float]], slo: Sequence[Mappi
         ax.hist(v, bins=40, color="#4c72b0", alpha=0.8)
         name = m.removesuffix("_ms")
         for s in (t for t in slo if t.get("metric") == name):
-            pct, lim = float(s.get("percentile", 90)), float(s.get("limit_ms", math.nan))
-            obs = float(np.percentile(v, pct)) if len(v) else math.nan
-            ax.axvline(lim, color="#b42318", ls="--", lw=1.5, label=f"SLO p{pct:g} <= {lim:g} ms")
+            lim, stat = float(s.get("limit_ms", math.nan)), _slo_stat(s)
+            obs = (float(v.mean()) if stat == "mean" else float(np.percentile(v, float(stat[1:])))) if len(v) else math.nan
+            ax.axvline(lim, color="#b42318", ls="--", lw=1.5, label=f"SLO {stat} <= {lim:g} ms")
             ax.axvline(obs, color="#1a7f37" if obs <= lim else "#b42318", ls=":", lw=1.5,
-                       label=f"p{pct:g} = {obs:.4g} ms ({len(v)} requests)")
+                       label=f"{stat} = {obs:.4g} ms ({len(v)} requests)")
         ax.set_xlabel(f"{name.upper()} (ms)")
         ax.set_ylabel("requests")
         ax.set_title(f"{name.upper()} per request")
@@ -312,7 +319,7 @@ def _assumptions(plan: Mapping) -> str:
              ("workload", f"{wl.get('rate_rps')} req/s, mean {wl.get('mean_input_tokens')} input / "
                           f"{wl.get('mean_output_tokens')} output tokens, longest request {wl.get('max_request_tokens')} tokens"
               if wl else None),
-             ("SLOs", ", ".join(f"{s.get('metric', '').upper()} p{s.get('percentile')} <= {s.get('limit_ms')} ms"
+             ("SLOs", ", ".join(f"{s.get('metric', '').upper()} {_slo_stat(s, raw=True)} <= {s.get('limit_ms')} ms"
                                 for s in plan.get("slo") or []) or None),
              ("candidates", f"{plan.get('candidates_evaluated')} evaluated, {plan.get('candidates_meeting_slo')} meet the "
                             f"SLOs; rejected: " + (", ".join(f"{k} {v}" for k, v in (plan.get("rejected") or {}).items())
@@ -415,7 +422,7 @@ def build(plan: Mapping, images: Mapping[str, Path] | None = None, latencies: Ma
     head = title or f"llmplan: {plan.get('model', 'plan')}"
     wl = plan.get("workload") or {}
     sub = (f"{wl.get('rate_rps')} req/s; engine {plan.get('engine', '?')}; SLO "
-           + ", ".join(f"{s.get('metric', '').upper()} p{s.get('percentile')} <= {s.get('limit_ms')} ms"
+           + ", ".join(f"{s.get('metric', '').upper()} {_slo_stat(s, raw=True)} <= {s.get('limit_ms')} ms"
                        for s in plan.get("slo") or []))
     pareto = _image(images.get("pareto"), "cost versus latency frontier")
     parts = [_answer(plan), _alternatives(plan),

@@ -210,3 +210,12 @@ def test_closed_loop_judges_mean_targets_in_its_closed_loop_simulation(tmp_path)
     assert set(check["targets"]) == {"ttft_mean", "tpot_mean"}
     for t in check["targets"].values():
         assert t["met"] == (t["simulated_ms"] <= t["limit_ms"])
+
+
+def test_html_report_draws_a_mean_target():
+    from llmplan.optimizer.html_report import _slo_stat, latency_figure
+
+    mean = {"metric": "tpot", "percentile": None, "stat": "mean", "limit_ms": 20.0}
+    assert _slo_stat(mean) == "mean" and _slo_stat({"metric": "tpot", "percentile": 90.0}) == "p90"
+    png = latency_figure({"tpot_ms": [10.0, 12.0, 30.0]}, [mean])
+    assert png[:4] == b"\x89PNG"
