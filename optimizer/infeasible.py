@@ -39,7 +39,7 @@ def _slo_closest(evals: list[Evaluation], slos: list[SLOTarget]) -> Diagnosis | 
     v = e.light[t.key]
     value = f"{v:.4g} ms" if math.isfinite(v) else "unbounded"
     return Diagnosis("slo", f"no candidate meets the SLOs even at light load; closest: {e.candidate.name} with "
-                            f"{t.metric.upper()} p{t.percentile:g} {value} at light load vs {t.limit_ms:g} ms "
+                            f"{t.label.split(' <=')[0]} {value} at light load vs {t.limit_ms:g} ms "
                             f"({r - 1:+.0%})",
                      {"candidate": e.candidate.name, "target": t.key, "light_load_ms": round(v, 2) if math.isfinite(v) else None,
                       "limit_ms": t.limit_ms, "miss_fraction": round(r - 1, 4) if math.isfinite(r) else None})
