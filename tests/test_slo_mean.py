@@ -219,3 +219,22 @@ def test_html_report_draws_a_mean_target():
     assert _slo_stat(mean) == "mean" and _slo_stat({"metric": "tpot", "percentile": 90.0}) == "p90"
     png = latency_figure({"tpot_ms": [10.0, 12.0, 30.0]}, [mean])
     assert png[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.7])
+def test_screen_mean_agrees_with_the_simulators_mean(fraction):
+    """Same step costs in both (tests/test_optimizer_evaluate.py's linear step, fixed lengths,
+    Poisson arrivals): mean TPOT within 5%, mean TTFT within 10%, at 30% and 70% of the p90
+    SLO capacity (measured: TTFT +4%/+7%, TPOT -1%/-1%)."""
+    from test_optimizer_evaluate import LinearStep, _analyzer, _des
+
+    step = LinearStep()
+    an = _analyzer(step=step)
+    cap = an.capacity([SLOTarget("ttft", 90, 150.0), SLOTarget("tpot", 90, 20.0)])[0]
+    op = an.operating_point(fraction * cap, [50.0])
+    _, _, r = _des(fraction * cap, step)
+    s = r.summary
+    assert not r.overloaded
+    assert op.tpot_ms["mean"] == pytest.approx(s["tpot_ms_mean"], rel=0.05)
+    assert op.ttft_ms["mean"] == pytest.approx(s["ttft_ms_mean"], rel=0.10)
+    assert op.ttft_ms["mean"] > op.ttft_ms[50.0] and s["ttft_ms_mean"] > s["ttft_ms_p50"]
