@@ -91,12 +91,15 @@ def check_space(space: SearchSpace) -> None:
 def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: EngineProfile, wl: WorkloadStats,
                         slos: list[SLOTarget], calibration: str | None,
                         progress: Progress | None = None, speculative=None) -> list[Evaluation]:
-    """Memory fit + analytical SLO capacity for each candidate (step models shared across max_batch)."""
+    """Memory fit + analytical SLO capacity for each candidate (one step model and memory plan per engine limit)."""
     out: list[Evaluation] = []
     cache: dict[tuple, tuple] = {}
     for i, c in enumerate(cands):
         eng = _engine_for(engine, c)
-        key = (c.gpu.key, c.par, c.prec)
+        # max_num_seqs is part of the key: the KV budget (activations, CUDA-graph pool, linear
+        # state) and the CUDA-graph padding of the step both depend on it; the kernel model (and
+        # its query cache) is shared across the keys of a GPU anyway
+        key = (c.gpu.key, c.par, c.prec, c.max_num_seqs)
         if key not in cache:
             dep = Deployment(model, c.gpu, c.par, c.prec, eng)
             cache[key] = build(dep, calibration, min_kv_tokens=wl.max_request_tokens)
