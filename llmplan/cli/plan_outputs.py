@@ -57,7 +57,16 @@ def deploy_block(res, model, app, out: Path) -> dict | None:
     arts = artifacts.build(res.selection, model, app.engine, res.workload, res.slos, app.seed,
                            arrival=app.workload.arrival, concurrency=app.workload.concurrency if closed else None)
     index = artifacts.write(arts, out)
-    return {"dir": "deploy", "index": "deploy/deploy.json", "pools": index["pools"]}
+    block = {"dir": "deploy", "index": "deploy/deploy.json", "pools": index["pools"]}
+    from llmplan.optimizer.launch import disagg  # deploy/disagg/: plan.json's disaggregated alternative
+
+    dis = res.disaggregated if isinstance(getattr(res, "disaggregated", None), dict) else None
+    da = disagg.build(dis, model, app.engine, res.workload, res.slos,
+                      {e.candidate.gpu.key: e.candidate.gpu.vendor for e in res.evaluations}, app.seed,
+                      arrival=app.workload.arrival, concurrency=app.workload.concurrency if closed else None)
+    if da is not None:
+        block["disaggregated"] = disagg.write(da, out, dis)
+    return block
 
 
 def pareto_block(res, app, model, out: Path, png: bool) -> dict:
@@ -117,6 +126,9 @@ def render(d: dict, console: Console, out: Path) -> None:
     dep = d.get("deploy")
     if dep and dep.get("pools"):
         console.print(f"Launch: {len(dep['pools'])} pool(s), launch.sh / k8s.yaml / bench.sh under {out / 'deploy'}/")
+        if dep.get("disaggregated"):
+            console.print(f"Launch (disaggregated alternative, {dep['disaggregated']['xpyd']}): prefill/ decode/ "
+                          f"router.sh k8s.yaml bench.sh under {out / 'deploy' / 'disagg'}/")
     day = d.get("day")
     if day and "infeasible" not in day:
         from llmplan.cli.day_outputs import render_lines

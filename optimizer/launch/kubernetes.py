@@ -73,21 +73,33 @@ def _multinode_commands(s: LaunchSpec, argv: list[str]) -> tuple[list[str], list
 
 
 def manifest(s: LaunchSpec, cmd: LaunchCommand) -> str:
+    return header(s, cmd) + yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items(s, cmd)},
+                                           sort_keys=False)
+
+
+def header(s: LaunchSpec, cmd: LaunchCommand) -> str:
+    head = (f"# llmplan: {s.replicas} x {s.engine} replica(s) of {s.model_hf_id} on {s.gpu_key}, "
+            f"TP={s.tp} PP={s.pp} EP={s.ep}, {s.gpus_per_replica} GPUs per replica over {s.nodes_per_replica} node(s)\n")
+    return head + "".join(f"# note: {n}\n" for n in cmd.notes)
+
+
+def items(s: LaunchSpec, cmd: LaunchCommand) -> list[dict]:
+    """The objects of one pool: [ConfigMap,] Deployment or LeaderWorkerSet, Service."""
     argv = _argv(s, cmd)
-    items: list[dict] = []
+    out: list[dict] = []
     if cmd.files:
-        items.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{s.name}-config"},
+        out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{s.name}-config"},
                       "data": dict(cmd.files)})
     if s.nodes_per_replica == 1:
         pod = _pod_spec(s, cmd, _container(s, argv, s.gpus_per_replica, True))
-        items.append({"apiVersion": "apps/v1", "kind": "Deployment",
+        out.append({"apiVersion": "apps/v1", "kind": "Deployment",
                       "metadata": {"name": s.name, "labels": _labels(s)},
                       "spec": {"replicas": s.replicas, "selector": {"matchLabels": {"app": s.name}},
                                "template": {"metadata": {"labels": _labels(s)}, "spec": pod}}})
         selector = {"app": s.name}
     else:
         lead, work = _multinode_commands(s, argv)
-        items.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        out.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                       "metadata": {"name": s.name, "labels": _labels(s)},
                       "spec": {"replicas": s.replicas, "leaderWorkerTemplate": {
                           "size": s.nodes_per_replica, "restartPolicy": "RecreateGroupOnPodRestart",
@@ -96,9 +108,6 @@ def manifest(s: LaunchSpec, cmd: LaunchCommand) -> str:
                           "workerTemplate": {"metadata": {"labels": _labels(s)},
                                              "spec": _pod_spec(s, cmd, _container(s, work, s.gpus_per_pod, False))}}}})
         selector = {"app": s.name, "role": "leader"}
-    items.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": s.name, "labels": _labels(s)},
+    out.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": s.name, "labels": _labels(s)},
                   "spec": {"selector": selector, "ports": [{"name": "http", "port": s.port, "targetPort": s.port}]}})
-    head = (f"# llmplan: {s.replicas} x {s.engine} replica(s) of {s.model_hf_id} on {s.gpu_key}, "
-            f"TP={s.tp} PP={s.pp} EP={s.ep}, {s.gpus_per_replica} GPUs per replica over {s.nodes_per_replica} node(s)\n")
-    notes = "".join(f"# note: {n}\n" for n in cmd.notes)
-    return head + notes + yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+    return out

@@ -17,7 +17,8 @@ mixed chunks.
 
 from __future__ import annotations
 
-from llmplan.optimizer.launch.spec import NOT_MODELLED, LaunchCommand, LaunchSpec, load_time_quantization
+from llmplan.optimizer.launch.speculation import sglang_args
+from llmplan.optimizer.launch.spec import LaunchCommand, LaunchSpec, load_time_quantization
 
 DOC = "SGLang server arguments (v0.5.x), https://docs.sglang.io/advanced_features/server_arguments.html"
 
@@ -45,7 +46,9 @@ def command(s: LaunchSpec) -> LaunchCommand:
     q_args, q_notes = load_time_quantization(s, "SGLang")
     argv += q_args
     notes += q_notes
-    notes += NOT_MODELLED
+    s_args, s_notes = sglang_args(s.speculation, s.model_hf_id)
+    argv += s_args
+    notes += s_notes
     return LaunchCommand(tuple(argv), (), tuple(notes), DOC)
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from llmplan.errors import ConfigError
 from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.launch.speculation import SpecLaunch, from_candidate
 from llmplan.optimizer.types import Allocation, WorkloadStats
 from llmplan.sim.deployment import replica_limits
 from llmplan.sim.types import EngineProfile
@@ -17,8 +19,6 @@ ENGINES = ("vllm", "sglang", "trtllm")
 #: boards and the largest cloud instances of the PCIe cards carry 8.
 GPUS_PER_NODE = {"gb200": 4}
 DEFAULT_GPUS_PER_NODE = 8
-NOT_MODELLED = ("speculative decoding: not modelled yet (no draft/MTP flags emitted)",
-                "disaggregated prefill/decode pools: not modelled yet (one aggregated pool per GPU type)")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class LaunchSpec:
     port: int = 8000
     name: str = "llmplan"         # Kubernetes object name (DNS-1123)
     notes: tuple[str, ...] = field(default=())
+    speculation: Optional[SpecLaunch] = None   # the plan's speculative decoding (None: off)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -113,7 +114,7 @@ def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile,
         gpu_memory_utilization=eng.gpu_memory_utilization, block_size=eng.block_size,
         enable_prefix_caching=eng.enable_prefix_caching, max_model_len=int(max_len), gpus_per_node=per_node,
         name=k8s_name(f"{model.key}-{c.name}"),
-        notes=tuple(notes))
+        notes=tuple(notes), speculation=from_candidate(c, model.hf_id))
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import yaml
 
-from llmplan.optimizer.launch.spec import NOT_MODELLED, LaunchCommand, LaunchSpec, load_time_quantization
+from llmplan.optimizer.launch.speculation import trtllm_options
+from llmplan.optimizer.launch.spec import LaunchCommand, LaunchSpec, load_time_quantization
 
 DOC = "TensorRT-LLM 1.0.0, https://nvidia.github.io/TensorRT-LLM/1.0.0/commands/trtllm-serve/trtllm-serve.html"
 OPTIONS_FILE = "extra_llm_api_options.yaml"
 
 
 def options(s: LaunchSpec) -> dict:
-    return {
+    return {**trtllm_options(s.speculation, s.model_hf_id)[0],
         "enable_chunked_prefill": bool(s.chunked_prefill),
         "enable_attention_dp": bool(s.attention_dp),
         "kv_cache_config": {"dtype": "fp8" if s.kv_cache_dtype == "fp8" else "auto",
@@ -46,6 +47,6 @@ def command(s: LaunchSpec) -> LaunchCommand:
         notes.append(f"multi-node replica ({s.nodes_per_replica} nodes): run under MPI with "
                      f"`mpirun -np {s.gpus_per_replica} trtllm-llmapi-launch trtllm-serve ...` (TensorRT-LLM 1.0.0 "
                      "multi-node serving); the hostfile must list the pods of the LeaderWorkerSet group")
-    notes += NOT_MODELLED
+    notes += trtllm_options(s.speculation, s.model_hf_id)[1]
     text = yaml.safe_dump(options(s), sort_keys=True)
     return LaunchCommand(tuple(argv), ((OPTIONS_FILE, text),), tuple(notes), DOC)

@@ -10,7 +10,8 @@ Flags follow the vLLM v0.12.0 documentation:
 
 from __future__ import annotations
 
-from llmplan.optimizer.launch.spec import NOT_MODELLED, LaunchCommand, LaunchSpec, load_time_quantization
+from llmplan.optimizer.launch.speculation import vllm_args
+from llmplan.optimizer.launch.spec import LaunchCommand, LaunchSpec, load_time_quantization
 
 DOC = "vLLM v0.12.0, https://docs.vllm.ai/en/v0.12.0/cli/serve/"
 
@@ -42,5 +43,7 @@ def command(s: LaunchSpec) -> LaunchCommand:
     notes += q_notes
     if s.nodes_per_replica > 1:
         argv += ["--distributed-executor-backend", "ray"]
-    notes += NOT_MODELLED
+    s_args, s_notes = vllm_args(s.speculation, s.model_hf_id)
+    argv += s_args
+    notes += s_notes
     return LaunchCommand(tuple(argv), (), tuple(notes), DOC)
