@@ -230,3 +230,14 @@ def test_plan_writes_the_disaggregated_alternative_it_reports(tmp_path):
                                                                   ("workers", "tp", "pp", "ep"))
     assert all((tmp_path / f).is_file() for f in entry["files"])
     assert entry["recommended"] is d["disaggregated"]["recommended"]
+
+
+def test_disagg_option_notes_reach_the_workers_and_speculation_is_never_dropped_silently():
+    block = _disagg_block(False) | {"notes": ["no TTFT target: the prefill pool is sized at 95% load"]}
+    for p in _build("sglang", block).pools:
+        assert "no TTFT target: the prefill pool is sized at 95% load" in p.launch.notes
+    spec = _build("sglang", block | {"speculation": {"method": "mtp", "k": 2}})
+    for p in spec.pools:
+        assert not any(a.startswith("--speculative") for a in p.launch.argv)
+        assert any(n.startswith("WARNING") and "'mtp'" in n for n in p.launch.notes)
+        assert not any("not searched" in n for n in p.launch.notes)

@@ -100,7 +100,15 @@ def worker_urls(s: LaunchSpec) -> list[str]:
     return [f"{s.name}-{i}.{s.name}:{s.port}" for i in range(s.replicas)]
 
 
-def role_command(role: str, s: LaunchSpec) -> LaunchCommand:
+def plan_notes(d: Mapping) -> tuple[str, ...]:
+    """The option's own notes (plan.json), and what the workers do not configure."""
+    spec = d.get("speculation")
+    extra = (f"WARNING: plan.json gives this option speculation {spec}, which these artifacts do not configure",) \
+        if spec else (NOT_SEARCHED,)
+    return tuple(str(n) for n in d.get("notes") or ()) + extra
+
+
+def role_command(role: str, s: LaunchSpec, notes: tuple[str, ...] = (NOT_SEARCHED,)) -> LaunchCommand:
     """The aggregated command of this shape plus the engine's disaggregation settings."""
     base = artifacts.launch_command(s)
     argv, files = list(base.argv), list(base.files)
@@ -114,7 +122,7 @@ def role_command(role: str, s: LaunchSpec) -> LaunchCommand:
         if role == "prefill":
             opts["disable_overlap_scheduler"] = True
         files[0] = (name, yaml.safe_dump(opts, sort_keys=True))
-    return LaunchCommand(tuple(argv), tuple(files), base.notes + (NOT_SEARCHED,), base.doc + "; " + DOCS[s.engine])
+    return LaunchCommand(tuple(argv), tuple(files), base.notes + notes, base.doc + "; " + DOCS[s.engine])
 
 
 def router_command(engine: str, prefill: LaunchSpec, decode: LaunchSpec, port: int = 8000) -> LaunchCommand:
@@ -204,7 +212,7 @@ def build(d: Mapping, model: ModelSpec, engine: EngineProfile, wl: WorkloadStats
         return None
     router_name = k8s_name(f"{model.key}-disagg-router")
     specs = {p["role"]: _pool_spec(p, model, engine, wl, vendors, router_name) for p in d["pools"]}
-    pools = tuple(DisaggPool(r, specs[r], role_command(r, specs[r])) for r in ROLES)
+    pools = tuple(DisaggPool(r, specs[r], role_command(r, specs[r], plan_notes(d))) for r in ROLES)
     router = router_command(engine.name, specs["prefill"], specs["decode"])
     head = "".join(f"# {line}\n" for line in header_lines(d))
     text = manifest(list(pools), router, router_name, engine.name, head)
