@@ -183,6 +183,10 @@ def test_multinode_replica_is_a_leaderworkerset():
             [c] = t[role]["spec"]["containers"]
             assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
         assert "Deployment" not in items
+        # the LWS's own headless Service takes its name: the client Service must not collide with it
+        assert items["Service"]["metadata"]["name"] != lws["metadata"]["name"]
+        bench, _ = benchmark.command(_spec(engine=engine, tp=8, pp=2), 1.0, 100, 10, [90.0])
+        assert _flags(bench)["--base-url"] == f"http://{items['Service']['metadata']['name']}:8000"
 
 
 def test_uneven_replica_split_keeps_pods_alike():

@@ -177,7 +177,9 @@ def test_disagg_routers_list_every_worker():
 
 
 def test_disagg_manifest_requests_each_pools_gpus():
-    doc = yaml.safe_load(_build("vllm", _disagg_block(True, decode_tp=16, decode_ep=16)).manifest_yaml)
+    a = _build("vllm", _disagg_block(True, decode_tp=16, decode_ep=16))
+    assert _flags(a.bench_argv)["--base-url"] == "http://llama3-1-70b-disagg-router:8000"
+    doc = yaml.safe_load(a.manifest_yaml)
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in doc["items"]}
     pre = by_name[("StatefulSet", "llama3-1-70b-prefill")]
     assert pre["spec"]["replicas"] == 3

@@ -31,7 +31,7 @@ def command(s: LaunchSpec, rate_rps: float, mean_input_tokens: float, mean_outpu
 
     A closed-loop target (``concurrency`` clients) becomes `--max-concurrency N` with an
     unlimited request rate; a trace is replayed as Poisson arrivals at its mean rate (noted)."""
-    url = base_url or f"http://{s.name}:{s.port}"
+    url = base_url or f"http://{s.service_name}:{s.port}"
     pct = ",".join(f"{p:g}" for p in sorted({50.0, *percentiles}))
     argv = ["vllm", "bench", "serve", "--backend", "vllm" if s.engine == "vllm" else "openai",
             "--base-url", url, "--endpoint", "/v1/completions", "--model", s.model_hf_id,

@@ -216,10 +216,9 @@ def build(d: Mapping, model: ModelSpec, engine: EngineProfile, wl: WorkloadStats
     router = router_command(engine.name, specs["prefill"], specs["decode"])
     head = "".join(f"# {line}\n" for line in header_lines(d))
     text = manifest(list(pools), router, router_name, engine.name, head)
-    front = replace(specs["decode"], name=router_name, port=8000)
-    argv, notes = benchmark.command(front, wl.rate_rps, wl.mean_input_tokens, wl.mean_output_tokens,
+    argv, notes = benchmark.command(specs["decode"], wl.rate_rps, wl.mean_input_tokens, wl.mean_output_tokens,
                                     sorted({s.percentile for s in slos}), wl.arrival_cv, seed, arrival=arrival,
-                                    concurrency=concurrency)
+                                    concurrency=concurrency, base_url=f"http://{router_name}:8000")
     return DisaggArtifacts(d["xpyd"], bool(d.get("recommended")), pools, router, router_name, text, argv, notes,
                            wl.rate_rps)
 

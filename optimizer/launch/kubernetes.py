@@ -108,6 +108,6 @@ def items(s: LaunchSpec, cmd: LaunchCommand) -> list[dict]:
                           "workerTemplate": {"metadata": {"labels": _labels(s)},
                                              "spec": _pod_spec(s, cmd, _container(s, work, s.gpus_per_pod, False))}}}})
         selector = {"app": s.name, "role": "leader"}
-    out.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": s.name, "labels": _labels(s)},
+    out.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": s.service_name, "labels": _labels(s)},
                   "spec": {"selector": selector, "ports": [{"name": "http", "port": s.port, "targetPort": s.port}]}})
     return out

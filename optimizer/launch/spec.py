@@ -61,6 +61,12 @@ class LaunchSpec:
         return n
 
     @property
+    def service_name(self) -> str:
+        """The client Service. A LeaderWorkerSet creates a headless Service of its own name for its
+        pods' DNS (LWS docs, https://lws.sigs.k8s.io/docs/), so a multi-node pool's Service is suffixed."""
+        return self.name if self.nodes_per_replica == 1 else f"{self.name}-http"
+
+    @property
     def gpus_per_pod(self) -> int:
         return self.gpus_per_replica // self.nodes_per_replica
 
