@@ -15,6 +15,7 @@ Flags are checked against the engines' documented names:
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import pytest
 import yaml
 from test_artifacts import _flags
@@ -243,3 +244,17 @@ def test_disagg_option_notes_reach_the_workers_and_speculation_is_never_dropped_
         assert not any(a.startswith("--speculative") for a in p.launch.argv)
         assert any(n.startswith("WARNING") and "'mtp'" in n for n in p.launch.notes)
         assert not any("not searched" in n for n in p.launch.notes)
+
+
+def test_mtp_beyond_the_checkpoints_modules_is_stated():
+    gpu, model = get_gpu("h200_sxm"), load_model("deepseek_v3")
+    cand = SpecCandidate(gpu, Parallelism(8, 1, 8), Precision("fp8", "fp8"), 64, gpu.usd_per_hour,
+                         spec=SpecConfig("mtp", 3, default_acceptance("mtp")))
+    wl = WorkloadStats(rate_rps=2.0, mean_input_tokens=1000, mean_output_tokens=200, max_request_tokens=6000)
+    s = spec_from_allocation(Allocation(Evaluation(cand, "ok", capacity_rps=3.0, kv_capacity_tokens=100000), 1,
+                                        share_rps=2.0), model, EngineProfile(), wl)
+    assert s.speculation.mtp_modules == 1          # DeepSeek-V3 config.json: num_nextn_predict_layers 1
+    notes = " ".join(vllm.command(s).notes)
+    assert "exceeds the checkpoint's 1 MTP module" in notes
+    one = replace(s, speculation=replace(s.speculation, k=1))
+    assert "exceeds" not in " ".join(vllm.command(one).notes)

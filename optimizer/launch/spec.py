@@ -11,6 +11,7 @@ from llmplan.model_catalog.spec import ModelSpec
 from llmplan.optimizer.launch.speculation import SpecLaunch, from_candidate
 from llmplan.optimizer.types import Allocation, WorkloadStats
 from llmplan.sim.deployment import replica_limits
+from llmplan.sim.speculative import mtp_layers
 from llmplan.sim.types import EngineProfile
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -83,6 +84,10 @@ def k8s_name(text: str) -> str:
     return out[:52].rstrip("-") or "llmplan"
 
 
+def _is_mtp(c) -> bool:
+    return getattr(getattr(c, "spec", None), "method", None) == "mtp"
+
+
 def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile, wl: WorkloadStats) -> LaunchSpec:
     """The launch record of one pool of a selection.
 
@@ -120,7 +125,7 @@ def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile,
         gpu_memory_utilization=eng.gpu_memory_utilization, block_size=eng.block_size,
         enable_prefix_caching=eng.enable_prefix_caching, max_model_len=int(max_len), gpus_per_node=per_node,
         name=k8s_name(f"{model.key}-{c.name}"),
-        notes=tuple(notes), speculation=from_candidate(c, model.hf_id))
+        notes=tuple(notes), speculation=from_candidate(c, model.hf_id, mtp_layers(model) if _is_mtp(c) else 0))
 
 
 @dataclass(frozen=True)

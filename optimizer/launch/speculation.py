@@ -48,13 +48,14 @@ class SpecLaunch:
     topk: int = 1               # EAGLE tree branching (1: a chain)
     verify_tokens: int = 0      # query tokens per sequence in the verify step (k + 1 for a chain)
     draft_hf_id: Optional[str] = None   # draft_model: the draft checkpoint; eagle3: the head (None: unknown)
+    mtp_modules: int = 0        # mtp: the MTP modules the checkpoint ships (num_nextn_predict_layers)
 
     @property
     def is_tree(self) -> bool:
         return self.topk > 1
 
 
-def from_candidate(cand, target_hf_id: str) -> Optional[SpecLaunch]:
+def from_candidate(cand, target_hf_id: str, mtp_modules: int = 0) -> Optional[SpecLaunch]:
     """The setting of a planned candidate (None: speculation off)."""
     s = getattr(cand, "spec", None)
     if s is None or s.k < 1:
@@ -62,7 +63,8 @@ def from_candidate(cand, target_hf_id: str) -> Optional[SpecLaunch]:
     draft = s.draft.hf_id if s.method == "draft_model" and s.draft is not None else None
     if s.method == "eagle3":
         draft = EAGLE3_HEADS.get(target_hf_id)
-    return SpecLaunch(s.method, int(s.k), int(s.topk), int(s.verify_width), draft)
+    return SpecLaunch(s.method, int(s.k), int(s.topk), int(s.verify_width), draft,
+                      int(mtp_modules) if s.method == "mtp" else 0)
 
 
 def _draft_path(sp: SpecLaunch, model_hf_id: str) -> tuple[str, list[str]]:
@@ -86,7 +88,10 @@ def _chain_note(sp: SpecLaunch, engine: str) -> list[str]:
 def describe(sp: SpecLaunch) -> str:
     tree = f", tree topk {sp.topk} with {sp.verify_tokens} verify tokens" if sp.is_tree else ""
     draft = f", draft {sp.draft_hf_id}" if sp.draft_hf_id else ""
-    return f"speculative decoding: {sp.method}, k = {sp.k} draft tokens per step{tree}{draft} (chosen by the plan)"
+    reuse = (f"; k exceeds the checkpoint's {sp.mtp_modules} MTP module(s): the plan priced the last module "
+             "reused for the further draft tokens, as vLLM and SGLang do; check that your engine version does"
+             if sp.method == "mtp" and 0 < sp.mtp_modules < sp.k else "")
+    return f"speculative decoding: {sp.method}, k = {sp.k} draft tokens per step{tree}{draft} (chosen by the plan){reuse}"
 
 
 def vllm_args(sp: Optional[SpecLaunch], model_hf_id: str) -> tuple[list[str], list[str]]:
