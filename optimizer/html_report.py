@@ -13,14 +13,16 @@ and their sources), launch artifacts, and, when present, energy and the day of t
 from __future__ import annotations
 
 import base64
-import html
 import io
 import math
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-HOURS_PER_MONTH = 730.0  # 8760 h / 12, the convention cloud price pages use for a month
+from llmplan.optimizer import html_sections
+from llmplan.optimizer.html_parts import deploy_label, esc, fmt, judge, kpis, table, usd, verdict
+
+HOURS_PER_MONTH = html_sections.HOURS_PER_MONTH
 
 _CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2330;margin:0;background:#f5f6f8}
@@ -30,7 +32,7 @@ h3{font-size:16px;margin:18px 0 6px}.sub{color:#5b6475;margin:0 0 16px}
 .kpis{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0}
 .kpi{border:1px solid #dfe3e8;border-radius:8px;padding:10px 14px;min-width:150px;background:#fafbfc}
 .kpi b{display:block;font-size:22px}.kpi span{color:#5b6475;font-size:13px}
-table{border-collapse:collapse;margin:8px 0 12px;font-size:14px}
+table{border-collapse:collapse;margin:8px 0 12px;font-size:14px;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #dfe3e8;padding:4px 8px;text-align:right;vertical-align:top}
 th{background:#f0f2f5}td.l,th.l{text-align:left}
 .ok{color:#1a7f37;font-weight:600}.miss{color:#b42318;font-weight:600}.bind{background:#fff7e0}
@@ -41,37 +43,7 @@ img,svg{max-width:100%;height:auto;border:1px solid #eef0f3}ul{margin:4px 0 8px 
 """
 
 
-def esc(x) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
-
-
-def _fmt(x, digits: int = 2, unit: str = "") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    if isinstance(x, (int, float)):
-        s = f"{x:,.{digits}f}"
-    else:
-        s = str(x)
-    return esc(s + (f" {unit}" if unit else ""))
-
-
-def _usd(x, digits: int = 2, per: str = "") -> str:
-    """``$1,234.50/h``; '-' for a missing value."""
-    if not isinstance(x, (int, float)) or not math.isfinite(x):
-        return "-"
-    return esc(f"${x:,.{digits}f}{per}")
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,),
-           row_class: Sequence[str] | None = None) -> str:
-    """``head`` is escaped here; ``rows`` cells are already-escaped HTML."""
-    th = "".join(f'<th class="l">{esc(h)}</th>' if i in left else f"<th>{esc(h)}</th>" for i, h in enumerate(head))
-    body = []
-    for r, cells in enumerate(rows):
-        cls = f' class="{row_class[r]}"' if row_class and row_class[r] else ""
-        body.append(f"<tr{cls}>" + "".join(f'<td class="l">{c}</td>' if i in left else f"<td>{c}</td>"
-                                           for i, c in enumerate(cells)) + "</tr>")
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+_fmt, _usd, _table, _deploy_label = fmt, usd, table, deploy_label
 
 
 def _image(path: Path | None, alt: str) -> str:
@@ -93,12 +65,6 @@ def _img_bytes(data: bytes, mime: str, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:{mime};base64,{base64.b64encode(data).decode("ascii")}">'
 
 
-def _deploy_label(d: Mapping) -> str:
-    return (f"{d.get('replicas', '?')}x {d.get('gpu', '?')} TP{d.get('tp', 1)}/PP{d.get('pp', 1)}"
-            + (f"/EP{d['ep']}" if d.get("ep", 1) not in (None, 1) else "") + f" {d.get('precision', '')}"
-            + (f" batch {d['max_num_seqs']}" if d.get("max_num_seqs") else ""))
-
-
 def _probability(d: Mapping, key: str, t: Mapping) -> float | None:
     """P(target met) where the plan carries it (per target, or a per-deployment mapping)."""
     for v in (t.get("probability"), (d.get("slo_probability") or {}).get(key)):
@@ -115,45 +81,49 @@ def _answer(plan: Mapping) -> str:
         out.append(f"<div class='bad'><b>No deployment meets the targets.</b> {esc(msg or plan.get('binding_constraint') or '')}</div>")
         return "".join(out) + "</section>"
     usd_h = plan.get("total_usd_per_hour")
-    kpis = [("per hour", _usd(usd_h, 2, "/h")),
+    kpi = [("per hour", _usd(usd_h, 2, "/h")),
             ("per month (730 h)", _usd(usd_h * HOURS_PER_MONTH if isinstance(usd_h, (int, float)) else None, 0, "/month")),
             ("GPUs", _fmt(plan.get("total_gpus"), 0)),
             ("per million output tokens", _usd(plan.get("usd_per_million_output_tokens"), 3))]
     p_all = plan.get("every_slo_probability")
     if isinstance(p_all, (int, float)):
-        kpis.append(("P(every SLO met), docs/RISK.md", _fmt(100 * p_all, 1, "%")))
-    out.append("<div class='kpis'>" + "".join(f"<div class='kpi'><b>{v}</b><span>{esc(k)}</span></div>" for k, v in kpis)
-               + "</div>")
+        kpi.append(("P(every SLO met), docs/RISK.md", _fmt(100 * p_all, 1, "%")))
+    if plan.get("uniform"):
+        kpi.append(("fleet", "uniform"))
+    out.append(kpis(kpi))
+    dis = plan.get("disaggregated") or {}
+    if dis.get("recommended"):
+        out.append(f"<div class='warn'>A disaggregated deployment is cheaper: <b>{esc(dis.get('xpyd', ''))} at "
+                   f"{_usd(dis.get('total_usd_per_hour'), 2, '/h')}</b> (see <i>Disaggregated alternative</i>).</div>")
     deps = plan.get("deployments") or []
     rows = [[esc(_deploy_label(d)), _fmt(d.get("gpus_per_replica"), 0), esc(d.get("kv_cache_dtype", "")),
              _fmt(d.get("max_num_seqs"), 0), _usd(d.get("usd_per_hour"), 2), _fmt(d.get("load_rps_per_replica"), 2),
-             _fmt(d.get("capacity_rps_per_replica"), 2), esc(d.get("calibration_tier", ""))] for d in deps]
+             _fmt(d.get("capacity_rps_per_replica"), 2), esc(d.get("calibration_tier", "")),
+             esc(html_sections.speculation_label(d.get("speculation")))] for d in deps]
     out.append(_table(["deployment", "GPUs/replica", "KV dtype", "max batch", "$/h", "load req/s per replica",
-                       "SLO capacity req/s per replica", "calibration tier"], rows))
+                       "SLO capacity req/s per replica", "calibration tier", "speculation"], rows))
+    if any(d.get("speculation") for d in deps):
+        out.append(html_sections.speculation_table(plan))
     out.append("<h3>SLO targets against the prediction</h3>")
     trows, cls = [], []
     for d in deps:
-        rows = []
-        for key, t in (d.get("targets") or {}).items():
-            pred = t.get("simulated_ms") if t.get("simulated_ms") is not None else t.get("analytical_ms")
+        tg = d.get("targets") or {}
+        pred = {k: (t.get("simulated_ms") if t.get("simulated_ms") is not None else t.get("analytical_ms"))
+                for k, t in tg.items()}
+        # met and binding by optimizer/slo_check.py: value <= limit; binding = largest value/limit
+        met, bind = judge(pred, {k: t.get("limit_ms") for k, t in tg.items()})
+        for key, t in tg.items():
             src = "simulated" if t.get("simulated_ms") is not None else "analytical"
-            lim = t.get("limit_ms")
-            num = isinstance(pred, (int, float)) and isinstance(lim, (int, float)) and lim > 0
-            rows.append((key, t, pred, src, lim, pred / lim if num else math.nan))
-        # the binding target: the one closest to (or furthest past) its limit
-        top = max((r[5] for r in rows if math.isfinite(r[5])), default=math.nan)
-        for key, t, pred, src, lim, ratio in rows:
-            ok = math.isfinite(ratio) and ratio <= 1.0
-            bind = math.isfinite(ratio) and ratio == top
+            lim, val = t.get("limit_ms"), pred[key]
+            num = isinstance(val, (int, float)) and isinstance(lim, (int, float)) and lim > 0
             p = _probability(d, key, t)
             band = (d.get("error_band") or {}).get(key.split("_")[0], {})
-            trows.append([esc(_deploy_label(d)), esc(key) + (" <b>(binding)</b>" if bind else ""),
-                          _fmt(lim, 1, "ms"), _fmt(pred, 1, "ms") + f" <span class='muted'>{esc(src)}</span>",
-                          _fmt(100 * ratio, 0, "%"),
-                          f"<span class='{'ok' if ok else 'miss'}'>{'met' if ok else 'missed'}</span>",
+            trows.append([esc(_deploy_label(d)), esc(key) + (" <b>(binding)</b>" if key == bind else ""),
+                          _fmt(lim, 1, "ms"), _fmt(val, 1, "ms") + f" <span class='muted'>{esc(src)}</span>",
+                          _fmt(100 * val / lim if num else None, 0, "%"), verdict(met.get(key)),
                           _fmt(band.get("p90_pct"), 0, "%") if band else "-",
                           _fmt(100 * p, 1, "%") if p is not None else "-"])
-            cls.append("bind" if bind else "")
+            cls.append("bind" if key == bind else "")
     out.append(_table(["deployment", "target", "limit", "predicted", "of limit", "", "p90 error band ±", "P(met)"], trows,
                       left=(0, 1), row_class=cls))
     conf = plan.get("confidence") or {}
@@ -193,9 +163,13 @@ def _alternatives(plan: Mapping) -> str:
         rows.append([esc(" + ".join(_deploy_label(d) for d in deps)), _usd(usd, 2),
                      _usd(usd * HOURS_PER_MONTH if isinstance(usd, (int, float)) else None, 0), esc(delta),
                      _fmt(a.get("total_gpus"), 0), _usd(a.get("usd_per_million_output_tokens"), 3),
-                     esc(", ".join(f"{d.get('ttft_ms')}/{d.get('tpot_ms')}" for d in deps))])
+                     esc(", ".join(f"{d.get('ttft_ms')}/{d.get('tpot_ms')}" for d in deps)),
+                     _fmt(100 * a["every_slo_probability"], 1, "%")
+                     if isinstance(a.get("every_slo_probability"), (int, float)) else "-",
+                     esc(", ".join(html_sections.speculation_label(d.get("speculation")) for d in deps))])
     return ("<section id='alternatives'><h2>Alternatives</h2>"
-            + _table(["deployment", "$/h", "$/month", "vs chosen", "GPUs", "$/M output tokens", "TTFT/TPOT ms"], rows)
+            + _table(["deployment", "$/h", "$/month", "vs chosen", "GPUs", "$/M output tokens", "TTFT/TPOT ms",
+                      "P(every SLO met)", "speculation"], rows, left=(0, 8))
             + "</section>")
 
 
@@ -273,6 +247,21 @@ def _uncertainty(plan: Mapping) -> str:
                       rows, left=(0, 1, 4, 5)) if rows else "<p class='muted'>no error bands in the plan</p>")
     out.append("<p class='muted'>± = error of the step time from held-out kernel residuals of the calibration tier "
                "(docs/ACCURACY.md).</p>")
+    em = (plan.get("risk") or {}).get("error_model") or {}
+    if em:
+        out.append("<h3>Served-latency error model behind P(met) (docs/RISK.md)</h3>" + _table(
+            ["metric", "kind", "median measured/predicted", "p90 measured/predicted", "source"],
+            [[esc(k), esc(v.get("kind", "")), _fmt(v.get("median_factor"), 3), _fmt(v.get("p90_factor"), 3),
+              esc(v.get("source", ""))] for k, v in sorted(em.items()) if isinstance(v, Mapping)],
+            left=(0, 1, 4), table_id="risk-error-model"))
+    sb = plan.get("served_band") or {}
+    if sb:
+        out.append("<h3>Served-latency band of the simulated means</h3>" + _table(
+            ["metric", "simulated mean", "band low", "band high", "factors", "coverage (level)", "served rows"],
+            [[esc(k), _fmt(b.get("simulated_mean_ms"), 1, "ms"), _fmt(b.get("mean_ms_low"), 1, "ms"),
+              _fmt(b.get("mean_ms_high"), 1, "ms"), esc(f"x{b.get('factor_low', '?')}-x{b.get('factor_high', '?')}"),
+              f"{_fmt(b.get('coverage'), 3)} ({_fmt(b.get('level'), 2)})", _fmt(b.get("rows"), 0)]
+             for k, b in sorted(sb.items()) if isinstance(b, Mapping)], table_id="served-band"))
     return "".join(out) + "</section>"
 
 
@@ -334,6 +323,7 @@ def _assumptions(plan: Mapping) -> str:
         out.append("<h3>Prices</h3>" + _table(["GPU", "$/GPU-hour", "source"],
                                              [[esc(p.get("gpu")), _usd(p.get("usd_per_gpu_hour"), 3), esc(p.get("source", ""))]
                                               for p in a["prices"]], left=(0, 2)))
+    out.append(html_sections.kv_budget(plan))
     for key in ("notes",):
         if plan.get(key):
             out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{esc(n)}</li>" for n in plan[key]) + "</ul>")
@@ -379,19 +369,12 @@ def _artifacts(plan: Mapping, artifacts_dir: Path | None) -> str:
             out.append("<p class='muted'>files: " + esc(", ".join(p["files"])) + "</p>")
         if p.get("docs"):
             out.append(f"<p class='muted'>flags: {esc(p['docs'])}</p>")
-    return "".join(out) + "</section>"
 
+    def manifest_text(rel: str) -> str | None:
+        path = _safe_rel(Path(artifacts_dir), rel) if artifacts_dir is not None else None
+        return path.read_text() if path is not None and path.is_file() else None
 
-def _energy(plan: Mapping) -> str:
-    e = plan.get("energy")
-    if not e:
-        return ""
-    kpis = [("GPU power", _fmt(e.get("gpu_power_w"), 0, "W")), ("facility power (PUE)", _fmt(e.get("facility_power_w"), 0, "W")),
-            ("energy per output token", _fmt(e.get("joules_per_output_token"), 3, "J")),
-            ("electricity", _usd(e.get("electricity_usd_per_hour"), 3, "/h"))]
-    out = ["<section id='energy'><h2>Energy</h2><div class='kpis'>"
-           + "".join(f"<div class='kpi'><b>{v}</b><span>{esc(k)}</span></div>" for k, v in kpis) + "</div>"]
-    out += [f"<p class='warn'>{esc(u)}</p>" for u in e.get("unknown") or []]
+    out.append(html_sections.disagg_artifacts(plan, manifest_text))
     return "".join(out) + "</section>"
 
 
@@ -399,10 +382,16 @@ def _day(plan: Mapping, image: str) -> str:
     d = plan.get("day")
     if not d:
         return ""
-    kpis = [("cost of the profile", _usd(d.get("cost_usd"), 2)), ("static for the peak", _usd(d.get("static_peak_cost_usd"), 2)),
+    if d.get("infeasible"):
+        return (f"<section id='day'><h2>A day of traffic</h2><div class='bad'><b>No schedule meets the profile:</b> "
+                f"{esc(d['infeasible'])}</div></section>")
+    kpi = [("cost of the profile", _usd(d.get("cost_usd"), 2)), ("static for the peak", _usd(d.get("static_peak_cost_usd"), 2)),
             ("saving", _fmt(d.get("saving_pct"), 1, "%")), ("peak", _fmt(d.get("peak_rps"), 2, "req/s"))]
-    out = ["<section id='day'><h2>A day of traffic</h2><div class='kpis'>"
-           + "".join(f"<div class='kpi'><b>{v}</b><span>{esc(k)}</span></div>" for k, v in kpis) + "</div>", image]
+    prof = (f"<p>Profile {esc(d.get('profile', ''))}: {_fmt(d.get('intervals'), 0)} intervals over "
+            f"{_fmt(d.get('horizon_h'), 1, 'h')}, scale-up {_fmt(d.get('scale_up_s'), 0, 's')}, at least "
+            f"{_fmt(d.get('min_replicas'), 0)} replica(s)</p>" if d.get("profile") else "")
+    out = ["<section id='day'><h2>A day of traffic</h2>", prof, kpis(kpi), image,
+           html_sections.day_attainment(d), html_sections.day_prices(d)]
     sched = d.get("schedule") or []
     if sched:
         cols = list(sched[0])
@@ -425,9 +414,9 @@ def build(plan: Mapping, images: Mapping[str, Path] | None = None, latencies: Ma
            + ", ".join(f"{s.get('metric', '').upper()} {_slo_stat(s, raw=True)} <= {s.get('limit_ms')} ms"
                        for s in plan.get("slo") or []))
     pareto = _image(images.get("pareto"), "cost versus latency frontier")
-    parts = [_answer(plan), _alternatives(plan),
+    parts = [html_sections.fleet(plan), _answer(plan), _alternatives(plan), html_sections.disaggregated(plan),
              "<section id='frontier'><h2>Frontier</h2>" + (pareto or "<p class='muted'>no frontier plot</p>") + "</section>",
-             _latency(plan, latencies), _uncertainty(plan), _energy(plan),
+             _latency(plan, latencies), _uncertainty(plan), html_sections.energy(plan),
              _day(plan, _image(images.get("day"), "replicas over the day")), _assumptions(plan),
              _artifacts(plan, artifacts_dir)]
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
