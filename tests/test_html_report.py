@@ -435,3 +435,42 @@ def test_full_report_renders_in_headless_chromium_without_console_errors(tmp_pat
     t = _tables(run.stdout)
     assert t["disagg-pools"][1][0] == "prefill" and t["day-attainment"][1][1] == "98.7 %"
     assert t["kv-budget"][1][-1] == "458,752" and "15.50 req/s" in run.stdout
+
+
+def test_plan_report_shows_what_plan_json_holds(tmp_path):
+    """End to end: `plan report.html=true day.profile=...` on a small model; the page's tables
+    carry plan.json's numbers (disaggregated alternative, its launch files, day attainment,
+    KV budget, energy, P(met), headroom, speculation)."""
+    import html as html_mod
+    import json
+    import shlex
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+    from llmplan.errors import EXIT_OK
+
+    code = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast", "day.profile=diurnal_24h",
+                                     "report.html=true"]), tmp_path)
+    assert code == EXIT_OK
+    d = json.loads((tmp_path / "plan.json").read_text())
+    page = (tmp_path / "report.html").read_text()
+    t = _tables(page)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+    dep = d["deployments"][0]
+    for key, tg in dep["targets"].items():
+        assert f"{100 * tg['probability']:,.1f} %" in page, key
+    assert f"{dep['headroom']['headroom_pct']:,.0f} %" in page
+    assert ">" + html_report.html_sections.speculation_label(dep.get("speculation")) + "<" in page
+    dis = d.get("disaggregated")
+    if dis:  # the small plan has one today; the checks stay valid if a future search drops it
+        assert f"<h2>Disaggregated alternative: {dis['xpyd']}</h2>" in page
+        assert [r[:3] for r in t["disagg-pools"][1:]] == [[p["role"], p["gpu"], str(p["workers"])] for p in dis["pools"]]
+        for p in d["deploy"]["disaggregated"]["pools"]:
+            assert html_mod.escape(shlex.join(p["launch_argv"]), quote=True) in page
+        assert "Kubernetes manifest deploy/disagg/k8s.yaml" in page
+    att = d["day"]["attainment"]
+    assert t["day-attainment"][1][-5] == f"{100 * att['day']['share_all_targets']:,.1f} %"
+    assert t["day-attainment"][2][-5] == f"{100 * att['static']['share_all_targets']:,.1f} %"
+    assert len(t["day-attainment-intervals"]) == 1 + len(att["day"]["intervals"])
+    assert t["kv-budget"][1][-1] == f"{d['kv_budget'][0]['kv_capacity_tokens_per_replica']:,}"
+    assert f"{d['energy']['joules_per_output_token']:,.3f} J" in page
