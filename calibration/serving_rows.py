@@ -22,7 +22,10 @@ Mapping (documented in docs/ACCURACY.md, section Serving):
   ``nvfp4``/``mxfp4``/``fp4`` -> fp4 weights; ``bf16``/``fp16``/empty -> the model's shipped
   format when that is fp8 or fp4, else bf16. KV cache: fp8 when the row's precision (or,
   when empty, the weights) is fp8 or fp4 and the GPU has fp8, else bf16 (the planner's
-  ``kv_cache_dtype: auto`` rule).
+  ``kv_cache_dtype: auto`` rule). GEMM kernels (:func:`block_fp8_model`): ``fp8_block`` runs
+  time block-scaled fp8 GEMMs (a bf16 checkpoint quantized to 128x128 blocks at load time);
+  ``fp8`` runs the checkpoint's own fp8 scaling (block for DeepSeek/Qwen3-*-FP8/MiniMax,
+  per-tensor when a bf16 checkpoint is quantized at load time).
 * parallelism (:func:`parallelism_of`, docs/SIMULATOR.md "Attention DP and wide EP"): the
   columns follow the aiconfigurator layout of a worker: ``tp_size`` attention TP inside each of
   ``attention_dp_size`` attention-DP ranks, so ``tp_size x attention_dp_size`` GPUs per stage,
@@ -64,6 +67,7 @@ import pandas as pd
 
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
+from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.deployment import Deployment, parallelism_problem
 from llmplan.sim.memory import plan_memory
@@ -280,6 +284,17 @@ def precision_of(row: Mapping[str, Any], model: ModelSpec, gpu: GPUSpec) -> Prec
     return Precision(w, kv)
 
 
+def block_fp8_model(row: Mapping[str, Any], model: ModelSpec) -> ModelSpec:
+    """``model`` as the row serves it: a ``gemm_quant_mode=fp8_block`` run of a checkpoint
+    that is not block-scaled fp8 quantizes it at load time to 128x128 block fp8, so its
+    GEMMs use the block-fp8 kernels (model_catalog.gemm_dtypes); other rows keep the
+    checkpoint's own format (an ``fp8`` run of a block-fp8 checkpoint runs its blocks)."""
+    if _text(row.get("gemm_quant_mode")) != "fp8_block" or (model.quant is not None and is_block_fp8(model.quant.main)):
+        return model
+    quant = block_fp8_requant(model, str(row.get("model_path")))
+    return model if quant is None else replace(model, quant=quant)
+
+
 def id_layout(row: Mapping[str, Any]) -> tuple[int, int] | None:
     """(T GPUs, EP E) when the row's ``id`` names its engine layout and its columns hold the
     product ``T x E`` instead (see the module docstring); None otherwise."""
@@ -372,6 +387,7 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     prec = precision_of(row, model, gpu)
     if isinstance(prec, str):
         return skip(prec)
+    model = block_fp8_model(row, model)
     par = parallelism_of(row, model)
     if isinstance(par, str):
         return skip(par)

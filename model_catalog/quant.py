@@ -29,6 +29,23 @@ DEFAULT_FORMATS = {"fp8": FP8_TENSOR, "fp4": NVFP4, "int8": WeightFormat("int8_c
                    "int4": WeightFormat("int4_g128", "int4", 4, group_size=128, scale_bytes=2.0)}
 
 
+#: GEMM dtype group of block-scaled fp8 weights (the kernel tables' ``gemm_dtype`` name)
+BLOCK_FP8_GEMM_DTYPE = "fp8_block"
+
+
+def is_block_fp8(fmt: WeightFormat) -> bool:
+    """True for fp8 weights with block scales (``weight_block_size`` in config.json, or a
+    compressed-tensors ``block_structure``): engines run them with block-fp8 GEMM kernels
+    (DeepGEMM / CUTLASS blockwise), not the per-tensor fp8 GEMMs."""
+    return fmt.precision == "fp8" and fmt.name.startswith("fp8_block")
+
+
+def gemm_dtype(fmt: WeightFormat) -> str:
+    """The kernel dtype group a matmul over weights stored as ``fmt`` reads
+    (``fp8_block`` for block-scaled fp8, else the format's precision)."""
+    return BLOCK_FP8_GEMM_DTYPE if is_block_fp8(fmt) else fmt.precision
+
+
 def _int_group(bits: int, group: int, scale_bytes: float = 2.0, zero_bytes: float = 0.0) -> WeightFormat:
     return WeightFormat(f"int{bits}_g{group}", f"int{bits}", bits, group_size=group, scale_bytes=scale_bytes + zero_bytes)
 
@@ -183,3 +200,10 @@ def parse_quant(spec: ModelSpec, qc: dict[str, Any] | None, hf_quant: dict[str, 
         return None
     source = "hf_quant_config.json" if hq is not None and not qc else "config.json quantization_config"
     return QuantSpec(tuple(QuantPart(c, f, p, n) for (c, f), (p, n) in parts.items()), source=source)
+
+
+def block_fp8_requant(spec: ModelSpec, where: str) -> QuantSpec | None:
+    """``spec`` quantized at load time to 128x128 block-scaled fp8 (every linear weight but
+    lm_head, as a ``weight_block_size: [128, 128]`` checkpoint stores it): the weights a
+    run labelled ``gemm_quant_mode=fp8_block`` on a bf16 checkpoint serves."""
+    return parse_quant(spec, {"quant_method": "fp8", "weight_block_size": [128, 128]}, None, where)

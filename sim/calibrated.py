@@ -63,6 +63,9 @@ _CACHE_SIZE = 1 << 16
 #: is 3-4x slower at decode token counts (H100, hidden 3072 / inter 1024, 256 experts
 #: top-8, EP4, 64 tokens: 1.10 ms against 0.24 ms). Engines without a block-fp8 group
 #: (TensorRT-LLM) fall back to their ``fp8`` group; both count as exact.
+#: Dense GEMMs follow the checkpoint's scaling instead (model_catalog.gemm_dtypes): ``fp8_block``
+#: queries use the block-fp8 gemm group and fall back to ``fp8`` where an engine/GPU lacks it
+#: (``extrapolated`` is then set: GROUP_FALLBACK's second choice is not exact).
 MOE_FP8_GROUP = "fp8_block"
 
 
@@ -168,7 +171,7 @@ class CalibratedKernelModel:
         q = {"num_tokens": num_tokens, "hidden": hidden, "inter": inter, "topk": topk, "num_experts": num_experts,
              "moe_tp": max(moe_tp, 1), "moe_ep": max(moe_ep, 1), "dtype": dtype, "skew": self.moe_skew}
         rs = {k: float(v) for k, v in q.items() if k not in ("dtype", "skew")}
-        if dtype == "fp8":   # shipped fp8 MoE checkpoints are block-scaled (see MOE_FP8_GROUP)
+        if dtype in ("fp8", "fp8_block"):   # shipped fp8 MoE checkpoints are block-scaled (see MOE_FP8_GROUP)
             kt = self._predict("moe", MOE_FP8_GROUP, q, rs, also_exact=frozenset({"fp8", "fp8_block"}))
         else:
             kt = self._predict("moe", dtype, q, rs)

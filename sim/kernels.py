@@ -156,7 +156,8 @@ def waves(m: int, n: int, sm_count: int, k: int = 4096, tile_n: int = GEMM_TILE_
 
 
 def _bytes(dtype: str) -> float:
-    return BYTES_PER_ELEMENT.get(dtype, 2.0)
+    # block-scaled fp8 ("fp8_block", model_catalog.gemm_dtypes) is fp8 to the roofline
+    return BYTES_PER_ELEMENT.get("fp8" if dtype == "fp8_block" else dtype, 2.0)
 
 
 class RooflineKernelModel:
@@ -172,6 +173,7 @@ class RooflineKernelModel:
     def _roof(self, flops: float, nbytes: float, dtype: str, eta_c: float, eta_m: float,
               quant: float = 1.0) -> KernelTime:
         # low-precision compute where the GPU has it; else weight-only (bf16 tensor cores)
+        dtype = "fp8" if dtype == "fp8_block" else dtype
         peak = self.gpu.peak_tflops(dtype if dtype in ("fp8", "fp4", "int8") and self.gpu.supports(dtype) else "bf16") * 1e12
         tc = flops * quant / (peak * eta_c) * 1e3 if flops else 0.0
         tm = nbytes / (self._bw * eta_m) * 1e3 if nbytes else 0.0

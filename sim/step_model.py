@@ -23,7 +23,7 @@ import math
 from functools import lru_cache
 
 from llmplan.hardware_catalog.spec import GPUSpec
-from llmplan.model_catalog.derived import weight_dtypes
+from llmplan.model_catalog.gemm_dtypes import gemm_dtypes
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.cuda_graphs import padded_tokens
 from llmplan.sim.dp_layout import rank_shape
@@ -67,7 +67,8 @@ class AnalyticalStepModel:
         self.wdtype = prec.weights
         # per-component weight precision: a quantized checkpoint served as shipped keeps its
         # unquantized components (often attention) in bf16
-        self._wd = weight_dtypes(m, prec.weights)
+        # (block-scaled fp8 as "fp8_block": its own GEMM kernels, model_catalog.gemm_dtypes)
+        self._wd = gemm_dtypes(m, prec.weights)
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
         self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
