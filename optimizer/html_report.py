@@ -34,7 +34,7 @@ h3{font-size:16px;margin:18px 0 6px}.sub{color:#5b6475;margin:0 0 16px}
 .kpi b{display:block;font-size:22px}.kpi span{color:#5b6475;font-size:13px}
 table{border-collapse:collapse;margin:8px 0 12px;font-size:14px;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #dfe3e8;padding:4px 8px;text-align:right;vertical-align:top}
-th{background:#f0f2f5}td.l,th.l{text-align:left}
+th{background:#f0f2f5}td.l,th.l{text-align:left}td:not(.l){white-space:nowrap}
 .ok{color:#1a7f37;font-weight:600}.miss{color:#b42318;font-weight:600}.bind{background:#fff7e0}
 .warn{background:#fff4e5;border-left:4px solid #f79009;padding:8px 12px;margin:8px 0}
 .bad{background:#fdecea;border-left:4px solid #b42318;padding:8px 12px;margin:8px 0}
@@ -223,7 +223,12 @@ def _latency(plan: Mapping, latencies: Mapping | None) -> str:
             out.append((f"<h3>{esc(name)}</h3>" if name else "") + _img_bytes(
                 latency_figure(lat, plan.get("slo") or [], title=""), "image/png", f"latency distributions {name}"))
     else:
-        out.append("<p class='muted'>no per-request latencies were passed to the report</p>")
+        sim = (plan.get("verification") or {}).get("deployment_simulation") or {}
+        svg = html_sections.latency_summary_svg(sim, plan.get("slo") or [])
+        out.append(svg + "<p class='muted'>simulated latency percentiles of the whole deployment (bars: green "
+                   "within the SLO of that statistic, red beyond it); per-request histograms need per-request "
+                   "latencies, which plan.json does not keep</p>" if svg else
+                   "<p class='muted'>no per-request latencies were passed to the report</p>")
     rows = []
     for d in plan.get("deployments") or []:
         sim = d.get("simulated") or {}

@@ -6,6 +6,7 @@ the energy model. Each reads only the plan.json dict and returns '' when its blo
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping
 
@@ -263,3 +264,62 @@ def energy(plan: Mapping) -> str:
                    + "".join(f"<li>{esc(k)}: {esc(v)}</li>" for k, v in (pm.get("sources") or {}).items()) + "</ul>")
     out += [f"<p class='warn'>{esc(u)}</p>" for u in e.get("unknown") or []]
     return "".join(out) + "</section>"
+
+
+def _ticks(hi: float, n: int = 5) -> list[float]:
+    """Round axis ticks from 0 to about ``hi``."""
+    raw = hi / n
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    return [i * step for i in range(int(hi / step) + 1)]
+
+
+def latency_summary_svg(sim: Mapping, slo: list, width: int = 560) -> str:
+    """Inline SVG: per metric, the simulated mean/p50/p90/p99 latency (bars) of the whole
+    deployment with each SLO limit of that metric (dashed red line); '' without the numbers.
+    ``sim``: plan.json ``verification.deployment_simulation``; ``slo``: plan.json ``slo``."""
+    panels = []
+    for metric in ("ttft", "tpot"):
+        stats = {k: v for k, v in (sim.get(f"{metric}_ms") or {}).items()
+                 if isinstance(v, (int, float)) and v == v and v >= 0}
+        if not stats:
+            continue
+        lims = [(s, float(s["limit_ms"])) for s in slo if s.get("metric") == metric
+                and isinstance(s.get("limit_ms"), (int, float))]
+        hi = 1.12 * max(list(stats.values()) + [lim for _, lim in lims] + [1e-9])
+        left, right, top, bar_h = 60, 20, 50, 18
+        plot_w = width - left - right
+        height = top + bar_h * len(stats) + 8 * (len(stats) - 1) + 44
+
+        def x(v: float) -> float:
+            return left + plot_w * v / hi
+
+        measured = (sim.get("window") or {}).get("requests_measured")
+        count = (f"{measured} measured of {sim.get('requests', '?')} simulated requests" if measured
+                 else f"{sim.get('requests', '?')} requests")
+        parts = [f"<text x='8' y='14' font-size='13' font-weight='600'>{esc(metric.upper())}, ms "
+                 f"({esc(count)})</text>"]
+        y = top
+        for k, v in stats.items():
+            target = next((lim for s, lim in lims if (s.get("stat") == "mean") == (k == "mean")
+                           and (k == "mean" or f"p{float(s.get('percentile') or 0):g}" == k)), None)
+            color = "#4c72b0" if target is None else ("#1a7f37" if v <= target else "#b42318")
+            parts.append(f"<rect x='{left}' y='{y}' width='{max(0.5, x(v) - left):.1f}' height='{bar_h}' fill='{color}'>"
+                         f"<title>{esc(k)} {v:.4g} ms</title></rect>")
+            parts.append(f"<text x='{left - 6}' y='{y + 13}' font-size='12' text-anchor='end'>{esc(k)}</text>")
+            parts.append(f"<text x='{x(v) + 4:.1f}' y='{y + 13}' font-size='11'>{v:,.1f}</text>")
+            y += bar_h + 8
+        axis_y = y + 2
+        parts.append(f"<line x1='{left}' y1='{axis_y}' x2='{left + plot_w}' y2='{axis_y}' stroke='#5b6475'/>")
+        for tv in _ticks(hi):
+            parts.append(f"<line x1='{x(tv):.1f}' y1='{axis_y}' x2='{x(tv):.1f}' y2='{axis_y + 4}' stroke='#5b6475'/>"
+                         f"<text x='{x(tv):.1f}' y='{axis_y + 16}' font-size='10' text-anchor='middle'>{tv:,.4g}</text>")
+        for j, (s, lim) in enumerate(lims):
+            stat = "mean" if s.get("stat") == "mean" else f"p{float(s.get('percentile') or 90):g}"
+            parts.append(f"<line x1='{x(lim):.1f}' y1='{top - 10}' x2='{x(lim):.1f}' y2='{axis_y}' stroke='#b42318' "
+                         f"stroke-dasharray='5,3' stroke-width='1.5'/><text x='{x(lim) + (-4 if x(lim) > 220 else 4):.1f}' "
+                         f"y='{top - 14 - 12 * (j % 2)}' font-size='11' fill='#b42318' "
+                         f"text-anchor='{'end' if x(lim) > 220 else 'start'}'>SLO {esc(stat)} &lt;= {lim:,.4g} ms</text>")
+        panels.append(f"<svg role='img' width='{width}' height='{height}' "
+                      f"viewBox='0 0 {width} {height}' font-family='system-ui,sans-serif'>" + "".join(parts) + "</svg>")
+    return "".join(panels)

@@ -282,6 +282,8 @@ def _full_plan() -> dict:
                       "gpu_power_w": 2394.0, "facility_power_w": 2872.8, "joules_per_output_token": 0.4723,
                       "kwh_per_hour": 2.8728, "electricity_usd_per_hour": 0.2873,
                       "total_usd_per_hour_with_electricity": 72.13, "output_tokens_per_s": 5068.49}
+    plan["verification"] = {"deployment_simulation": {"requests": 1800, "ttft_ms": {"mean": 132.3, "p90": 412.7},
+                                                      "tpot_ms": {"mean": 31.5, "p90": 38.2}}}
     plan["risk"] = {"error_model": {"ttft": {"kind": "empirical", "median_factor": 1.1531, "p90_factor": 2.0404,
                                              "source": "284 held-out residuals"}}}
     plan["served_band"] = {"tpot": {"factor_low": 0.7116, "factor_high": 1.5889, "level": 0.9, "coverage": 0.8743,
@@ -474,3 +476,23 @@ def test_plan_report_shows_what_plan_json_holds(tmp_path):
     assert len(t["day-attainment-intervals"]) == 1 + len(att["day"]["intervals"])
     assert t["kv-budget"][1][-1] == f"{d['kv_budget'][0]['kv_capacity_tokens_per_replica']:,}"
     assert f"{d['energy']['joules_per_output_token']:,.3f} J" in page
+
+
+def test_latency_section_draws_the_simulated_percentiles_against_the_slo_lines():
+    plan = _plan()
+    plan["slo"].append({"metric": "tpot", "stat": "mean", "percentile": 50, "limit_ms": 30.0})
+    plan["verification"] = {"deployment_simulation": {
+        "requests": 1800, "window": {"requests_measured": 992},
+        "ttft_ms": {"mean": 132.3, "p50": 94.6, "p90": 412.7, "p99": 521.4},
+        "tpot_ms": {"mean": 31.5, "p50": 30.0, "p90": 41.0, "p99": 45.0}}}
+    page = html_report.build(plan)
+    lat = page[page.index("id='latency'"):page.index("id='uncertainty'")]
+    assert lat.count("<svg") == 2 and "992 measured of 1800 simulated requests" in lat
+    # the SLO lines: one per target of the metric, with its statistic and limit
+    assert "SLO p90 &lt;= 500 ms" in lat and "SLO p90 &lt;= 40 ms" in lat and "SLO mean &lt;= 30 ms" in lat
+    bars = {t: c for c, t in re.findall(r"fill='(#[0-9a-f]{6})'><title>([^<]*) ms</title>", lat)}
+    assert bars["p90 412.7"] == "#1a7f37"          # TTFT p90 412.7 <= 500: met
+    assert bars["p90 41"] == "#b42318"             # TPOT p90 41 > 40: missed
+    assert bars["mean 31.5"] == "#b42318"          # TPOT mean 31.5 > 30: missed
+    assert bars["p50 94.6"] == "#4c72b0"           # no target at p50
+    assert "no per-request latencies" in html_report.build(_plan())
