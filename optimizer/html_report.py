@@ -310,7 +310,7 @@ def _assumptions(plan: Mapping) -> str:
     wl = plan.get("workload") or {}
     items = [("model", plan.get("model")), ("engine", a.get("engine", plan.get("engine"))),
              ("calibration", plan.get("calibration")), ("seed", plan.get("seed")),
-             ("workload", f"{wl.get('rate_rps')} req/s, mean {wl.get('mean_input_tokens')} input / "
+             ("workload", f"{_rate(wl.get('rate_rps'))} req/s, mean {wl.get('mean_input_tokens')} input / "
                           f"{wl.get('mean_output_tokens')} output tokens, longest request {wl.get('max_request_tokens')} tokens"
               if wl else None),
              ("SLOs", ", ".join(f"{s.get('metric', '').upper()} {_slo_stat(s, raw=True)} <= {s.get('limit_ms')} ms"
@@ -407,6 +407,20 @@ def _day(plan: Mapping, image: str) -> str:
     return "".join(out) + "</section>"
 
 
+def _rate(x) -> str:
+    """A request rate to 4 significant digits (a fleet's settled rate has many)."""
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def _pareto_note(plan: Mapping) -> str:
+    """The frontier files of plan.json ``pareto`` (rows and frontier names)."""
+    p = plan.get("pareto") or {}
+    if not p.get("files"):
+        return ""
+    return (f"<p class='muted'>{esc(', '.join(p['files']))}: {_fmt(p.get('rows'), 0)} rows on the frontiers "
+            f"{esc(', '.join(p.get('frontiers') or []))} (docs/PARETO.md)</p>")
+
+
 def build(plan: Mapping, images: Mapping[str, Path] | None = None, latencies: Mapping | None = None,
           artifacts_dir: Path | None = None, title: str | None = None) -> str:
     """The page as a string. ``images``: {"pareto": pareto.png, "day": day.png} (absent files are
@@ -415,12 +429,13 @@ def build(plan: Mapping, images: Mapping[str, Path] | None = None, latencies: Ma
     images = dict(images or {})
     head = title or f"llmplan: {plan.get('model', 'plan')}"
     wl = plan.get("workload") or {}
-    sub = (f"{wl.get('rate_rps')} req/s; engine {plan.get('engine', '?')}; SLO "
+    sub = (f"{_rate(wl.get('rate_rps'))} req/s; engine {plan.get('engine', '?')}; SLO "
            + ", ".join(f"{s.get('metric', '').upper()} {_slo_stat(s, raw=True)} <= {s.get('limit_ms')} ms"
                        for s in plan.get("slo") or []))
     pareto = _image(images.get("pareto"), "cost versus latency frontier")
     parts = [html_sections.fleet(plan), _answer(plan), _alternatives(plan), html_sections.disaggregated(plan),
-             "<section id='frontier'><h2>Frontier</h2>" + (pareto or "<p class='muted'>no frontier plot</p>") + "</section>",
+             "<section id='frontier'><h2>Frontier</h2>" + (pareto or "<p class='muted'>no frontier plot</p>")
+             + _pareto_note(plan) + "</section>",
              _latency(plan, latencies), _uncertainty(plan), html_sections.energy(plan),
              _day(plan, _image(images.get("day"), "replicas over the day")), _assumptions(plan),
              _artifacts(plan, artifacts_dir)]

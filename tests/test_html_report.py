@@ -496,3 +496,10 @@ def test_latency_section_draws_the_simulated_percentiles_against_the_slo_lines()
     assert bars["mean 31.5"] == "#b42318"          # TPOT mean 31.5 > 30: missed
     assert bars["p50 94.6"] == "#4c72b0"           # no target at p50
     assert "no per-request latencies" in html_report.build(_plan())
+
+
+def test_frontier_names_its_files():
+    plan = _plan() | {"pareto": {"files": ["pareto.csv"], "rows": 91, "frontiers": ["usd_per_hour_vs_ttft", "<x>"]}}
+    page = html_report.build(plan)
+    front = page[page.index("id='frontier'"):page.index("id='latency'")]
+    assert "pareto.csv: 91 rows on the frontiers usd_per_hour_vs_ttft, &lt;x&gt;" in front
