@@ -74,7 +74,7 @@ def deploy_label(d: Mapping) -> str:
 
 def verdict(ok: bool | None) -> str:
     if ok is None:
-        return "<span class='muted'>no prediction</span>"
+        return "<span class='muted'>not an SLO target</span>"
     return f"<span class='{'ok' if ok else 'miss'}'>{'met' if ok else 'missed'}</span>"
 
 
@@ -93,13 +93,14 @@ def slo_target(key: str, limit_ms) -> SLOTarget | None:
 
 
 def judge(values_ms: Mapping[str, float | None], limits_ms: Mapping[str, float]) -> tuple[dict[str, bool | None], str | None]:
-    """({key: met, or None without a prediction}, the binding key) with slo_check's rules:
-    met = value <= limit; binding = the largest value/limit (ties: a percentile over a mean,
-    then the higher percentile). Targets without a finite prediction are never binding."""
+    """({key: met}, the binding key) with slo_check's rules: met = value <= limit, a NaN or
+    missing prediction is a miss (``slo_check.misses``); binding = the largest value/limit
+    (``slo_check.worst_miss``; ties: a percentile over a mean, then the higher percentile),
+    over the targets with a finite prediction only. A key that is not an SLO target: None."""
     pairs = {k: t for k, t in ((k, slo_target(k, limits_ms.get(k))) for k in limits_ms) if t is not None}
     slos = list(pairs.values())
-    have = {t.key: float(values_ms[k]) for k, t in pairs.items() if _num(values_ms.get(k))}
-    missed = {t.key for t in slo_check.misses(have, slos)}
-    met = {k: (None if k not in pairs or pairs[k].key not in have else pairs[k].key not in missed) for k in limits_ms}
-    top, _ = slo_check.worst_miss(have, slos)
+    value = {t.key: (float(values_ms[k]) if _num(values_ms.get(k)) else math.nan) for k, t in pairs.items()}
+    missed = {t.key for t in slo_check.misses(value, slos)}
+    met = {k: (None if k not in pairs else pairs[k].key not in missed) for k in limits_ms}
+    top, _ = slo_check.worst_miss({k: v for k, v in value.items() if math.isfinite(v)}, slos)
     return met, next((k for k, t in pairs.items() if top is not None and t.key == top.key), None)

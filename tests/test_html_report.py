@@ -406,16 +406,19 @@ def test_met_and_binding_follow_slo_check():
             SLOTarget("tpot", 90, 80.0)]
     assert bind == slo_check.worst_miss(values, slos)[0].key == "ttft_p99"
     assert all(met.values())
-    # a value at its limit is met; a missing/NaN prediction is neither met nor binding
+    # a value at its limit is met; a NaN or missing prediction is a miss (slo_check.misses) but never binding
     met, bind = judge({"ttft_p90": 500.0, "ttft_p99": float("nan"), "tpot_mean": None, "tpot_p90": 10.0}, limits)
-    assert met == {"ttft_p90": True, "ttft_p99": None, "tpot_mean": None, "tpot_p90": True} and bind == "ttft_p90"
+    assert met == {"ttft_p90": True, "ttft_p99": False, "tpot_mean": False, "tpot_p90": True} and bind == "ttft_p90"
+    assert judge({"x_p90": 1.0}, {"x_p90": 2.0}) == ({"x_p90": None}, None)
     met, bind = judge({"ttft_p90": 500.1, "tpot_mean": 41.0}, limits)
     assert met["ttft_p90"] is False and met["tpot_mean"] is False and bind == "tpot_mean"   # 41/40 > 500.1/500
     plan = _plan()
     plan["deployments"][0]["targets"]["tpot_p90"]["simulated_ms"] = None
     plan["deployments"][0]["targets"]["tpot_p90"]["analytical_ms"] = None
     page = html_report.build(plan)
-    assert "tpot_p90 <b>(binding)</b>" not in page and "ttft_p90 <b>(binding)</b>" in page and "no prediction" in page
+    assert "tpot_p90 <b>(binding)</b>" not in page and "ttft_p90 <b>(binding)</b>" in page
+    tpot = next(r for r in page.split("<tr") if ">tpot_p90<" in r and "ms</td>" in r)
+    assert "<td>- <span class='muted'>analytical</span></td>" in tpot and "missed" in tpot
 
 
 def test_full_report_renders_in_headless_chromium_without_console_errors(tmp_path):
