@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmplan.calibration.serving_rows import (_CONC, SIMULATED, Prediction, RowMapping, ServingCase, SimOptions,
-                                              _int, _kernels, _text, deployment_key, kernel_tier, map_row,
-                                              num_requests)
+                                              _int, _kernels, _text, benchmark_workload, deployment_key,
+                                              kernel_tier, map_row)
 from llmplan.sim.types import EngineProfile
 
 #: per-pool columns of a disaggregated row (``prefill_<name>`` / ``decode_<name>``)
@@ -221,8 +221,6 @@ def simulate_disagg_case(case: DisaggCase, opts: SimOptions, wrap: Callable[[Any
     """Replay one disaggregated run (see the module docstring) with the engine's hand-off delay."""
     from llmplan.errors import UserError
     from llmplan.sim.disaggregated import simulate_disaggregated
-    from llmplan.sim.metrics import MeasureWindow
-    from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
     lo, hi = opts.osl_range(case.osl)
     try:
@@ -230,15 +228,7 @@ def simulate_disagg_case(case: DisaggCase, opts: SimOptions, wrap: Callable[[Any
     except UserError as e:
         return Prediction(math.nan, math.nan, "", f"{'memory' if 'fit' in str(e) else 'parallelism'}: {e}")
     tier = kernel_tier(spec.decode.replica.cost_model if wrap is None else _unwrap(spec.decode.replica.cost_model))
-    n = num_requests(case.concurrency, opts)
-    out = (LengthSpec(kind="fixed", mean_tokens=case.osl) if lo == hi
-           else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
-    wl = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=case.concurrency, num_requests=n,
-                      input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl), output_tokens=out, seed=opts.seed)
-    if opts.window == "steady":
-        window = MeasureWindow(0.0, case.concurrency / n, warmup_requests=case.concurrency)
-    else:
-        window = MeasureWindow(0.0, 0.0, warmup_requests=0)
+    wl, window = benchmark_workload(case.isl, case.osl, case.concurrency, opts)
     try:
         res = simulate_disaggregated(wl, spec, seed=opts.seed, window=window)
     except UserError as e:

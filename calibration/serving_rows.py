@@ -513,15 +513,32 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
     return step
 
 
+def benchmark_workload(isl: int, osl: int, concurrency: int, opts: SimOptions) -> tuple[Any, Any]:
+    """(workload, measured window) of a served run's benchmark client: a closed loop of
+    ``concurrency`` clients, fixed prompts, output lengths per :meth:`SimOptions.osl_range`."""
+    from llmplan.sim.metrics import MeasureWindow
+    from llmplan.sim.workload import LengthSpec, WorkloadSpec
+
+    lo, hi = opts.osl_range(osl)
+    n = num_requests(concurrency, opts)
+    out = (LengthSpec(kind="fixed", mean_tokens=osl) if lo == hi
+           else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
+    spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=concurrency, num_requests=n,
+                        input_tokens=LengthSpec(kind="fixed", mean_tokens=isl), output_tokens=out, seed=opts.seed)
+    if opts.window == "steady":
+        window = MeasureWindow(0.0, concurrency / n, warmup_requests=concurrency)
+    else:
+        window = MeasureWindow(0.0, 0.0, warmup_requests=0)
+    return spec, window
+
+
 def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any] | None = None) -> Prediction:
     """Replay one run in the DES: one replica, closed loop, fixed prompt length (see
     :class:`SimOptions`). ``wrap`` maps the case's step model to the cost model the replica
     uses (engine corrections; the engine fit's probe models); None uses it as is."""
     from llmplan.sim.memory import plan_memory
-    from llmplan.sim.metrics import MeasureWindow
     from llmplan.sim.replica import ReplicaSpec
     from llmplan.sim.serving import simulate_serving
-    from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
     lo, hi = opts.osl_range(case.osl)
     e = case.dep.engine
@@ -538,15 +555,7 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     step = step_model(case, opts.calibration)
     tier = kernel_tier(step)
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, case.isl + case.osl)
-    n = num_requests(case.concurrency, opts)
-    out = (LengthSpec(kind="fixed", mean_tokens=case.osl) if lo == hi
-           else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
-    spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=case.concurrency, num_requests=n,
-                        input_tokens=LengthSpec(kind="fixed", mean_tokens=case.isl), output_tokens=out, seed=opts.seed)
-    if opts.window == "steady":
-        window = MeasureWindow(0.0, case.concurrency / n, warmup_requests=case.concurrency)
-    else:
-        window = MeasureWindow(0.0, 0.0, warmup_requests=0)
+    spec, window = benchmark_workload(case.isl, case.osl, case.concurrency, opts)
     replica = ReplicaSpec(wrap(step) if wrap is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + hi)
     try:
         res = simulate_serving(spec, [replica], seed=opts.seed, window=window)
