@@ -110,6 +110,33 @@ def test_plots_are_written(tmp_path):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
 
 
+def test_latency_plot_has_titles_units_and_slo_lines():
+    """Each panel is titled, its axis names the unit, and every SLO limit of the panel's metric is
+    a labelled dashed line at the limit; metrics without an SLO get none."""
+    import matplotlib.pyplot as plt
+
+    from llmplan.sim.plots import latency_cdf_figure
+
+    res = simulate_serving(WorkloadSpec(num_requests=200, rate_rps=5.0), [make_replica()])
+    fig = latency_cdf_figure(res, {"ttft": [(250.0, "TTFT p90 <= 250 ms"), (400.0, "TTFT p99 <= 400 ms")],
+                                   "tpot": [(30.0, "TPOT p90 <= 30 ms")]})
+    try:
+        ttft, tpot, e2e = fig.axes[:3]
+        assert fig._suptitle is not None and fig._suptitle.get_text()
+        assert all(ax.get_title() for ax in (ttft, tpot, e2e))
+        assert [ax.get_xlabel() for ax in (ttft, tpot, e2e)] == ["TTFT (ms)", "TPOT (ms)", "end-to-end (ms)"]
+
+        def slo(ax):
+            return sorted((line.get_xdata()[0], line.get_label()) for line in ax.get_lines()
+                          if line.get_label().startswith("SLO "))
+
+        assert slo(ttft) == [(250.0, "SLO TTFT p90 <= 250 ms"), (400.0, "SLO TTFT p99 <= 400 ms")]
+        assert slo(tpot) == [(30.0, "SLO TPOT p90 <= 30 ms")]
+        assert slo(e2e) == []
+    finally:
+        plt.close(fig)
+
+
 def test_window_can_measure_everything():
     res = simulate_serving(WorkloadSpec(num_requests=100, rate_rps=5.0), [make_replica()],
                            window=MeasureWindow(0.0, 0.0))

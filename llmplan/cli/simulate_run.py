@@ -77,7 +77,10 @@ def des_summary(app, res, spec, slos: list[SLOTarget], out: Path, offline: dict 
     if app.output.plots:
         from llmplan.sim.plots import plot_report
 
-        files += [str(p) for p in plot_report(res, out)]
+        lines: dict[str, list[tuple[float, str]]] = {}
+        for t in slos:
+            lines.setdefault(t.metric, []).append((t.limit_ms, t.label))
+        files += [str(p) for p in plot_report(res, out, lines)]
     s = res.summary
     summary = {k: {p: s.get(f"{k}_{p}") for p in PCTS} for k in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")}
     summary["itl_ms"] = {p: s.get(f"itl_ms_{p}") for p in PCTS}
