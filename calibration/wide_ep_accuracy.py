@@ -1,7 +1,7 @@
 """Accuracy of the served rows that attention DP / wide EP made simulable (docs/ACCURACY.md,
 "Attention DP and wide EP").
 
-    python -m llmplan.calibration.wide_ep_accuracy /work/shared/measurements [--holdout] [--out CSV]
+    python -m llmplan.calibration.wide_ep_accuracy ../shared/measurements [--holdout] [--out CSV]
 
 Runs :func:`calibration.validate_serving.validate_serving` on the aggregated rows whose layout
 is one of the new ones and prints the median APE of mean TTFT and mean TPOT per engine and
