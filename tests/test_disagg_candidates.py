@@ -50,7 +50,9 @@ def test_decode_capacity_is_the_largest_batch_within_tpot():
     assert decode_capacity(_Ev(_An()), 5.0)[0] == 0.0
 
 
-def test_planner_states_a_disaggregated_option_priced_as_its_gpus():
+@pytest.fixture(scope="module")
+def planned_20rps():
+    """One plan of llama3_1_8b at 20 req/s on H100s, shared by the tests that read its disaggregated block."""
     from llmplan.hardware_catalog.loader import get_gpu
     from llmplan.model_catalog.loader import load_model
     from llmplan.optimizer.planner import SearchSpace, plan
@@ -62,6 +64,15 @@ def test_planner_states_a_disaggregated_option_priced_as_its_gpus():
     slos = [SLOTarget("ttft", 90, 3000.0), SLOTarget("tpot", 90, 40.0)]
     space = SearchSpace(tp=[1, 2], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0)
     res = plan(model, gpus, EngineProfile(name="vllm"), wl, slos, space, {}, "spec")
+    return model, gpus, wl, slos, space, res
+
+
+def test_planner_states_a_disaggregated_option_priced_as_its_gpus(planned_20rps):
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.optimizer.planner import plan
+    from llmplan.sim.types import EngineProfile
+
+    model, gpus, wl, slos, space, res = planned_20rps
     d = res.disaggregated
     assert d is not None and d["mode"] == "disaggregated" and d["speculation"] is None
     pre, dec = d["pools"]
@@ -113,18 +124,8 @@ def test_verify_option_simulates_the_pools_and_reports_every_target():
     assert sim["kv_transfer_ms_mean"] > 0
 
 
-def test_cheaper_simulated_option_is_recommended_in_a_note():
-    from llmplan.hardware_catalog.loader import get_gpu
-    from llmplan.model_catalog.loader import load_model
-    from llmplan.optimizer.planner import SearchSpace, plan
-    from llmplan.sim.types import EngineProfile
-
-    model = load_model("llama3_1_8b")
-    gpus = [(get_gpu("h100_sxm"), get_gpu("h100_sxm").usd_per_hour)]
-    wl = WorkloadStats(rate_rps=20.0, mean_input_tokens=1000.0, mean_output_tokens=200.0, max_request_tokens=1400)
-    slos = [SLOTarget("ttft", 90, 3000.0), SLOTarget("tpot", 90, 40.0)]
-    space = SearchSpace(tp=[1, 2], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0)
-    res = plan(model, gpus, EngineProfile(name="vllm"), wl, slos, space, {}, "spec")
+def test_cheaper_simulated_option_is_recommended_in_a_note(planned_20rps):
+    res = planned_20rps[-1]
     d = res.disaggregated
     assert d["simulated"] is None and d["recommended"] == d["cheaper_than_aggregated"]
     noted = any("disaggregated deployment is cheaper" in n for n in res.notes)
