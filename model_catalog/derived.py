@@ -237,8 +237,7 @@ def _weight_dtypes(spec: ModelSpec, precision: str) -> tuple[tuple[str, str], ..
     totals = component_params(spec)
     out = []
     for c in COMPONENTS:
-        parts = [part for part in spec.quant.parts if part.component == c]
-        best = max(parts, key=lambda part: part.params, default=None)
+        best = spec.quant.main_part(c)
         covered = best is not None and 2 * best.params >= totals[c] > 0
         out.append((c, best.fmt.precision if covered else "bf16"))
     return tuple(out)

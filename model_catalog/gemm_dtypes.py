@@ -32,7 +32,6 @@ def _gemm_dtypes(spec: ModelSpec, precision: str) -> tuple[tuple[str, str], ...]
         return tuple(wd.items())
     out = []
     for c, d in wd.items():
-        parts = [p for p in spec.quant.parts if p.component == c]
-        best = max(parts, key=lambda p: p.params, default=None)
+        best = spec.quant.main_part(c)
         out.append((c, gemm_dtype(best.fmt) if best is not None and best.fmt.precision == d else d))
     return tuple(out)

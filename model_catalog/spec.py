@@ -160,6 +160,10 @@ class QuantSpec:
     def quantized_params(self, component: str) -> int:
         return sum(p.params for p in self.parts if p.component == component)
 
+    def main_part(self, component: str) -> QuantPart | None:
+        """The part that stores most of ``component``'s quantized parameters (None: none)."""
+        return max((p for p in self.parts if p.component == component), key=lambda p: p.params, default=None)
+
 
 @dataclass(frozen=True)
 class ModelSpec:
