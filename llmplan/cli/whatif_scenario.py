@@ -5,7 +5,7 @@ comparison (``whatif_cmd``) and the curves (``whatif_curve``)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from llmplan.errors import ConfigError
 
@@ -37,17 +37,13 @@ def scenario(app):
                                   fix="e.g. hbm_bw_gbps, hbm_gb, bf16_tflops, scaleup_bw_gbps")
             over[fig] = float(over.get(fig, base)) * float(factor)
         new.gpu.spec_overrides[key] = over
+    # price_scale, slo_scale, rate_scale > 0 and finite: config_checks (RANGES)
     for key, factor in w.price_scale.items():
-        if not factor > 0:
-            raise ConfigError("scale must be > 0", key=f"whatif.price_scale.{key}")
         new.gpu.usd_per_hour[key] = float(new.gpu.usd_per_hour.get(key, get_gpu(key).usd_per_hour)) * factor
-    if not w.slo_scale > 0 or not w.rate_scale > 0:
-        raise ConfigError("scales must be > 0", key="whatif.slo_scale/rate_scale")
-    for f in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p95_ms", "tpot_p99_ms",
-              "ttft_mean_ms", "tpot_mean_ms"):
-        v = getattr(new.slo, f)
+    for f in fields(new.slo):  # every SLO limit (percentiles and means)
+        v = getattr(new.slo, f.name)
         if v is not None:
-            setattr(new.slo, f, v * w.slo_scale)
+            setattr(new.slo, f.name, v * w.slo_scale)
     if new.workload.rate_rps is not None:
         new.workload = replace(new.workload, rate_rps=new.workload.rate_rps * w.rate_scale)
     return new
