@@ -63,10 +63,9 @@ def check_curve(app) -> tuple[str, list[float], list[str]]:
     fig = c.figure
     if fig not in FIGURES:
         raise ConfigError(f"unknown figure {fig!r}", key="whatif.curve.figure", fix="one of " + ", ".join(FIGURES))
-    scales = list(c.scales)
-    if not scales or any(isinstance(s, bool) or not isinstance(s, (int, float)) or not (s > 0 and math.isfinite(s))
-                         for s in scales):
-        raise ConfigError(f"needs a non-empty list of positive numbers, got {scales}", key="whatif.curve.scales",
+    scales = list(c.scales)  # each a finite float > 0: the schema and config_checks (RANGES)
+    if not scales:
+        raise ConfigError("needs a non-empty list of positive numbers", key="whatif.curve.scales",
                           fix="e.g. whatif.curve.scales=[0.5,1,2,4]")
     if w.gpu_scale or w.price_scale or w.add_gpus or w.slo_scale != 1 or w.rate_scale != 1:
         raise ConfigError("a curve scales one figure from the baseline; other whatif keys are set too",
