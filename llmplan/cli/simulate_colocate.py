@@ -33,8 +33,6 @@ def resolve_pool(app, inputs: list[ColocateInput]) -> tuple[object, Parallelism,
     gpu_key = d.gpu or (app.gpu.candidates[0] if app.gpu.candidates else None)
     if gpu_key is None:
         raise ConfigError("no GPU chosen", key="deployment.gpu", fix="e.g. deployment.gpu=a100_sxm")
-    if d.replicas < 1:
-        raise ConfigError("must be >= 1", key="deployment.replicas", fix="e.g. deployment.replicas=2")
     gpu = resolve_gpu(gpu_key, app)
     prec = Precision(d.precision, kv_dtype_for(d.precision, d.kv_cache_dtype, gpu))
     tps = [d.tp] if d.tp else [t for t in (1, 2, 4, 8) if t <= gpu.scaleup_domain_size]
