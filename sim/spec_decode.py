@@ -41,8 +41,8 @@ import numpy as np
 from llmplan.errors import InfeasibleDeployment, UserError
 from llmplan.model_catalog.derived import kv_bytes_per_token_tp
 from llmplan.model_catalog.loader import load_model
-from llmplan.sim.speculative import SpecConfig, SpeculativeStepModel, _bucket_1pct, spec_config_from
-from llmplan.sim.step_model import AnalyticalStepModel
+from llmplan.sim.speculative import SpecConfig, SpeculativeStepModel, spec_config_from
+from llmplan.sim.step_model import AnalyticalStepModel, _bucket
 from llmplan.sim.types import StepShape
 
 #: the speculation config keys of ``speculative.*`` that :func:`spec_config_from` reads
@@ -158,7 +158,7 @@ class SpecDecodeCost:
         return p + self.tokens_per_step * (step_context - p)
 
     def _decode_ms(self, n: int, step_ctx: float) -> float:
-        ctx = _bucket_1pct(max(1.0, self.token_context(step_ctx)))  # the step model's own 1% grid
+        ctx = _bucket(max(1.0, self.token_context(step_ctx)))  # the step model's own 1% grid
         key = (n, ctx)
         t = self._memo.get(key)
         if t is None:

@@ -72,7 +72,7 @@ from llmplan.model_catalog.derived import (
 )
 from llmplan.model_catalog.loader import CONFIG_DIR, load_model
 from llmplan.model_catalog.spec import ModelSpec
-from llmplan.sim.step_model import ACT_BYTES, AnalyticalStepModel
+from llmplan.sim.step_model import ACT_BYTES, AnalyticalStepModel, _bucket
 from llmplan.sim.types import EngineProfile, Parallelism, StepShape
 
 METHODS = ("mtp", "eagle3", "draft_model")
@@ -298,12 +298,6 @@ def _multi_query_uniform_ms(sm: AnalyticalStepModel, n: int, q: int, ctx: float)
     return sm.step_time_ms(chunk) - a_chunk + min(a_chunk, a_flat)
 
 
-def _bucket_1pct(x: float) -> float:
-    """A context length on a 1% geometric grid (cache key; the step model itself buckets
-    attention lengths at 1%)."""
-    return float(round(x)) if x <= 64 else 1.01 ** round(math.log(x, 1.01))
-
-
 # --------------------------------------------------------------------------- configuration
 @dataclass(frozen=True)
 class SpecConfig:
@@ -499,7 +493,7 @@ class SpeculativeStepModel:
         grid (the step model prices attention from the mean KV length too), so the result is
         cached for the discrete-event simulator's hot path."""
         n = len(kv_lens)
-        return _multi_query_uniform_ms(sm, n, q, _bucket_1pct(sum(kv_lens) / n))
+        return _multi_query_uniform_ms(sm, n, q, _bucket(sum(kv_lens) / n))
 
     def draft_prefill_ms(self, prefill_chunks: Sequence[tuple[int, int]]) -> float:
         """Extra time a prefill step takes with speculation on: the draft (MTP module, EAGLE-3
