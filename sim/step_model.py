@@ -123,8 +123,9 @@ class AnalyticalStepModel:
         return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape)
 
     def breakdown(self, shape: StepShape) -> StepTiming:
-        ops = list(self._linear(*self._linear_key(shape)))
-        ops += self._attn(*self._attn_key(rank_shape(shape, self.dp)))
+        rank = rank_shape(shape, self.dp)
+        ops = list(self._linear(*self._linear_key(shape, rank)))
+        ops += self._attn(*self._attn_key(rank))
         n_stage = self.pp
         ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier,
                       o.extrapolated) for o in ops]
@@ -177,7 +178,7 @@ class AnalyticalStepModel:
         if shape.tokens == 0:
             return 0.0, 0.0
         rank = rank_shape(shape, self.dp)
-        per_stage = self._linear_ms(*self._linear_key(shape))
+        per_stage = self._linear_ms(*self._linear_key(shape, rank))
         per_stage += self._attn_ms(*self._attn_key(rank))
         comm = 0.0
         if self.pp > 1:
@@ -185,13 +186,15 @@ class AnalyticalStepModel:
             comm = t.latency_ms * (self.pp - 1)
         return per_stage, comm
 
-    def _linear_key(self, shape: StepShape) -> tuple:
+    def _linear_key(self, shape: StepShape, rank: StepShape | None = None) -> tuple:
         """Cache key of the linear operators: (token rows, logit rows) of the busiest DP rank,
         and with attention DP also the group's token count (the MoE layers see every rank's
-        tokens) and whether the step is decode-only (picks the all-to-all kernels)."""
+        tokens) and whether the step is decode-only (picks the all-to-all kernels). ``rank``:
+        the busiest rank's shape when the caller already has it (:func:`rank_shape`)."""
         if self.dp == 1:
             return self._token_key(self._rows(shape)), self._logit_rows(shape)
-        rank = rank_shape(shape, self.dp)
+        if rank is None:
+            rank = rank_shape(shape, self.dp)
         return (self._token_key(self._rows(rank)), self._logit_rows(rank), self._token_key(shape.tokens),
                 not shape.prefill_seqs)
 
