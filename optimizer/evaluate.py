@@ -131,6 +131,9 @@ class ReplicaAnalyzer:
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
         self.kv_cap, self.chunked = kv_capacity_tokens, chunked_prefill
         self.I, self.O = max(1.0, wl.mean_input_tokens), max(1.0, wl.mean_output_tokens)
+        # _fixed_point is a pure function of lam and the fields above (never reassigned):
+        # the Pareto rows and their pool power ask for the same load rates
+        self._fixed_points: dict[float, tuple[bool, float, float, tuple, str]] = {}
 
     def _shape(self, b: float, p: float) -> StepShape:
         # decode counts on a ~2% grid above 32 (step-model cache hits; <1% effect on time)
@@ -161,6 +164,11 @@ class ReplicaAnalyzer:
 
     def _fixed_point(self, lam: float) -> tuple[bool, float, float, tuple, str]:
         """(stable, mean stage time ms, B per micro-batch, (tau_d, tau_pf, tokens, n_pf), limit)."""
+        if lam not in self._fixed_points:
+            self._fixed_points[lam] = self._solve_fixed_point(lam)
+        return self._fixed_points[lam]
+
+    def _solve_fixed_point(self, lam: float) -> tuple[bool, float, float, tuple, str]:
         pp = self.step.pp
         b = 1.0
         tau = self.step.stage_time_ms(self._shape(1, 0))
