@@ -119,3 +119,22 @@ def test_cli_refuses_what_does_not_fit_and_unknown_entry_keys(tmp_path):
     with pytest.raises(ConfigError) as e:
         run_simulate(compose("simulate", base + ["speculative.method=eagle3", "speculative.k=2"]), tmp_path)
     assert e.value.key == "speculative.method"
+
+
+@pytest.mark.parametrize("override,key", [
+    ("colocate.models.1.slo.ttft_p90_ms=-5", "colocate.models[1].slo.ttft_p90_ms"),
+    ("colocate.models.0.slo.tpot_p90_ms=0", "colocate.models[0].slo.tpot_p90_ms"),
+    ("colocate.models.0.workload.rate_rps=0", "colocate.models[0].workload.rate_rps"),
+])
+def test_entry_overrides_get_the_top_level_range_checks(override, key):
+    """An entry's workload/slo overrides are merged after to_app's checks; they are checked
+    alike and named by the entry's key (resolve_slos itself no longer checks the sign)."""
+    from llmplan.cli.colocate_inputs import colocate_inputs
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.resolve import to_app
+    from llmplan.errors import ConfigError
+
+    app = to_app(compose("simulate", ["colocate=llama2_7b_13b", override]))
+    with pytest.raises(ConfigError) as e:
+        colocate_inputs(app)
+    assert e.value.key == key

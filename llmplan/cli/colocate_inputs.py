@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from llmplan.cli.config_checks import check_node
 from llmplan.errors import ConfigError, UserError
 from llmplan.model_catalog.loader import load_model
 from llmplan.model_catalog.spec import ModelSpec
@@ -67,10 +68,12 @@ def colocate_inputs(app) -> list[ColocateInput]:
                               fix="list each model once; raise its workload.rate_rps instead")
         seen.add(model.key)
         wl = _merged(app.workload, raw.get("workload"), f"{key}.workload")
+        check_node(wl, f"{key}.workload", "workload")  # the entry's overrides skip to_app's check_values
         if wl.arrival in ("poisson", "gamma") and wl.rate_rps is None:
             raise ConfigError(f"{model.key} has no request rate", key=f"{key}.workload.rate_rps",
                               fix="set each co-located model's workload.rate_rps")
         slo_cfg = _merged(app.slo, raw.get("slo"), f"{key}.slo")
+        check_node(slo_cfg, f"{key}.slo", "slo")
         sub = replace(app, workload=wl, slo=slo_cfg)
         slos = resolve_slos(sub)
         out.append(ColocateInput(model.key, model, wl, slos, length_stats(sub, model)))

@@ -156,8 +156,15 @@ def check_values(app: Any) -> None:
         head, _, leaf = key.partition(".")
         if not getattr(getattr(app, head), leaf):
             raise ConfigError("must not be empty", key=key, fix=f"list at least one value, e.g. {key}=[...]")
+    check_node(app)
+
+
+def check_node(node: Any, key: str = "", pattern: str = "") -> None:
+    """check_values' range, finiteness and choice checks for a config tree, or for a subtree
+    typed under ``key`` and ruled as ``pattern`` (a ``colocate.models`` entry's merged
+    workload / slo: key="colocate.models[0].workload", pattern="workload")."""
     choices = _choices()
-    for key, pattern, value in walk(app):
+    for key, pattern, value in walk(node, key, pattern):
         if value is None or isinstance(value, (bool, str)):
             if isinstance(value, str) and pattern in choices and value not in choices[pattern]:
                 raise ConfigError(f"unknown value '{value}'; {suggest(value, choices[pattern])}", key=key,
@@ -165,7 +172,7 @@ def check_values(app: Any) -> None:
             continue
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"must be a finite number, got {value}", key=key,
-                              fix="give a number" + (" or null (no target)" if key.startswith("slo.") else ""))
+                              fix="give a number" + (" or null (no target)" if pattern.startswith("slo.") else ""))
         rule = RANGES.get(pattern)
         if rule is not None and isinstance(value, (int, float)) and not rule.ok(value):
             raise ConfigError(f"must be {rule.needs}, got {value:g}", key=key, fix=f"give {key} a value {rule.needs}")
