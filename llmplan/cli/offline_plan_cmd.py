@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import fields
 from pathlib import Path
 
 from rich.console import Console
@@ -32,10 +31,9 @@ def _check_mode(app) -> None:
 
 
 def run_offline_plan(app, out: Path, console: Console, t0: float | None = None) -> int:
-    from llmplan.cli.resolve import check_engine, check_search, max_gpus, resolve_gpus, resolve_model
+    from llmplan.cli.resolve import check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_space
     from llmplan.cli.simulate_run import length_stats
     from llmplan.optimizer.offline_plan import OfflineInfeasible, check_target, plan_offline
-    from llmplan.optimizer.planner import SearchSpace, check_space
 
     t0 = time.perf_counter() if t0 is None else t0
     _check_mode(app)
@@ -45,8 +43,7 @@ def run_offline_plan(app, out: Path, console: Console, t0: float | None = None) 
     check_engine(app.engine)
     check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
     stats = length_stats(app, model)  # refuses an offline run with zero requests (workload.num_requests)
-    space = SearchSpace(**{f.name: getattr(app.search, f.name) for f in fields(SearchSpace)})
-    check_space(space)
+    space = resolve_space(app)
     out.mkdir(parents=True, exist_ok=True)
     try:
         with stage_progress(None, app.output.progress) as progress:

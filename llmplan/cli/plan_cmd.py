@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -12,15 +12,15 @@ from rich.console import Console
 from llmplan.cli import hydra_app
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, UserError
 from llmplan.progress import make_console, stage_progress, step
-from llmplan.cli.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos, to_app,
-                             workload_sample)
+from llmplan.cli.resolve import (check_engine, check_search, max_gpus, resolve_gpus, resolve_model, resolve_slos,
+                             resolve_space, to_app, workload_sample)
 from llmplan.cli import plan_outputs
 from llmplan.model_catalog.derived import checkpoint_precision_note
 from llmplan.optimizer import report
 from llmplan.optimizer.day_plan import DayInfeasible
 from llmplan.optimizer import risk
 from llmplan.optimizer.fleet import plan_fleet, settle_rate
-from llmplan.optimizer.planner import SearchSpace, check_space, plan
+from llmplan.optimizer.planner import plan
 
 SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
            "finalists in the serving simulator, and solve an ILP for the cheapest deployment\n"
@@ -93,8 +93,7 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     check_search(model, list(app.search.tp), list(app.search.ep), list(app.search.precision))
     wl, _ = workload_sample(app, model)
     precisions, notes = checkpoint_precisions(model, list(app.search.precision))
-    space = SearchSpace(**{f.name: getattr(app.search, f.name) for f in fields(SearchSpace)} | {"precision": precisions})
-    check_space(space)
+    space = resolve_space(app, precision=precisions)
     avail = max_gpus(app, gpus)
     with stage_progress(console, show_progress and app.output.progress) as progress:
         verifier = None

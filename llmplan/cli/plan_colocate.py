@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 
 from llmplan.cli.colocate_inputs import colocate_inputs
-from llmplan.cli.resolve import check_engine, max_gpus, resolve_gpus
+from llmplan.cli.resolve import check_engine, max_gpus, resolve_gpus, resolve_space
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, ConfigError
 from llmplan.optimizer.colocation_plan import PlanModel, plan_colocated
-from llmplan.optimizer.planner import SearchSpace, check_space
 
 
 def run_colocate_plan(app, out: Path, console: Console, t0: float) -> int:
@@ -27,8 +26,7 @@ def run_colocate_plan(app, out: Path, console: Console, t0: float) -> int:
     check_engine(app.engine)
     inputs = colocate_inputs(app)
     gpus = resolve_gpus(app)
-    space = SearchSpace(**{f.name: getattr(app.search, f.name) for f in fields(SearchSpace)})
-    check_space(space)
+    space = resolve_space(app)
     models = [PlanModel(c.key, c.model, c.workload, c.slos, replace(c.stats, rate_rps=c.workload.rate_rps))
               for c in inputs]
     res = plan_colocated(models, [(g, g.usd_per_hour) for g in gpus], app.engine, space, max_gpus(app, gpus),

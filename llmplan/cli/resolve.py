@@ -17,6 +17,7 @@ from llmplan.cli.config_schema import AppConfig
 from llmplan.errors import ConfigError, UserError
 from llmplan.model_catalog.loader import load_model
 from llmplan.model_catalog.spec import ModelSpec
+from llmplan.optimizer.planner import SearchSpace, check_space
 from llmplan.optimizer.types import SLOTarget, WorkloadStats
 from llmplan.sim.types import EngineProfile
 
@@ -118,6 +119,13 @@ def resolve_slos(app: AppConfig) -> list[SLOTarget]:
     if not out:
         raise ConfigError("no SLO target set", key="slo", fix="set e.g. slo.ttft_p90_ms=1000 slo.tpot_p90_ms=50")
     return out
+
+
+def resolve_space(app: AppConfig, **over) -> SearchSpace:
+    """The checked search space of ``app.search`` (``over``: fields replaced, e.g. precision)."""
+    space = SearchSpace(**{f.name: getattr(app.search, f.name) for f in fields(SearchSpace)} | over)
+    check_space(space)
+    return space
 
 
 def check_engine(engine: EngineProfile) -> None:
