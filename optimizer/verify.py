@@ -134,8 +134,11 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
             owner.append(ai)
     n = max(FINAL_REQUESTS, num_requests, 150 * len(reps))
     spec = replace(wl_spec, rate_rps=res.workload.rate_rps, num_requests=n)
-    # steady_state: warm-up and drain excluded, the run lengthened as the output length and load need
-    r = simulate_serving(spec, reps, router="least_outstanding", seed=seed, slo=thresholds(slos), steady_state=True)
+    # steady_state: warm-up and drain excluded, the run lengthened as the output length and load need;
+    # a fleet's runs settle its maximum rate, near capacity by construction: the first attempt starts
+    # with the doubled warm-up such runs need (steady_state.first_warmup_doublings)
+    r = simulate_serving(spec, reps, router="least_outstanding", seed=seed, slo=thresholds(slos), steady_state=True,
+                         near_capacity=bool(getattr(res, "fleet", None)))
     df = r.requests
     done = df[df["measured"] & df["finished"]]
     owner_arr = np.asarray(owner)
