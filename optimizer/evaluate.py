@@ -196,7 +196,9 @@ class ReplicaAnalyzer:
             prev, tau = tau, (0.5 * (tau + new) if oscillating else new)
         return True, tau, b, parts, ""
 
-    def operating_point(self, lam: float, percentiles: list[float]) -> OperatingPoint:
+    def operating_point(self, lam: float, percentiles: list[float], with_mean: bool = True) -> OperatingPoint:
+        """The replica at load ``lam``: latency at each of ``percentiles`` and (``with_mean``) the
+        mean. Each quantity is computed on its own, so a subset gives the same values."""
         stable, tau, b, (tau_d, tau_pf, tokens, n_pf), limit = self._fixed_point(lam)
         if not stable:
             inf = {q: math.inf for q in [*percentiles, "mean"]}
@@ -232,6 +234,10 @@ class ReplicaAnalyzer:
             n_hits += max(0.0, z) * math.sqrt(n_hits)
             extra = tau_pf - tau_d if self.chunked else tau_pf
             tpot[q] = (st.stage_time_ms(self._shape(max(1.0, b_q), 0)) + extra * n_hits / o_e) * pp
+        bt = b * pp
+        util = max(bt / self.max_seqs, bt * (self.I + self.O / 2) / max(1, self.kv_cap), n_pf * (tau_pf - tau_d) / 1e3)
+        if not with_mean:
+            return OperatingPoint(lam, True, tau, b, tokens * f, util, ttft, tpot, limit)
         # the means (SLOs on the mean): mean residual E[R] = sum over step kinds of the time share
         # x half the step (PASTA, uniform residual), the mean prompt's prefill, Kingman's mean wait
         # E[W] = rho theta; TPOT at the mean batch with the mean prefill interference (z = 0)
@@ -242,8 +248,6 @@ class ReplicaAnalyzer:
         n_hits = (f if self.chunked else f / max(1.0 - MAX_LOAD, 1.0 - f)) * o_e
         extra = tau_pf - tau_d if self.chunked else tau_pf
         tpot["mean"] = (st.stage_time_ms(self._shape(max(1.0, b), 0)) + extra * n_hits / o_e) * pp
-        bt = b * pp
-        util = max(bt / self.max_seqs, bt * (self.I + self.O / 2) / max(1, self.kv_cap), n_pf * (tau_pf - tau_d) / 1e3)
         return OperatingPoint(lam, True, tau, b, tokens * f, util, ttft, tpot, limit)
 
     def meets(self, op: OperatingPoint, slos: list[SLOTarget]) -> str:
@@ -267,16 +271,17 @@ class ReplicaAnalyzer:
         full = self.step.stage_time_ms(self._shape(self.max_seqs / self.step.pp, 0))
         hi = max(1e-3, self.max_seqs / (self.O * full / 1e3) * BRACKET_HEADROOM)
         lo = 0.0
-        best = light
         binding = ""
+        # the bisection judges only the targets' own quantities; the point at capacity gets all
+        judged = sorted({s.percentile for s in slos if not s.is_mean})
+        with_mean = any(s.is_mean for s in slos)
         for _ in range(iters):
             mid = (lo + hi) / 2.0
-            op = self.operating_point(mid, pcts)
-            v = self.meets(op, slos)
+            v = self.meets(self.operating_point(mid, judged, with_mean), slos)
             if v:
                 hi, binding = mid, v
             else:
-                lo, best = mid, op
+                lo = mid
             if hi - lo <= 0.01 * hi:
                 break
-        return lo, binding, best, light
+        return lo, binding, (self.operating_point(lo, pcts) if lo > 0 else light), light
