@@ -57,7 +57,8 @@ def test_moe_row_with_expert_parallelism_and_fp8():
     c = m.case
     assert c.dep.model.is_moe and not c.dense
     assert (c.dep.par.tp, c.dep.par.ep, c.dep.par.moe_tp) == (2, 2, 1)
-    assert (c.dep.prec.weights, c.dep.prec.kv_cache) == ("fp8", "fp8")
+    # vLLM's --kv-cache-dtype auto keeps the model's bf16 cache (serving_rows.KV_AUTO_MODEL_DTYPE)
+    assert (c.dep.prec.weights, c.dep.prec.kv_cache) == ("fp8", "bf16")
 
 
 def test_fp8_native_model_without_precision_keeps_fp8():
