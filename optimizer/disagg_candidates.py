@@ -102,7 +102,8 @@ class DisaggOption:
 
     def as_dict(self, aggregated_usd_per_hour: Optional[float], model_key: str) -> dict:
         cheaper = aggregated_usd_per_hour is None or self.usd_per_hour < aggregated_usd_per_hour
-        # recommended: cheaper, and the simulation (when run) meets every SLO target
+        # recommended: cheaper, and the simulation (when run) meets every SLO target; the planner then
+        # sets it (and 'chosen') to optimizer/mode_select.py's choice between the modes
         ok = self.simulated is None or bool(self.simulated.get("slo_met"))
         return {"mode": "disaggregated", "xpyd": f"{self.prefill.workers}P{self.decode.workers}D",
                 "pools": [self.prefill.as_dict(), self.decode.as_dict()], "speculation": None,

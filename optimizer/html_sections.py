@@ -77,13 +77,15 @@ def disaggregated(plan: Mapping) -> str:
     usd_h, chosen = dis.get("total_usd_per_hour"), plan.get("total_usd_per_hour")
     delta = (f"{(usd_h / chosen - 1) * 100:+.0f}%" if isinstance(usd_h, (int, float)) and isinstance(chosen, (int, float))
              and chosen else "-")
-    out = [f"<section id='disaggregated'><h2>Disaggregated alternative: {esc(dis.get('xpyd', ''))}</h2>"]
-    if dis.get("recommended"):
+    chosen = plan.get("mode") == "disagg" or (plan.get("mode") is None and dis.get("recommended"))
+    title = "Chosen deployment (disaggregated)" if chosen else "Disaggregated alternative"
+    out = [f"<section id='disaggregated'><h2>{title}: {esc(dis.get('xpyd', ''))}</h2>", mode_table(plan)]
+    if chosen:
         met = (dis.get("simulated") or {}).get("slo_met")
         sim_txt = {True: "meets the SLOs in simulation", False: "MISSES an SLO in simulation"}.get(met, "is not simulated")
-        out.append(f"<div class='warn'><b>Recommended:</b> this prefill/decode split is cheaper than the aggregated "
-                   f"answer ({esc(delta)}) and {sim_txt}; the answer above and its launch files describe the cheapest "
-                   "aggregated deployment (this one's are under <i>Launch artifacts</i>).</div>")
+        out.append(f"<div class='warn'><b>Chosen:</b> this prefill/decode split is the cheapest mode meeting the SLOs "
+                   f"({esc(delta)} against the aggregated deployment) and {sim_txt}; the aggregated answer above is the "
+                   "alternative (this split's launch files are under <i>Launch artifacts</i>).</div>")
     out.append(kpis([("per hour", usd(usd_h, 2, "/h")),
                      ("per month (730 h)", usd(usd_h * HOURS_PER_MONTH if isinstance(usd_h, (int, float)) else None, 0,
                                                "/month")),
@@ -118,6 +120,21 @@ def disaggregated(plan: Mapping) -> str:
     return "".join(out) + "</section>"
 
 
+def mode_table(plan: Mapping) -> str:
+    """plan.json ``mode_selection``: aggregated against disaggregated, which one the plan chose."""
+    rows = plan.get("mode_selection") or []
+    if not rows:
+        return ""
+    trows = [[esc(r.get("label", "")), esc(r.get("pools") if r.get("usd_per_hour") is not None else r.get("why", "")),
+              fmt(r.get("gpus"), 0), usd(r.get("usd_per_hour"), 2),
+              esc(("met (" + str(r.get("basis", "")) + ")" if r.get("meets_slo") else "missed")
+                  if r.get("usd_per_hour") is not None else "-"),
+              ("yes" if r.get("chosen") else "no") + ("" if r.get("allowed", True) else " (not allowed)")]
+             for r in rows]
+    return ("<h3>Serving mode: the cheapest mode meeting the SLOs is chosen</h3>"
+            + table(["mode", "pools", "GPUs", "$/h", "SLOs", "chosen"], trows, left=(0, 1, 4, 5), table_id="modes"))
+
+
 def disagg_artifacts(plan: Mapping, read_manifest) -> str:
     """plan.json ``deploy.disaggregated``: per-role launch commands, the router, the benchmark,
     the manifest (``read_manifest(rel_path) -> text | None``) and the files."""
@@ -125,7 +142,7 @@ def disagg_artifacts(plan: Mapping, read_manifest) -> str:
     if not isinstance(da, Mapping) or not da:
         return ""
     out = [f"<h3 id='disagg-artifacts'>Disaggregated alternative {esc(da.get('xpyd', ''))} "
-           f"({'recommended' if da.get('recommended') else 'not recommended'}), under {esc(da.get('dir', ''))}/</h3>"]
+           f"({'chosen' if da.get('recommended') else 'not chosen'}), under {esc(da.get('dir', ''))}/</h3>"]
     for p in da.get("pools") or []:
         out.append(f"<p><b>{esc(p.get('role', ''))}</b> pool {esc(p.get('name', ''))}: {fmt(p.get('workers'), 0)} "
                    f"worker(s) x {fmt(p.get('gpus_per_worker'), 0)} {esc(p.get('gpu', ''))}</p>")

@@ -16,6 +16,7 @@ from llmplan.optimizer.enumerate import enumerate_candidates
 from llmplan.errors import UserError
 from llmplan.optimizer.evaluate import ReplicaAnalyzer
 from llmplan.optimizer.infeasible import Diagnosis, diagnose
+from llmplan.optimizer.mode_select import check_modes, disagg_skip_reason, select_mode
 from llmplan.optimizer.slo_check import binding_target, target_values
 from llmplan.optimizer.select_ilp import alternatives, solve
 from llmplan.optimizer.types import Candidate, Evaluation, Selection, SLOTarget, WorkloadStats
@@ -49,6 +50,9 @@ class SearchSpace:
     uniform: bool = False  # one GPU type and one parallel shape for the whole deployment
     # meet every SLO with at least this probability (optimizer/risk.py); None = point prediction
     confidence: Optional[float] = None
+    # serving modes searched side by side (optimizer/mode_select.py): agg (prefill and decode on
+    # the same replicas) and disagg (xPyD prefill and decode pools); the cheapest meeting the SLOs wins
+    modes: list[str] = field(default_factory=lambda: ["agg", "disagg"])
 
 
 @dataclass
@@ -65,6 +69,13 @@ class PlanResult:
     fleet: dict | None = None                           # fleet mode: the maximum rate a given fleet sustains
     confidence: dict | None = None                      # search.confidence: level and tightened limits (optimizer/risk.py)
     disaggregated: dict | None = None                   # the cheapest xPyD option beside the selection (disagg_candidates)
+    chosen_mode: str | None = "agg"                     # agg | disagg | None (nothing meets the SLOs): mode_select
+    mode_selection: list[dict] = field(default_factory=list)  # the mode table's rows (optimizer/mode_select.py)
+
+    @property
+    def feasible(self) -> bool:
+        """A deployment of an allowed mode meets the SLOs (aggregated or disaggregated)."""
+        return self.chosen_mode is not None if self.mode_selection else self.selection.feasible
 
 
 def check_space(space: SearchSpace) -> None:
@@ -86,6 +97,7 @@ def check_space(space: SearchSpace) -> None:
         raise UserError(f"must be true or false, got {space.uniform!r}", key="search.uniform", fix="search.uniform=true")
     if not 0 < space.max_load <= 1:
         raise UserError(f"must be in (0, 1], got {space.max_load}", key="search.max_load", fix="e.g. 0.95")
+    check_modes(space.modes)
 
 
 def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: EngineProfile, wl: WorkloadStats,
@@ -191,14 +203,20 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
         operating_points(s, wl.rate_rps, slos)
     if progress:
         progress("ILP", 1, 1)
-    disagg = disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel, calibration,
-                                 verifier is not None)
+    modes = list(space.modes)
+    skipped = disagg_skip_reason(modes, space.uniform, engine.name)
+    disagg = None if skipped else disagg_side_by_side(model, evals, wl, slos, space, max_gpus, engine, sel,
+                                                      calibration, verifier is not None)
     res = PlanResult(sel, evals, alts, wl, slos, verification, diagnosis=diagnosis, uniform=space.uniform,
                      disaggregated=disagg)
-    if disagg and disagg["recommended"]:
-        res.notes.append(f"a disaggregated deployment is cheaper: {disagg['xpyd']} at "
-                         f"${disagg['total_usd_per_hour']:.2f}/h ({disagg['source']}); plan.json 'disaggregated' "
-                         "has its pools; the table and deploy/ files describe the cheapest aggregated deployment")
+    res.chosen_mode, res.mode_selection, notes = select_mode(sel, disagg, modes, skipped)
+    if disagg is not None:  # plan.json's block says whether it is the plan's answer
+        disagg["chosen"] = disagg["recommended"] = res.chosen_mode == "disagg"
+    res.notes += notes
+    if space.confidence is not None and res.chosen_mode == "disagg":
+        res.notes.append(f"search.confidence={space.confidence:g}: the disaggregated split was sized and simulated "
+                         "against the tightened limits; its probability of meeting every SLO is not computed "
+                         "(the served error model is fitted on aggregated rows)")
     return res
 
 

@@ -298,6 +298,14 @@ def _closest_table(res: PlanResult) -> Table | None:
     return t
 
 
+def _agg_title(res: PlanResult) -> str:
+    """The aggregated table's title: the answer, or the alternative when a disaggregated split is chosen
+    (optimizer/mode_select.py; its table follows)."""
+    if getattr(res, "mode_selection", None) and getattr(res, "chosen_mode", "agg") != "agg":
+        return "Aggregated alternative (not chosen: see the serving-mode table)"
+    return f"Cheapest {'uniform ' if res.uniform else ''}deployment"
+
+
 def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> None:
     sel = res.selection
     wl = res.workload
@@ -327,7 +335,7 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
         band = d["error_band"]
         console.print(_deploy_table(
             f"Deployment on the fleet: ${sel.total_usd_per_hour:.2f}/h, {sel.total_gpus} GPUs used"
-            if res.fleet else f"Cheapest {'uniform ' if res.uniform else ''}deployment: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
+            if res.fleet else f"{_agg_title(res)}: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
             f"at {HOURS_PER_MONTH:g} h), {sel.total_gpus} GPUs, "
             f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
         if band["wide"]:
@@ -349,7 +357,8 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
             console.print(f"  alternative {i}: ${alt.total_usd_per_hour:.2f}/h, {alt.total_gpus} GPUs: " +
                           " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in alt.allocations))
     else:
-        console.print(f"[bold red]No deployment meets the targets.[/bold red] Cause: {sel.binding}")
+        none = "No aggregated deployment" if getattr(res, "chosen_mode", None) == "disagg" else "No deployment"
+        console.print(f"[bold red]{none} meets the targets.[/bold red] Cause: {sel.binding}")
         t = _closest_table(res)
         if t is not None:
             console.print(t)

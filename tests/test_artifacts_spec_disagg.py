@@ -204,9 +204,10 @@ def test_disagg_files_say_they_are_the_alternative(tmp_path, recommended):
     for rel in entry["files"]:
         text = (tmp_path / rel).read_text()
         assert str(tmp_path) not in text
-        if rel.endswith(".sh"):
-            assert "DISAGGREGATED alternative" in text
-            assert ("marks it recommended" in text) is recommended
+        if rel.endswith(".sh"):  # plan.json's recommended = chosen by optimizer/mode_select.py
+            assert ("DISAGGREGATED deployment" in text) is recommended
+            assert ("DISAGGREGATED alternative" in text) is not recommended
+            assert ("CHOSEN deployment" in text) is recommended
     bench = _flags(entry["benchmark_argv"])
     assert bench["--base-url"] == "http://llama3-1-70b-disagg-router:8000" and float(bench["--request-rate"]) == 12.0
 

@@ -124,9 +124,11 @@ def test_verify_option_simulates_the_pools_and_reports_every_target():
     assert sim["kv_transfer_ms_mean"] > 0
 
 
-def test_cheaper_simulated_option_is_recommended_in_a_note(planned_20rps):
+def test_option_is_recommended_exactly_when_the_mode_selection_chooses_it(planned_20rps):
     res = planned_20rps[-1]
     d = res.disaggregated
+    # not simulated (finalists=0): chosen when strictly cheaper (ties go to aggregated)
     assert d["simulated"] is None and d["recommended"] == d["cheaper_than_aggregated"]
-    noted = any("disaggregated deployment is cheaper" in n for n in res.notes)
+    assert d["recommended"] == (res.chosen_mode == "disagg") == d["chosen"]
+    noted = any("chosen deployment is disaggregated" in n for n in res.notes)
     assert noted == d["recommended"]

@@ -295,8 +295,9 @@ def test_disaggregated_alternative_is_shown_with_its_numbers():
     plan = _full_plan()
     page = html_report.build(plan)
     t = _tables(page)
-    assert "<h2>Disaggregated alternative: 5P1D</h2>" in page
-    assert "Recommended:" in page and "meets the SLOs in simulation" in page
+    # recommended = chosen by the mode selection (optimizer/mode_select.py)
+    assert "<h2>Chosen deployment (disaggregated): 5P1D</h2>" in page
+    assert "Chosen:" in page and "meets the SLOs in simulation" in page
     assert "5P1D at $30.48/h" in page                                     # pointer in the answer section
     assert f"${30.48 * 730:,.0f}/month" in page and "-58%" in page        # 30.48 / 71.84 - 1
     pools = t["disagg-pools"]
@@ -315,7 +316,8 @@ def test_disaggregated_alternative_is_shown_with_its_numbers():
     plain = copy.deepcopy(plan)
     plain["disaggregated"] = _disaggregated(recommended=False)
     page = html_report.build(plain)
-    assert "Recommended:" not in page and "5P1D at $30.48/h" not in page and "id='disaggregated'" in page
+    assert "Chosen:" not in page and "5P1D at $30.48/h" not in page and "id='disaggregated'" in page
+    assert "<h2>Disaggregated alternative: 5P1D</h2>" in page
     assert "id='disaggregated'" not in html_report.build(_plan() | {"disaggregated": None})
 
 
@@ -325,7 +327,7 @@ def test_disaggregated_launch_files_are_shown_and_manifest_stays_in_the_run_dir(
     (tmp_path.parent / "x.yaml").write_text("SECRET-OUTSIDE\n")
     page = html_report.build(_full_plan(), artifacts_dir=tmp_path)
     art = page[page.index("id='artifacts'"):]
-    assert "Disaggregated alternative 5P1D (recommended), under deploy/disagg/" in art
+    assert "Disaggregated alternative 5P1D (chosen), under deploy/disagg/" in art
     assert ("vllm serve m --kv-transfer-config "
             "&#x27;{&quot;kv_connector&quot;: &quot;NixlConnector&quot;, &quot;kv_role&quot;: &quot;kv_both&quot;}&#x27;") in art
     assert "vllm serve m --tensor-parallel-size 2" in art and "python3 toy_proxy_server.py --port 8000" in art

@@ -157,7 +157,7 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     finally:
         plan_outputs.render(d, console, out)
     console.print(f"[dim]planned in {time.perf_counter() - t0:.1f} s[/dim]")
-    return EXIT_OK if res.selection.feasible else EXIT_INFEASIBLE
+    return EXIT_OK if res.feasible else EXIT_INFEASIBLE  # either serving mode (optimizer/mode_select.py)
 
 
 def main(argv: list[str]) -> int:

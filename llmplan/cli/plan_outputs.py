@@ -49,24 +49,50 @@ def kv_budget_block(res, model, engine) -> list[dict]:
 
 
 def deploy_block(res, model, app, out: Path) -> dict | None:
+    """deploy/: the aggregated pools (deploy/<i>-<pool>/) when the aggregated selection is
+    feasible and deploy/disagg/ for plan.json's disaggregated option; ``chosen_mode`` says which
+    one is the plan's deployment."""
     from llmplan.optimizer import artifacts
-
-    if not res.selection.feasible:
-        return None
-    closed = app.workload.arrival == "closed_loop"
-    arts = artifacts.build(res.selection, model, app.engine, res.workload, res.slos, app.seed,
-                           arrival=app.workload.arrival, concurrency=app.workload.concurrency if closed else None)
-    index = artifacts.write(arts, out)
-    block = {"dir": "deploy", "index": "deploy/deploy.json", "pools": index["pools"]}
-    from llmplan.optimizer.launch import disagg  # deploy/disagg/: plan.json's disaggregated alternative
+    from llmplan.optimizer.launch import disagg  # deploy/disagg/: plan.json's disaggregated option
 
     dis = res.disaggregated if isinstance(getattr(res, "disaggregated", None), dict) else None
+    if not res.selection.feasible and (dis is None or getattr(res, "chosen_mode", "agg") != "disagg"):
+        return None
+    closed = app.workload.arrival == "closed_loop"
+    conc = app.workload.concurrency if closed else None
+    block = {"dir": "deploy", "index": None, "pools": [], "chosen_mode": getattr(res, "chosen_mode", "agg")}
+    if res.selection.feasible:
+        arts = artifacts.build(res.selection, model, app.engine, res.workload, res.slos, app.seed,
+                               arrival=app.workload.arrival, concurrency=conc)
+        index = artifacts.write(arts, out)
+        block.update(index="deploy/deploy.json", pools=index["pools"])
     da = disagg.build(dis, model, app.engine, res.workload, res.slos,
                       {e.candidate.gpu.key: e.candidate.gpu.vendor for e in res.evaluations}, app.seed,
-                      arrival=app.workload.arrival, concurrency=app.workload.concurrency if closed else None)
+                      arrival=app.workload.arrival, concurrency=conc)
     if da is not None:
         block["disaggregated"] = disagg.write(da, out, dis)
-    return block
+    index_path = out / "deploy" / "deploy.json"
+    if index_path.exists():  # the index names the plan's deployment too
+        index = json.loads(index_path.read_text())
+        index["chosen_mode"] = block["chosen_mode"]
+        index_path.write_text(json.dumps(index, indent=2) + "\n")
+    return block if block["pools"] or block.get("disaggregated") else None
+
+
+def chosen_deployment(res, d: dict) -> dict | None:
+    """plan.json ``chosen_deployment``: the plan's answer in either mode (None: nothing meets the SLOs)."""
+    mode = getattr(res, "chosen_mode", "agg") if getattr(res, "mode_selection", None) else (
+        "agg" if res.selection.feasible else None)
+    if mode == "agg" and res.selection.feasible:
+        return {"mode": "aggregated", "total_usd_per_hour": d.get("total_usd_per_hour"),
+                "total_gpus": d.get("total_gpus"), "deployments": "plan.json 'deployments'",
+                "deploy_dir": "deploy/"}
+    dis = res.disaggregated
+    if mode == "disagg" and dis:
+        return {"mode": "disaggregated", "xpyd": dis["xpyd"], "total_usd_per_hour": dis["total_usd_per_hour"],
+                "total_gpus": dis["total_gpus"], "pools": dis["pools"], "kv_link": dis.get("kv_link"),
+                "simulated": dis.get("simulated"), "deploy_dir": "deploy/disagg/"}
+    return None
 
 
 def pareto_block(res, app, model, out: Path, png: bool) -> dict:
@@ -90,6 +116,9 @@ def day_block(res, app, out: Path, png: bool, model=None) -> dict | None:
 def add_blocks(res, model, app, out: Path, d: dict) -> dict:
     """Compute every block, add it to the plan dict ``d`` and rewrite plan.json."""
     html = bool(app.report.html)
+    d["mode"] = getattr(res, "chosen_mode", "agg")
+    d["mode_selection"] = getattr(res, "mode_selection", [])
+    d["chosen_deployment"] = chosen_deployment(res, d)
     d["energy"] = energy_block(res, app)
     d["kv_budget"] = kv_budget_block(res, model, app.engine)
     d["deploy"] = deploy_block(res, model, app, out)
@@ -109,8 +138,29 @@ def add_blocks(res, model, app, out: Path, d: dict) -> dict:
     return d
 
 
+def mode_table(rows: list[dict]):
+    """The mode-selection table: aggregated against the disaggregated split, which one is chosen."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="Serving mode (search.modes): the cheapest mode meeting the SLOs is chosen", title_justify="left",
+              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("mode", "pools", "GPUs", "$/h", "SLOs", "chosen"):
+        t.add_column(col, justify="right" if col in ("GPUs", "$/h") else "left", overflow="fold")
+    for r in rows:
+        slo = ("met (" + r["basis"] + ")" if r["meets_slo"] else "missed") if r["usd_per_hour"] is not None else "-"
+        why = "" if r["allowed"] else " (not allowed)"
+        t.add_row(r["label"], r["pools"] if r["usd_per_hour"] is not None else r["why"],
+                  "-" if r["gpus"] is None else str(r["gpus"]),
+                  "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}", slo,
+                  ("yes" if r["chosen"] else "no") + why)
+    return t
+
+
 def render(d: dict, console: Console, out: Path) -> None:
     """The console lines of the added blocks (after the plan's own table)."""
+    if d.get("mode_selection"):
+        console.print(mode_table(d["mode_selection"]))
     for kv in d.get("kv_budget") or []:
         console.print(f"{kv['pool']}: {kv['lines'][0]}")
     e = d.get("energy")
@@ -125,10 +175,12 @@ def render(d: dict, console: Console, out: Path) -> None:
             console.print("Energy: unknown (" + "; ".join(e.get("unknown") or []) + ")")
     dep = d.get("deploy")
     if dep and dep.get("pools"):
-        console.print(f"Launch: {len(dep['pools'])} pool(s), launch.sh / k8s.yaml / bench.sh under {out / 'deploy'}/")
-        if dep.get("disaggregated"):
-            console.print(f"Launch (disaggregated alternative, {dep['disaggregated']['xpyd']}): prefill/ decode/ "
-                          f"router.sh k8s.yaml bench.sh under {out / 'deploy' / 'disagg'}/")
+        console.print(f"Launch: {len(dep['pools'])} pool(s), launch.sh / k8s.yaml / bench.sh under {out / 'deploy'}/"
+                      + (" (aggregated alternative)" if d.get("mode") == "disagg" else ""))
+    if dep and dep.get("disaggregated"):
+        what = "the chosen deployment" if d.get("mode") == "disagg" else "disaggregated alternative"
+        console.print(f"Launch ({what}, {dep['disaggregated']['xpyd']}): prefill/ decode/ "
+                      f"router.sh k8s.yaml bench.sh under {out / 'deploy' / 'disagg'}/")
     day = d.get("day")
     if day and "infeasible" not in day:
         from llmplan.cli.day_outputs import render_lines

@@ -193,14 +193,16 @@ def manifest(pools: list[DisaggPool], router: LaunchCommand, router_name: str, e
 
 
 def header_lines(d: Mapping) -> list[str]:
-    """What this directory is: the disaggregated alternative, recommended or not."""
+    """What this directory is: the plan's chosen deployment or the disaggregated alternative."""
     pools = ", ".join(f"{p['workers']} x {p['role']} on {p['gpu']} (TP={p['tp']} PP={p['pp']} EP={p['ep']}, "
                       f"{p['gpus_per_worker']} GPU(s) each)" for p in d["pools"])
-    verdict = ("plan.json marks it recommended (cheaper, and the simulation meets every SLO): the selection "
-               "table still lists the aggregated deployment (deploy/<i>-<pool>/)" if d.get("recommended") else
-               "plan.json does not recommend it: the selection table and deploy/<i>-<pool>/ describe the "
-               "aggregated deployment, which is the plan")
-    return [f"llmplan: the DISAGGREGATED alternative of this plan ({d['xpyd']}: {pools}; "
+    chosen = bool(d.get("chosen", d.get("recommended")))
+    verdict = ("this is the plan's CHOSEN deployment (plan.json 'chosen_deployment': the cheapest mode meeting the "
+               "SLOs); deploy/<i>-<pool>/, where present, hold the aggregated alternative" if chosen else
+               "NOT chosen (plan.json 'mode_selection' says why): this split is the cheapest disaggregated "
+               "one found")
+    what = "deployment" if chosen else "alternative"
+    return [f"llmplan: the DISAGGREGATED {what} of this plan ({d['xpyd']}: {pools}; "
             f"${d['total_usd_per_hour']}/h, {d['total_gpus']} GPUs)", verdict]
 
 
