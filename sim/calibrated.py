@@ -41,6 +41,7 @@ scalar path evaluates the fitted model in plain Python plus a few numpy calls.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,18 @@ MOE_FP8_GROUP = "fp8_block"
 #: H200, N <= 4: pred/meas 1.69 against 0.95 with the per-tensor group). Their block-fp8 GEMMs
 #: are timed with the ``fp8`` group instead, flagged ``extrapolated`` (not the kernel they run).
 GEMM_FP8_BLOCK_HOST_BOUND = frozenset({"vllm"})
+#: fused-MoE dtypes of 4-bit float (MXFP4 / NVFP4) checkpoints
+MOE_FP4_DTYPES = frozenset({"fp4", "nvfp4", "mxfp4", "w4a16_mxfp4", "w4a8_mxfp4"})
+#: engine -> the engine whose measured fp4 fused-MoE kernel it runs where it has none of its
+#: own on a GPU. TensorRT-LLM runs MXFP4 MoE on Hopper (BF16 activations) with its ``TRITON``
+#: backend, the default there ("For Hopper, the default MoE backend is TRITON",
+#: https://nvidia.github.io/TensorRT-LLM/deployment-guide/deployment-guide-for-gpt-oss-on-trtllm.html,
+#: 1.1-1.3): OpenAI's triton_kernels MXFP4 expert matmuls, the kernel vLLM's gpt-oss path runs
+#: (``vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic`` in the H100/H200 tables).
+#: The TensorRT-LLM tables hold no fp4 MoE on Hopper, and without this the query fell to
+#: SGLang's ``fused_moe_triton`` w4a16 kernel, 2.4x slower at the gpt-oss-120b decode shape
+#: (H200, 64 tokens: 0.90 ms against 0.37 ms for the OpenAI kernel).
+MOE_FP4_STAND_IN = {"trtllm": "vllm"}
 
 
 class CalibratedKernelModel:
@@ -103,10 +116,23 @@ class CalibratedKernelModel:
             setattr(self, "_c_" + name, functools.lru_cache(maxsize=_CACHE_SIZE)(getattr(self, "_" + name)))
 
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
+    def _candidates(self, family: str, prefer: str | None) -> Iterator[Any]:
+        """The tier choice's candidates; with ``prefer``, the stand-in GPU's models of the asked
+        engine first, then of ``prefer``, then of the others (cross-gen pool last, built lazily)."""
+        if prefer is None:
+            yield from self.choice.candidates(family, self.backend)
+            return
+        rank = {self.backend: 0, prefer: 1}
+        yield from sorted(self.choice.own(family, self.backend), key=lambda c: rank.get(c.backend, 2))
+        pool = self.choice.pool(family, self.backend)
+        if pool is not None:
+            yield pool
+
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
-                 exact_dims: bool = True, also_exact: frozenset[str] = frozenset()) -> KernelTime | None:
+                 exact_dims: bool = True, also_exact: frozenset[str] = frozenset(),
+                 prefer: str | None = None) -> KernelTime | None:
         # the stand-in GPU's engines in order, then (only if needed) the cross-gen pool
-        for cand in self.choice.candidates(family, self.backend):
+        for cand in self._candidates(family, prefer):
             fm, tier, feat = cand.model, cand.tier, cand.features
             group, exact = fm.resolve_group(dtype)
             if group is None:
@@ -185,7 +211,8 @@ class CalibratedKernelModel:
         if dtype in ("fp8", "fp8_block"):   # shipped fp8 MoE checkpoints are block-scaled (see MOE_FP8_GROUP)
             kt = self._predict("moe", MOE_FP8_GROUP, q, rs, also_exact=frozenset({"fp8", "fp8_block"}))
         else:
-            kt = self._predict("moe", dtype, q, rs)
+            prefer = MOE_FP4_STAND_IN.get(self.backend) if dtype in MOE_FP4_DTYPES else None
+            kt = self._predict("moe", dtype, q, rs, prefer=prefer)
         if kt is not None:
             return kt
         return self._roof.moe(num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep,

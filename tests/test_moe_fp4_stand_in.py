@@ -1,0 +1,36 @@
+"""TensorRT-LLM's MXFP4 fused MoE on Hopper is timed with the kernel it runs there (its default
+``TRITON`` backend: OpenAI's triton_kernels, measured in vLLM's gpt-oss tables), not with
+SGLang's fused_moe_triton w4a16 kernel (sim.calibrated.MOE_FP4_STAND_IN)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.sim.calibrated import MOE_FP4_STAND_IN, CalibratedKernelModel, kernel_model_for
+
+# gpt-oss-120b experts: hidden 2880, expert width 2880, 128 experts, top-4, one GPU
+GPT_OSS = (2880, 2880, 4, 128, 1, 1)
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm"])
+@pytest.mark.parametrize("tokens", [4, 64, 1024])
+def test_trtllm_fp4_moe_on_hopper_uses_the_openai_triton_kernel(gpu, tokens):
+    g = get_gpu(gpu)
+    trt, vllm, sgl = (kernel_model_for(g, b) for b in ("trtllm", "vllm", "sglang"))
+    t = trt.moe(tokens, *GPT_OSS, "fp4")
+    assert trt.backend_used["moe"] == MOE_FP4_STAND_IN["trtllm"] == "vllm"
+    assert t.tier == "measured"
+    assert t.latency_ms == pytest.approx(vllm.moe(tokens, *GPT_OSS, "fp4").latency_ms, rel=1e-12)
+    if tokens >= 64:  # decode/prefill sizes: SGLang's triton w4a16 kernel is 1.8-2.4x slower in the tables
+        assert t.latency_ms < 0.75 * sgl.moe(tokens, *GPT_OSS, "fp4").latency_ms
+
+
+def test_stand_in_does_not_touch_other_dtypes_or_engines():
+    g = get_gpu("h200_sxm")
+    trt = CalibratedKernelModel(g, "trtllm")  # fresh: backend_used records the first answer per family
+    trt.moe(64, 2048, 5120, 22, 512, 1, 1, "fp8")  # TensorRT-LLM's own measured fp8 group
+    assert trt.backend_used["moe"] == "trtllm"
+    sgl = CalibratedKernelModel(g, "sglang")
+    sgl.moe(64, *GPT_OSS, "fp4")  # SGLang has its own w4a16 mxfp4 group
+    assert sgl.backend_used["moe"] == "sglang"
