@@ -123,6 +123,20 @@ def missing_inputs(row: Mapping[str, Any]) -> list[str]:
     return out
 
 
+#: columns that identify one measurement: the ``2026_04_06_*`` dump repeats ``2026_03_25_*`` runs
+#: verbatim (same deployment, lengths, concurrency and measured values) under other ids
+MEASUREMENT_COLUMNS = ("backend", "backend_version", "model_path", "system", "precision", "isl", "osl",
+                       "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+def measurement_key(row: Mapping[str, Any]) -> tuple:
+    """One measurement's identity (ids and dump names excluded): repeated rows share it."""
+    key = [_text(row.get(c)) if c in ("backend", "backend_version", "model_path", "system", "precision")
+           else round(float(row.get(c) or 0.0), 6) for c in MEASUREMENT_COLUMNS]
+    pools = [_int(row.get(f"{p}_{c}"), 0) for p in POOLS for c in POOL_COLUMNS + ("num_workers",)]
+    return (*key, *pools, disagg_concurrency(row))
+
+
 def disagg_deployment_key(row: Mapping[str, Any]) -> str:
     """The deployment a disaggregated row measures: the aggregated key plus both pools'
     parallelism and worker counts (batch sizes and concurrency excluded: they vary per run)."""
@@ -356,9 +370,15 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
     pairs: dict[str, list[tuple[float, float]]] = {}
     left_out: dict[str, int] = {}
     backends = df["backend"].astype(str).str.strip().str.lower().to_numpy()
-    for i, (p, _) in res.items():
+    rows = df.to_dict("records")
+    seen: set[tuple] = set()
+    for i, (p, _) in sorted(res.items()):
         if p.status != SIMULATED:
             continue
+        key = measurement_key(rows[i])
+        if key in seen:   # a repeated measurement counts once
+            continue
+        seen.add(key)
         if abs(p.tpot_ms / tpot[i] - 1.0) > FIT_MAX_TPOT_APE:
             left_out[backends[i]] = left_out.get(backends[i], 0) + 1   # the pools are mis-modelled here
             continue
@@ -422,6 +442,8 @@ def disagg_targets(res: Any) -> Any:
     from llmplan.calibration.engine_fit import ape_stats
 
     sim = res[(res["mode"].astype(str) == "disagg") & (res["status"] == SIMULATED)]
+    if all(c in sim.columns for c in MEASUREMENT_COLUMNS):   # a measurement repeated in two dumps is
+        sim = sim.drop_duplicates(subset=list(MEASUREMENT_COLUMNS))   # scored once (measurement_key)
     recs = []
     for be, g in list(sim.groupby("backend", sort=True)) + ([("all", sim)] if len(sim) else []):
         t = ape_stats(g["predicted_ttft_ms"].to_numpy(float), g["silicon_ttft_ms"].to_numpy(float))
