@@ -7,6 +7,7 @@ noisy: quote the median.
 Usage:
   python benchmarks/bench_cli.py                 # default plan, analytical-only plan, simulate 10k
   python benchmarks/bench_cli.py --repeats 5 --only plan
+  PYTHONPATH=/path/to/other/checkout python benchmarks/bench_cli.py   # time another checkout (a baseline)
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import time
 COMMANDS = {
     "plan": ["plan"],
     "plan_analytical": ["plan", "search.finalists=0"],
+    # the maximum rate of a given fleet: screen + verify, ILP, then settle the rate on whole-deployment
+    # steady-state simulations (optimizer/fleet.py settle_rate)
+    "fleet": ["plan", "model=llama3_1_8b", "fleet.gpus={h100_sxm: 8}"],
     "simulate_10k": ["simulate", "model=llama3_1_8b", "gpu=h100_sxm", "workload.num_requests=10000"],
     "whatif_2x_bw": ["whatif", "gpu=h100_sxm", "whatif.gpu_scale={h100_sxm: {hbm_bw_gbps: 2.0}}"],
 }

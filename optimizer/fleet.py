@@ -141,7 +141,9 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
     ILP's rate; then the rate is bisected between the passing and the failing one to
     :data:`SETTLE_REL_TOL`. At most :data:`SETTLE_RUNS` further simulations. The results
     attached to ``res`` are those of the reported rate; ``res.fleet`` records the ILP's rate,
-    every run and the reported rate.
+    every run (rate, met, warm-up doublings) and the reported rate. The runs are recorded as they
+    go: ``verify.simulate_selection`` starts a run with the warm-up doublings an earlier run at a
+    rate as low or lower needed (sim/steady_state.py ``first_warmup_doublings``).
     """
     import copy
 
@@ -149,6 +151,8 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
     rate0 = res.workload.rate_rps
     base_notes = list(res.notes)
     runs: list[dict] = []
+    fl["ilp_rate_rps"] = round(rate0, 4)
+    fl["steady_state_runs"] = runs  # filled as the runs go: a run's warm-up doublings seed the next ones
 
     def run(rate: float) -> tuple[bool, tuple]:
         res.workload = replace(res.workload, rate_rps=rate)
@@ -157,7 +161,8 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
         ok = simulate(res)
         snap = copy.deepcopy((res.verification.get("deployment_simulation"), [a.simulated for a in sel.allocations],
                               [(a.share_rps, a.analytical, a.ttft_ms, a.tpot_ms) for a in sel.allocations], res.notes))
-        runs.append({"rate_rps": round(rate, 4), "met": ok})
+        window = (snap[0] or {}).get("window") or {}
+        runs.append({"rate_rps": round(rate, 4), "met": ok, "warmup_doublings": int(window.get("warmup_doublings") or 0)})
         return ok, snap
 
     def lower(failed: float, snap: tuple) -> float:
@@ -167,7 +172,6 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
 
     ok, snap = run(rate0)
     snap0 = snap
-    fl["ilp_rate_rps"] = round(rate0, 4)
     good, best = (rate0, snap) if ok else (0.0, None)
     bad = math.inf if ok else rate0
     while best is None and len(runs) <= SETTLE_RUNS:

@@ -136,9 +136,13 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
     spec = replace(wl_spec, rate_rps=res.workload.rate_rps, num_requests=n)
     # steady_state: warm-up and drain excluded, the run lengthened as the output length and load need;
     # a fleet's runs settle its maximum rate, near capacity by construction: the first attempt starts
-    # with the doubled warm-up such runs need (steady_state.first_warmup_doublings)
+    # with the doubled warm-up such runs need, and with those an earlier run at a rate as low or
+    # lower needed (steady_state.first_warmup_doublings; fleet.settle_rate records them)
+    fleet = getattr(res, "fleet", None) or {}
+    learned = [int(x.get("warmup_doublings") or 0) for x in fleet.get("steady_state_runs", [])
+               if x["rate_rps"] <= round(res.workload.rate_rps, 4)]
     r = simulate_serving(spec, reps, router="least_outstanding", seed=seed, slo=thresholds(slos), steady_state=True,
-                         near_capacity=bool(getattr(res, "fleet", None)))
+                         near_capacity=bool(fleet), min_warmup_doublings=max(learned, default=0))
     df = r.requests
     done = df[df["measured"] & df["finished"]]
     owner_arr = np.asarray(owner)

@@ -143,7 +143,7 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
                      max_queue: int = DEFAULT_MAX_QUEUE, max_sim_time_ms: Optional[float] = None,
                      timeseries_interval_ms: Optional[float] = None,
                      rate_fraction: float = DEFAULT_RATE_FRACTION, steady_state: bool = False,
-                     near_capacity: bool = False) -> SimResult:
+                     near_capacity: bool = False, min_warmup_doublings: int = 0) -> SimResult:
     """Simulate ``replicas`` behind ``router`` serving ``workload``.
 
     ``workload`` is a spec (generated with ``seed`` and ``spec.seed``), a :class:`Workload`
@@ -173,7 +173,8 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
     if wl.offline:  # everything queued at 0: every request counts, throughput over the whole run
         return _offline_summary(_simulate(wl, replicas, (0, len(wl.requests)), None, None, **run))
     if steady_state and not closed and wl.requests and offered:
-        return _simulate_steady(workload, wl, replicas, seed, picked_rate, offered, run, near_capacity=near_capacity)
+        return _simulate_steady(workload, wl, replicas, seed, picked_rate, offered, run, near_capacity=near_capacity,
+                                min_warmup_doublings=min_warmup_doublings)
     if window is None:
         window = MeasureWindow(warmup_requests=wl.closed_loop_concurrency if closed else None)
     return _simulate(wl, replicas, window.measured_range(len(wl.requests)), picked_rate, offered, **run)
@@ -181,16 +182,17 @@ def simulate_serving(workload: Union[WorkloadSpec, Workload, list[Request]], rep
 
 def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: int, picked_rate: Optional[float],
                      rate: float, run: dict, simulate: Optional[Callable[..., SimResult]] = None,
-                     near_capacity: bool = False) -> SimResult:
+                     near_capacity: bool = False, min_warmup_doublings: int = 0) -> SimResult:
     """Simulate with the steady-state window, lengthening the warm-up while the system still fills.
     ``simulate`` (default :func:`_simulate`, same arguments) runs one attempt (sim.disaggregated);
-    ``near_capacity``: the caller runs near capacity (steady_state.first_warmup_doublings)."""
+    ``near_capacity``, ``min_warmup_doublings``: the first attempt's warm-up (steady_state.first_warmup_doublings)."""
     asked = len(wl.requests)
     outs = np.fromiter((q.output_tokens for q in wl.requests), float, asked)
     ins = np.fromiter((q.input_tokens for q in wl.requests), float, asked)
     est = estimate_service(replicas, rate, float(ins.mean()), float(outs.mean()))
     synthetic = isinstance(workload, WorkloadSpec) and workload.arrival in ("poisson", "gamma")
-    for attempt in range(first_warmup_doublings(est, near_capacity, len(replicas)), MAX_WARMUP_DOUBLINGS + 1):
+    for attempt in range(first_warmup_doublings(est, near_capacity, len(replicas), min_warmup_doublings),
+                         MAX_WARMUP_DOUBLINGS + 1):
         plan = plan_run(rate, est, outs, asked, warmup_factor=2.0 ** attempt)
         if synthetic and plan.num_requests != len(wl.requests):
             spec = replace(workload, rate_rps=rate, num_requests=plan.num_requests)

@@ -58,8 +58,8 @@ WINDOW_LIFETIMES = 2.0
 #: the warm-up is doubled at most this many times while the system still fills
 MAX_WARMUP_DOUBLINGS = 3
 #: a near-capacity run of several replicas starts with one warm-up doubling at or above this
-#: estimated utilisation (:func:`first_warmup_doublings`; the fleet's settling first tries 0.95)
-NEAR_CAPACITY_UTILISATION = 0.94
+#: estimated utilisation (:func:`first_warmup_doublings`)
+NEAR_CAPACITY_UTILISATION = 0.9
 #: hard cap on the requests of one extended run
 MAX_REQUESTS = 200_000
 #: served rate may fall this far below the offered rate (beyond noise) before "overloaded"
@@ -175,20 +175,25 @@ def plan_run(rate_rps: float, est: ServiceEstimate, output_tokens: np.ndarray, a
     return RunPlan(n, warmup, d, window, need > MAX_REQUESTS, est)
 
 
-def first_warmup_doublings(est: ServiceEstimate, near_capacity: bool, replicas: int) -> int:
-    """Warm-up doublings of a run's first attempt: 1 when the caller asks for it
-    (``near_capacity``: the fleet's rate settling), the run has several replicas and the estimate
-    is stable and at least :data:`NEAR_CAPACITY_UTILISATION` busy; else 0.
+def first_warmup_doublings(est: ServiceEstimate, near_capacity: bool, replicas: int, at_least: int = 0) -> int:
+    """Warm-up doublings of a stable run's first attempt (0 for a run without a steady state).
 
-    There the first attempt (warm-up D) was never stationary in the runs measured
-    (docs/STEADY_STATE.md: 9 of 9 runs of 4 to 8 replicas at 0.95 to 0.996 of the estimated
-    capacity; the requests in the system of several replicas are many, so the noise allowance
-    is tight while the batch still grows) and the run was repeated with 2 D; starting at 2 D
-    skips that attempt. The 2 D run is the one the doubling would have made (same length,
-    same requests), so the result is unchanged whenever the doubling was needed; otherwise
-    the window is measured after a longer warm-up. The doublings stop at the same
-    ``MAX_WARMUP_DOUBLINGS``."""
-    return int(near_capacity and replicas >= 2 and est.stable and est.utilisation >= NEAR_CAPACITY_UTILISATION)
+    ``at_least``: a caller that simulated the same deployment at a lower rate passes the
+    doublings that run needed (the batch fills more slowly the busier the replicas are).
+    ``near_capacity`` (the fleet's rate settling): at least 1 when the run has several
+    replicas and the estimate is at least :data:`NEAR_CAPACITY_UTILISATION` busy. There the
+    first attempt (warm-up D) was rarely stationary in the runs measured (docs/STEADY_STATE.md:
+    the requests in the system of several replicas are many, so the noise allowance is tight
+    while the batch still grows) and the run was repeated with 2 D.
+
+    Starting at 2^k D skips attempts whose window would not have been stationary: the run at
+    2^k D is the one the doublings would have made (same length, same requests), so the result
+    is unchanged whenever they were needed; otherwise the window is measured after a longer
+    warm-up. The doublings stop at the same ``MAX_WARMUP_DOUBLINGS``."""
+    if not est.stable:
+        return 0
+    rule = int(near_capacity and replicas >= 2 and est.utilisation >= NEAR_CAPACITY_UTILISATION)
+    return min(MAX_WARMUP_DOUBLINGS, max(rule, int(at_least)))
 
 
 def window_indices(arrival_ms: np.ndarray, warmup_ms: float, drain_ms: float) -> tuple[int, int]:
