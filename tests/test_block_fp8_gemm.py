@@ -52,7 +52,9 @@ def test_calibrated_block_group_is_measured_where_it_differs():
     block, tensor = km.gemm(1, 6144, 4096, "fp8_block"), km.gemm(1, 6144, 4096, "fp8")
     assert block.tier == "measured" and not block.extrapolated
     assert block.latency_ms == pytest.approx(0.0143, rel=0.25)
-    assert tensor.latency_ms == pytest.approx(0.0218, rel=0.25)
+    # the per-tensor table's 0.0218 ms carries an eager activation-quantization floor that
+    # CUDA graphs remove (sim.calibrated.GEMM_FP8_TENSOR_FLOOR): the block figure, flagged
+    assert tensor.latency_ms == pytest.approx(block.latency_ms) and tensor.extrapolated
 
 
 def test_vllm_host_bound_block_table_is_replaced_and_flagged():

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from llmplan.hardware_catalog.loader import get_gpu
-from llmplan.sim.calibrated import (GEMM_FP8_BLOCK_HOST_BOUND, DEFAULT_MOE_SKEW, MOE_FP4_DTYPES, MOE_FP4_STAND_IN,
-                                    CalibratedKernelModel)
+from llmplan.sim.calibrated import (GEMM_FP8_BLOCK_HOST_BOUND, GEMM_FP8_TENSOR_FLOOR, DEFAULT_MOE_SKEW, MOE_FP4_DTYPES,
+                                    MOE_FP4_STAND_IN, CalibratedKernelModel)
 from llmplan.sim.kernel_calibration.calib_file import load_calibration
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.predict import predict_frame
@@ -120,6 +120,8 @@ def test_table_path_equals_query_path(label, spec, family):
             df = df[df["dtype"] != "fp8"]
         if family == "gemm" and backend in GEMM_FP8_BLOCK_HOST_BOUND:   # query path: fp8 stand-in
             df = df[df["dtype"] != "fp8_block"]
+        if family == "gemm" and backend in GEMM_FP8_TENSOR_FLOOR:   # query path: min(fp8, fp8_block)
+            df = df[df["dtype"] != "fp8"]
         if family == "moe" and backend in MOE_FP4_STAND_IN:   # query path: fp4 MoE engine stand-in first
             df = df[~df["dtype"].isin(MOE_FP4_DTYPES)]
         pred, tiers = predict_frame(cal, family, df, gf, spec=spec)
