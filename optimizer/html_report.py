@@ -74,11 +74,12 @@ def _probability(d: Mapping, key: str, t: Mapping) -> float | None:
 
 
 def _answer(plan: Mapping) -> str:
-    out = ["<section id='answer'><h2>The answer</h2>"]
+    out = ["<section id='answer'><h2>The answer</h2>", html_sections.chosen_split(plan)]  # mode_select's split
     if not plan.get("feasible", False):
         inf = plan.get("infeasible") or {}
         msg = inf.get("message") if isinstance(inf, Mapping) else None
-        out.append(f"<div class='bad'><b>No deployment meets the targets.</b> {esc(msg or plan.get('binding_constraint') or '')}</div>")
+        none = "No aggregated deployment" if plan.get("mode") == "disagg" else "No deployment"
+        out.append(f"<div class='bad'><b>{none} meets the targets.</b> {esc(msg or plan.get('binding_constraint') or '')}</div>")
         return "".join(out) + "</section>"
     usd_h = plan.get("total_usd_per_hour")
     kpi = [("per hour", _usd(usd_h, 2, "/h")),
@@ -94,7 +95,7 @@ def _answer(plan: Mapping) -> str:
     dis = plan.get("disaggregated") or {}
     if dis.get("recommended"):
         out.append(f"<div class='warn'>A disaggregated deployment is cheaper: <b>{esc(dis.get('xpyd', ''))} at "
-                   f"{_usd(dis.get('total_usd_per_hour'), 2, '/h')}</b> (see <i>Disaggregated alternative</i>).</div>")
+                   f"{_usd(dis.get('total_usd_per_hour'), 2, '/h')}</b> (see <i>Chosen deployment (disaggregated)</i>).</div>")
     deps = plan.get("deployments") or []
     rows = [[esc(_deploy_label(d)), _fmt(d.get("gpus_per_replica"), 0), esc(d.get("kv_cache_dtype", "")),
              _fmt(d.get("max_num_seqs"), 0), _usd(d.get("usd_per_hour"), 2), _fmt(d.get("load_rps_per_replica"), 2),

@@ -120,6 +120,25 @@ def disaggregated(plan: Mapping) -> str:
     return "".join(out) + "</section>"
 
 
+def chosen_split(plan: Mapping) -> str:
+    """The answer's head when the plan chose the disaggregated split (plan.json ``chosen_deployment``):
+    its cost and pools; the answer section's figures that follow are the aggregated alternative."""
+    ch = plan.get("chosen_deployment")
+    if not isinstance(ch, Mapping) or ch.get("mode") != "disaggregated":
+        return ""
+    usd_h = ch.get("total_usd_per_hour")
+    pools = "; ".join(f"{esc(p.get('role', ''))}: {fmt(p.get('workers'), 0)} x {esc(p.get('gpu', ''))} "
+                      f"TP{esc(p.get('tp', 1))}/PP{esc(p.get('pp', 1))}/EP{esc(p.get('ep', 1))} {esc(p.get('precision', ''))}"
+                      for p in ch.get("pools") or [])
+    return (f"<p><b>Chosen: disaggregated {esc(ch.get('xpyd', ''))}</b> ({pools}); details under <i>Chosen deployment "
+            "(disaggregated)</i>.</p>"
+            + kpis([("per hour", usd(usd_h, 2, "/h")),
+                    ("per month (730 h)", usd(usd_h * HOURS_PER_MONTH if isinstance(usd_h, (int, float)) else None, 0,
+                                              "/month")),
+                    ("GPUs", fmt(ch.get("total_gpus"), 0))])
+            + "<p class='muted'>The figures below describe the aggregated alternative (not chosen).</p>")
+
+
 def mode_table(plan: Mapping) -> str:
     """plan.json ``mode_selection``: aggregated against disaggregated, which one the plan chose."""
     rows = plan.get("mode_selection") or []
