@@ -303,3 +303,49 @@ def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats,
     return {"requests": requests, "workload": "poisson at the plan's rate, lengths fixed at the workload means",
             "overloaded": bool(res.overloaded), "targets": targets, "slo_met": bool(met),
             "kv_transfer_ms_mean": s.get("transfer_ms_mean")}
+
+
+#: extra workers tried per pool when the split's simulation misses a target (the aggregated
+#: selection's counterpart: finalists re-verified and the ILP re-solved, optimizer/planner.py)
+MAX_GROW_STEPS = 3
+
+
+def _roles_to_grow(sim: dict, slos: list[SLOTarget]) -> set[str]:
+    """The pools whose targets the simulation missed: TTFT -> prefill, TPOT -> decode; an overloaded
+    run with no target named grows both."""
+    metric = {t.key: t.metric for t in slos}
+    missed = [k for k, t in sim["targets"].items() if not t["simulated_ms"] <= t["limit_ms"]]
+    roles = {"prefill" if metric.get(k) == "ttft" else "decode" for k in missed}
+    return roles or ({"prefill", "decode"} if sim.get("overloaded") else set())
+
+
+def _fits(opt: DisaggOption, add: set[str], max_gpus: dict[str, int] | None) -> bool:
+    """Both pools with one more worker in each role of ``add`` stay within GPU availability."""
+    used: dict[str, int] = {}
+    for pick in (opt.prefill, opt.decode):
+        c = pick.evaluation.candidate
+        used[c.gpu.key] = used.get(c.gpu.key, 0) + (pick.workers + (pick.role in add)) * c.gpus_per_replica
+    return all(used[g] <= int(lim) for g, lim in (max_gpus or {}).items() if g in used)
+
+
+def verify_and_grow(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats, slos: list[SLOTarget],
+                    calibration: Optional[str], requests: int, max_gpus: dict[str, int] | None = None,
+                    steps: int = MAX_GROW_STEPS) -> DisaggOption:
+    """Simulate the option (:func:`verify_option`); while a target is missed, add one worker to
+    the pool that misses it (GPU availability respected) and simulate again, at most ``steps``
+    times. ``opt.simulated`` holds the last run; a note says how the sizing grew."""
+    first = f"{opt.prefill.workers}P{opt.decode.workers}D"
+    sim = verify_option(opt, model, engine, wl, slos, calibration, requests)
+    for _ in range(steps):
+        roles = set() if sim["slo_met"] else _roles_to_grow(sim, slos)
+        if not roles or not _fits(opt, roles, max_gpus):
+            break
+        for pick in (opt.prefill, opt.decode):
+            pick.workers += pick.role in roles
+        sim = verify_option(opt, model, engine, wl, slos, calibration, requests)
+    opt.simulated = sim
+    now = f"{opt.prefill.workers}P{opt.decode.workers}D"
+    if now != first:
+        opt.notes.append(f"the analytical sizing {first} missed a target in simulation; grown to {now} "
+                         f"({'meets' if sim['slo_met'] else 'still misses'} every target)")
+    return opt

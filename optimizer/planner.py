@@ -225,8 +225,9 @@ def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadS
                         sel: Selection, calibration: str | None = None, simulate: bool = False) -> dict | None:
     """The cheapest disaggregated (xPyD) option over the same screened shapes, priced as its
     GPUs, stated beside the aggregated selection (None when no pair meets the SLOs); with
-    ``simulate`` (the plan verifies finalists) it is simulated in the disaggregated DES."""
-    from llmplan.optimizer.disagg_candidates import best_disagg, verify_option
+    ``simulate`` (the plan verifies finalists) it is simulated in the disaggregated DES and a pool
+    whose target the simulation misses grows by a worker at a time (``verify_and_grow``)."""
+    from llmplan.optimizer.disagg_candidates import best_disagg, verify_and_grow
 
     if space.uniform:
         return None
@@ -234,7 +235,7 @@ def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadS
     if opt is None:
         return None
     if simulate:
-        opt.simulated = verify_option(opt, model, engine, wl, slos, calibration, space.verify_requests)
+        verify_and_grow(opt, model, engine, wl, slos, calibration, space.verify_requests, max_gpus)
     return opt.as_dict(sel.total_usd_per_hour if sel.feasible else None, model.key)
 
 

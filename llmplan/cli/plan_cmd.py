@@ -104,6 +104,8 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
         if fleet:
             res = plan_fleet(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, fleet,
                              app.calibration, progress, verifier)
+            res.notes.append("disaggregated candidates not searched: fleet mode (fleet.gpus) answers the rate of "
+                             "the given GPUs as aggregated replicas")
         else:
             from llmplan.optimizer.spec_candidates import search_setting
 
