@@ -103,19 +103,27 @@ def test_no_option_when_tpot_unreachable():
     assert best_disagg(evals, wl, slos, model, "vllm") is None
 
 
-def test_verify_option_simulates_the_pools_and_reports_every_target():
+def screened_option(rate_rps: float, input_tokens: float, output_tokens: float, ttft_ms: float, tpot_ms: float):
+    """(model, workload, SLOs, the cheapest split) of Llama-3.1-8B on H100 TP1 bf16 (spec roofline)."""
     from llmplan.hardware_catalog.loader import get_gpu
     from llmplan.model_catalog.loader import load_model
-    from llmplan.optimizer.disagg_candidates import verify_option
     from llmplan.optimizer.planner import SearchSpace, screen
     from llmplan.sim.types import EngineProfile
 
     model = load_model("llama3_1_8b")
-    wl = WorkloadStats(rate_rps=8.0, mean_input_tokens=800.0, mean_output_tokens=100.0, max_request_tokens=1000)
-    slos = [SLOTarget("ttft", 90, 2500.0), SLOTarget("tpot", 90, 40.0)]
+    wl = WorkloadStats(rate_rps=rate_rps, mean_input_tokens=input_tokens, mean_output_tokens=output_tokens,
+                       max_request_tokens=int(input_tokens + output_tokens) + 200)
+    slos = [SLOTarget("ttft", 90, ttft_ms), SLOTarget("tpot", 90, tpot_ms)]
     evals, _ = screen(model, [(get_gpu("h100_sxm"), 3.0)], EngineProfile(name="vllm"), wl, slos,
                       SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0), "spec")
-    opt = best_disagg(evals, wl, slos, model, "vllm")
+    return model, wl, slos, best_disagg(evals, wl, slos, model, "vllm")
+
+
+def test_verify_option_simulates_the_pools_and_reports_every_target():
+    from llmplan.optimizer.disagg_candidates import verify_option
+    from llmplan.sim.types import EngineProfile
+
+    model, wl, slos, opt = screened_option(8.0, 800.0, 100.0, 2500.0, 40.0)
     sim = verify_option(opt, model, EngineProfile(name="vllm"), wl, slos, "spec", 200)
     assert set(sim["targets"]) == {"ttft_p90", "tpot_p90"}
     assert sim["slo_met"] == all(t["simulated_ms"] <= t["limit_ms"] for t in sim["targets"].values())

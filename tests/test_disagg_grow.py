@@ -7,23 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from llmplan.optimizer.types import SLOTarget, WorkloadStats
+from tests.test_disagg_candidates import screened_option
 
 
 @pytest.fixture(scope="module")
 def option():
-    from llmplan.hardware_catalog.loader import get_gpu
-    from llmplan.model_catalog.loader import load_model
-    from llmplan.optimizer.disagg_candidates import best_disagg
-    from llmplan.optimizer.planner import SearchSpace, screen
-    from llmplan.sim.types import EngineProfile
-
-    model = load_model("llama3_1_8b")
-    wl = WorkloadStats(rate_rps=4.0, mean_input_tokens=4000.0, mean_output_tokens=100.0, max_request_tokens=4200)
-    slos = [SLOTarget("ttft", 90, 2500.0), SLOTarget("tpot", 90, 40.0)]
-    evals, _ = screen(model, [(get_gpu("h100_sxm"), 3.0)], EngineProfile(name="vllm"), wl, slos,
-                      SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0), "spec")
-    opt = best_disagg(evals, wl, slos, model, "vllm")
+    model, wl, slos, opt = screened_option(4.0, 4000.0, 100.0, 2500.0, 40.0)
     assert opt is not None and opt.prefill.workers >= 1
     return model, wl, slos, opt
 
