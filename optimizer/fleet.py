@@ -126,6 +126,10 @@ def _capacity_estimate(snap: tuple, rate: float) -> float | None:
 
 #: first lower rate tried: this share of the run planner's capacity estimate (else x0.9 the failing rate)
 SETTLE_ESTIMATE_SHARE = 0.95
+#: a bisection midpoint above the capacity estimate is replaced by this multiple of it: at or above the
+#: estimate a run has no steady state to wait for and is not lengthened (sim/steady_state.py plan_run),
+#: so this probe costs a short run and brackets the rate most tightly among the probes that cheap
+SETTLE_ESTIMATE_PROBE = 1.0001
 
 
 def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None:
@@ -139,7 +143,9 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
     of the capacity the steady-state run planner estimated for the failing run, at most x0.9
     the failing rate, down to :data:`SETTLE_FLOOR` x the
     ILP's rate; then the rate is bisected between the passing and the failing one to
-    :data:`SETTLE_REL_TOL`. At most :data:`SETTLE_RUNS` further simulations. The results
+    :data:`SETTLE_REL_TOL` (a midpoint above the capacity estimate is replaced by the estimate,
+    x :data:`SETTLE_ESTIMATE_PROBE`: a short, unextended run there; the estimate is the same for
+    every run, computed from the asked requests). At most :data:`SETTLE_RUNS` further simulations. The results
     attached to ``res`` are those of the reported rate; ``res.fleet`` records the ILP's rate,
     every run (rate, met, warm-up doublings) and the reported rate. The runs are recorded as they
     go: ``verify.simulate_selection`` starts a run with the warm-up doublings an earlier run at a
@@ -151,6 +157,7 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
     rate0 = res.workload.rate_rps
     base_notes = list(res.notes)
     runs: list[dict] = []
+    est_cap: list[float] = []  # the run planner's capacity estimate of each run
     fl["ilp_rate_rps"] = round(rate0, 4)
     fl["steady_state_runs"] = runs  # filled as the runs go: a run's warm-up doublings seed the next ones
 
@@ -162,6 +169,9 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
         snap = copy.deepcopy((res.verification.get("deployment_simulation"), [a.simulated for a in sel.allocations],
                               [(a.share_rps, a.analytical, a.ttft_ms, a.tpot_ms) for a in sel.allocations], res.notes))
         window = (snap[0] or {}).get("window") or {}
+        cap = _capacity_estimate(snap, rate)
+        if cap:
+            est_cap.append(cap)
         runs.append({"rate_rps": round(rate, 4), "met": ok, "warmup_doublings": int(window.get("warmup_doublings") or 0)})
         return ok, snap
 
@@ -183,8 +193,11 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
             bad = rate
             if rate <= SETTLE_FLOOR * rate0 * (1 + 1e-9):
                 break
+    probe = SETTLE_ESTIMATE_PROBE * est_cap[-1] if est_cap else math.inf
     while best is not None and math.isfinite(bad) and bad - good > SETTLE_REL_TOL * bad and len(runs) <= SETTLE_RUNS:
         mid = 0.5 * (good + bad)
+        if good < probe < mid:
+            mid = probe
         ok_mid, snap_mid = run(mid)
         if ok_mid:
             good, best = mid, snap_mid

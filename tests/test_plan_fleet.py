@@ -130,3 +130,28 @@ def test_eight_gpu_fleet_rate_passes_the_whole_deployment_simulation(tmp_path):
     failing = [r["rate_rps"] for r in fl["steady_state_runs"] if not r["met"]]
     assert fl["max_rate_rps"] == pytest.approx(max(passing), rel=1e-3)
     assert all(f > fl["max_rate_rps"] for f in failing)
+
+
+def test_settle_rate_probes_the_capacity_estimate_instead_of_a_midpoint_above_it():
+    """A midpoint above the run planner's capacity estimate is replaced by the estimate (x1.0001):
+    there a run is not lengthened (no steady state), so the bracket closes with a short run."""
+    from llmplan.optimizer.fleet import SETTLE_ESTIMATE_PROBE, SETTLE_REL_TOL, settle_rate
+
+    cap, sustained = 90.0, 88.0
+    res, seen = _fleet_result(100.0), []
+
+    def simulate(r) -> bool:
+        rate = r.workload.rate_rps
+        seen.append(rate)
+        ok = rate <= sustained
+        r.verification["deployment_simulation"] = {"rate_rps": rate, "met": ok,
+                                                   "window": {"estimate": {"utilisation": rate / cap}}}
+        return ok
+
+    settle_rate(res, simulate)
+    assert seen[:2] == [100.0, pytest.approx(0.95 * cap)]            # the ILP's rate, then 0.95 x the estimate
+    assert seen[2] == pytest.approx(SETTLE_ESTIMATE_PROBE * cap)     # not the midpoint 92.75
+    fl = res.fleet
+    assert fl["simulation_meets_slos"] and fl["max_rate_rps"] == pytest.approx(0.95 * cap)
+    failing = min(x["rate_rps"] for x in fl["steady_state_runs"] if not x["met"])
+    assert failing - fl["max_rate_rps"] <= SETTLE_REL_TOL * failing   # still bracketed to the tolerance
