@@ -102,6 +102,16 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 BASIS_VERSION = 3
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
+#: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per
+#: prompt-token term (sim/engine_terms.py); they add to TTFT only and need no extra simulation
+REQUEST_FORMS = {"none": (), "constant": ("ttft_per_request_ms",),
+                 "constant+prompt": ("ttft_per_request_ms", "ttft_per_prompt_token_ms")}
+REQUEST_DEFAULT = "constant+prompt"
+#: (lower, upper) bounds of the per-request terms: ms, and ms per prompt token
+REQUEST_BOUNDS = {"ttft_per_request_ms": (0.0, 500.0), "ttft_per_prompt_token_ms": (0.0, 0.05)}
+REQUEST_BOUNDS_ORDER = ("ttft_per_request_ms", "ttft_per_prompt_token_ms")
+#: whether version families refit the per-request TTFT terms (else they keep the engine's)
+FAMILY_REQUEST_TERMS = True
 #: a version family gets its own terms when its training rows span at least this many deployments
 FAMILY_MIN_DEPLOYMENTS = 6
 
@@ -137,6 +147,8 @@ class EngineParams:
     host_overlap_per_seq_ms: float = 0.0
     prefill_scale: float = 1.0
     osl_jitter: float = 0.0
+    ttft_per_request_ms: float = 0.0        # per-request TTFT outside the steps (sim/engine_terms.py)
+    ttft_per_prompt_token_ms: float = 0.0   # per prompt token (tokenisation)
 
 
 # ----------------------------------------------------------------------------- cost models
@@ -164,6 +176,9 @@ class PrefillScaled:
     def stage_time_ms(self, shape: StepShape) -> float:
         return self.step.stage_time_ms(shape) + (self.scale - 1.0) * prefill_extra_ms(self._bare, shape) / self.pp
 
+    def request_ttft_ms(self, prompt_tokens: float) -> float:
+        return self.step.request_ttft_ms(prompt_tokens)
+
     def breakdown(self, shape: StepShape) -> Any:
         return self.step.breakdown(shape)
 
@@ -172,7 +187,7 @@ def _bare(step: Any) -> Any:
     """The analytical step model with zero host terms (same kernels)."""
     from llmplan.sim.step_model import AnalyticalStepModel
 
-    e = replace(step.engine, host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.0)
+    e = replace(step.engine, **NO_HOST)
     return AnalyticalStepModel(step.model, step.gpu, step.par, step.prec, e, step.kernels)
 
 
@@ -207,7 +222,8 @@ class _Probe:
 @dataclass(frozen=True)
 class Basis:
     """Linear coefficients of one row. For overlap value ``OVERLAP_GRID[k]``:
-    mean = base[k] + h0 steps + h1 seqs + (s - 1) prefill (TTFT and TPOT alike)."""
+    mean = base[k] + h0 steps + h1 seqs + (s - 1) prefill (TTFT and TPOT alike), plus the
+    per-request terms on TTFT (:meth:`request_ms`)."""
 
     index: int
     backend: str
@@ -242,12 +258,17 @@ class Basis:
     def predict(self, p: EngineParams) -> tuple[float, float]:
         t0, p0 = self.base(p.host_overlap_per_seq_ms)
         x = np.array([p.host_overhead_ms, p.host_overhead_per_seq_ms, p.prefill_scale - 1.0])
-        return t0 + float(np.dot(self.ttft, x)), p0 + float(np.dot(self.tpot, x))
+        return t0 + float(np.dot(self.ttft, x)) + self.request_ms(p), p0 + float(np.dot(self.tpot, x))
+
+    def request_ms(self, p: EngineParams) -> float:
+        """The per-request TTFT terms of ``p`` for this row's prompt (TPOT is unchanged: they
+        shift the first token and the last alike)."""
+        return p.ttft_per_request_ms + p.ttft_per_prompt_token_ms * self.isl
 
 
 def zero_host(case: ServingCase) -> ServingCase:
-    """The case with the engine's host terms removed (the ``base`` probe)."""
-    e = replace(case.dep.engine, host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.0)
+    """The case with the engine's host and per-request terms removed (the ``base`` probe)."""
+    e = replace(case.dep.engine, **NO_HOST)
     return replace(case, dep=replace(case.dep, engine=e))
 
 
@@ -353,21 +374,25 @@ def score(bases: list[Basis], p: EngineParams | Callable[[Basis], EngineParams])
 
 
 def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False,
-               form: str = "overlap") -> EngineParams:
-    """Best terms over the overlap grid (``form`` overlap) or the linear form."""
-    return _fit_form(bases, start, prefill_scale, form)[0]
+               form: str = "overlap", request: str = REQUEST_DEFAULT) -> EngineParams:
+    """Best terms over the overlap grid (``form`` overlap) or the linear form; ``request`` names
+    the per-request TTFT terms fitted with them (:data:`REQUEST_FORMS`)."""
+    return _fit_form(bases, start, prefill_scale, form, request)[0]
 
 
-def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str
-              ) -> tuple[EngineParams, float]:
+def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str,
+              request: str = REQUEST_DEFAULT) -> tuple[EngineParams, float]:
     if form not in FORMS:
         raise UserError(f"unknown engine-term form '{form}'", key="--form", fix=f"one of {', '.join(FORMS)}")
+    if request not in REQUEST_FORMS:
+        raise UserError(f"unknown per-request TTFT terms '{request}'", key="--request-terms",
+                        fix=f"one of {', '.join(REQUEST_FORMS)}")
     if not bases:
         return start, math.inf
     grid = bases[0].grid if form == "overlap" else (0.0,)
     best: tuple[EngineParams, float] | None = None
     for c in grid:
-        p, cost = fit_with_cost(bases, start, prefill_scale, overlap=c, per_seq=(form == "linear"))
+        p, cost = fit_with_cost(bases, start, prefill_scale, overlap=c, per_seq=(form == "linear"), request=request)
         if best is None or cost < best[1] - 1e-12:
             best = (p, cost)
     assert best is not None
@@ -375,24 +400,30 @@ def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form
 
 
 def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False, overlap: float = 0.0,
-                  per_seq: bool = True) -> tuple[EngineParams, float]:
-    """Least-squares fit of h0[, h1][, s] at a fixed overlap value; returns the terms and the
-    final robust cost (comparable between fits of the same rows)."""
+                  per_seq: bool = True, request: str = REQUEST_DEFAULT) -> tuple[EngineParams, float]:
+    """Least-squares fit of h0[, h1][, s][, per-request TTFT terms] at a fixed overlap value;
+    returns the terms and the final robust cost (comparable between fits of the same rows)."""
     from scipy.optimize import least_squares
 
     if not bases:
         return start, math.inf
     B = np.array([b.base(overlap) for b in bases])
-    T = np.array([b.ttft for b in bases])
-    P = np.array([b.tpot for b in bases])
+    isl = np.array([float(b.isl) for b in bases])
+    # columns: h0, h1, s - 1, per-request ms, per prompt token ms (the last two on TTFT only)
+    T = np.column_stack([np.array([b.ttft for b in bases]), np.ones(len(bases)), isl])
+    P = np.column_stack([np.array([b.tpot for b in bases]), np.zeros((len(bases), 2))])
     y = np.log(np.concatenate([[b.measured_ttft_ms for b in bases], [b.measured_tpot_ms for b in bases]]))
-    free = [0] + ([1] if per_seq else []) + ([2] if prefill_scale else [])
-    lo = np.array([BOUNDS[i][0] for i in free])
-    hi = np.array([BOUNDS[i][1] for i in free])
-    scale = np.array([1.0, 0.01, 0.1])[free]
+    req = [3 + REQUEST_BOUNDS_ORDER.index(k) for k in REQUEST_FORMS[request]]
+    fixed = np.array([0.0 if 3 + i in req else getattr(start, k) for i, k in enumerate(REQUEST_BOUNDS_ORDER)])
+    free = [0] + ([1] if per_seq else []) + ([2] if prefill_scale else []) + req
+    bounds = list(BOUNDS) + [REQUEST_BOUNDS[k] for k in REQUEST_BOUNDS_ORDER]
+    lo = np.array([bounds[i][0] for i in free])
+    hi = np.array([bounds[i][1] for i in free])
+    scale = np.array([1.0, 0.01, 0.1, 10.0, 0.001])[free]
 
     def full(v: np.ndarray) -> np.ndarray:
-        x = np.zeros(3)
+        x = np.zeros(5)
+        x[3:] = fixed   # per-request terms not fitted here keep the start's values
         for i, k in enumerate(free):
             x[k] = v[i] - (1.0 if k == 2 else 0.0)
         return x
@@ -402,15 +433,17 @@ def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool =
         pred = np.concatenate([B[:, 0] + T @ x, B[:, 1] + P @ x])
         return np.log(np.maximum(pred, 1e-9)) - y
 
-    s0 = np.array([start.host_overhead_ms, start.host_overhead_per_seq_ms, start.prefill_scale])
+    s0 = np.array([start.host_overhead_ms, start.host_overhead_per_seq_ms, start.prefill_scale,
+                   start.ttft_per_request_ms, start.ttft_per_prompt_token_ms])
     best = None
-    for guess in (s0, np.array([1.0, 0.01, 1.0]), np.array([10.0, 0.1, 1.0])):
+    for guess in (s0, np.array([1.0, 0.01, 1.0, 10.0, 0.001]), np.array([10.0, 0.1, 1.0, 50.0, 0.005])):
         g = np.clip(guess[free], lo + 1e-9, hi - 1e-9)
         r = least_squares(resid, g, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=scale)
         if best is None or r.cost < best.cost:
             best = r
     x = full(best.x)
-    return EngineParams(float(x[0]), float(x[1]), float(overlap), float(x[2] + 1.0)), float(best.cost)
+    return (EngineParams(float(x[0]), float(x[1]), float(overlap), float(x[2] + 1.0), 0.0, float(x[3]), float(x[4])),
+            float(best.cost))
 
 
 def grouped_halves(bases: list[Basis], seed: int) -> tuple[list[Basis], list[Basis]]:
@@ -438,19 +471,19 @@ class EngineFit:
 
 
 def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scale: bool,
-          form: str = "overlap") -> EngineParams:
+          form: str = "overlap", request: str = REQUEST_DEFAULT) -> EngineParams:
     """Best terms for each jitter; the jitter with the lowest cost wins."""
     best: tuple[float, EngineParams] | None = None
     for j, bases in sorted(by_jitter.items()):
-        p, cost = _fit_form(bases, start, prefill_scale, form)
+        p, cost = _fit_form(bases, start, prefill_scale, form, request)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, replace(p, osl_jitter=j))
     assert best is not None
     return best[1]
 
 
-def _families(by_jitter: dict[float, list[Basis]], engine: EngineParams, prefill_scale: bool
-              ) -> dict[str, EngineParams]:
+def _families(by_jitter: dict[float, list[Basis]], engine: EngineParams, prefill_scale: bool,
+              request: str = REQUEST_DEFAULT) -> dict[str, EngineParams]:
     """Terms per version family with at least :data:`FAMILY_MIN_DEPLOYMENTS` deployments
     (jitter fixed to the engine's)."""
     j = engine.osl_jitter
@@ -458,7 +491,8 @@ def _families(by_jitter: dict[float, list[Basis]], engine: EngineParams, prefill
     for fam in sorted({b.family for b in by_jitter[j]}):
         mine = [b for b in by_jitter[j] if b.family == fam]
         if len({b.deployment for b in mine}) >= FAMILY_MIN_DEPLOYMENTS:
-            out[fam] = replace(_fit_form(mine, engine, prefill_scale, "overlap")[0], osl_jitter=j)
+            own = request if FAMILY_REQUEST_TERMS else "none"   # "none": the engine's request terms, fixed
+            out[fam] = replace(_fit_form(mine, engine, prefill_scale, "overlap", own)[0], osl_jitter=j)
     return out
 
 
@@ -475,16 +509,16 @@ def row_ranges(bases: list[Basis]) -> dict[str, list[float]]:
 
 
 def fit_engine(backend: str, by_jitter: dict[float, list[Basis]], start: EngineParams, seed: int,
-               prefill_scale: bool) -> EngineFit:
+               prefill_scale: bool, request: str = REQUEST_DEFAULT) -> EngineFit:
     """Hold-out fit on deployment-grouped halves, then the final fit on all rows.
     ``by_jitter`` maps each desynchronisation value to the bases of the same rows (same order)."""
     j0 = min(by_jitter)
     halves = {j: grouped_halves(b, seed) for j, b in by_jitter.items()}
     train_by_j = {j: h[0] for j, h in halves.items()}
-    hold = _pick(train_by_j, start, prefill_scale)
-    hold_fam = _families(train_by_j, hold, prefill_scale)
-    final = _pick(by_jitter, start, prefill_scale)
-    fams = _families(by_jitter, final, prefill_scale)
+    hold = _pick(train_by_j, start, prefill_scale, request=request)
+    hold_fam = _families(train_by_j, hold, prefill_scale, request)
+    final = _pick(by_jitter, start, prefill_scale, request=request)
+    fams = _families(by_jitter, final, prefill_scale, request)
     lin = _pick(train_by_j, start, prefill_scale, "linear")
     train0, test0 = halves[j0]
     train, test = halves[hold.osl_jitter]
@@ -508,6 +542,7 @@ def bands_from_fit(res: "FitResult") -> dict[str, Any]:
     from llmplan.calibration.serving_bands import METRICS, engine_bands, log_residuals
 
     seed = int(res.provenance.get("seed", 0))
+    request = str(res.provenance.get("ttft_request_terms", REQUEST_DEFAULT))
     out: dict[str, Any] = {}
     for be, f in res.fits.items():
         halves = {j: grouped_halves(v, seed) for j, bs in res.bases.items()
@@ -515,8 +550,8 @@ def bands_from_fit(res: "FitResult") -> dict[str, Any]:
         fold_a = log_residuals(halves[f.holdout.osl_jitter][1], lambda b: terms_for(b, f.holdout, f.holdout_families))
         other = {j: h[1] for j, h in halves.items()}
         if other[min(other)]:
-            p1 = _pick(other, f.start, False)
-            fam1 = _families(other, p1, False)
+            p1 = _pick(other, f.start, False, request=request)
+            fam1 = _families(other, p1, False, request)
             fold_b = log_residuals(halves[p1.osl_jitter][0], lambda b: terms_for(b, p1, fam1))
         else:
             fold_b = {m: np.zeros(0) for m in METRICS}
@@ -551,7 +586,9 @@ def _terms(p: EngineParams) -> dict[str, float]:
     return {"host_overhead_ms": round(p.host_overhead_ms, 4),
             "host_overhead_per_seq_ms": round(p.host_overhead_per_seq_ms, 5),
             "host_overlap_per_seq_ms": round(p.host_overlap_per_seq_ms, 5),
-            "prefill_scale": round(p.prefill_scale, 4), "osl_jitter": p.osl_jitter}
+            "prefill_scale": round(p.prefill_scale, 4), "osl_jitter": p.osl_jitter,
+            "ttft_per_request_ms": round(p.ttft_per_request_ms, 3),
+            "ttft_per_prompt_token_ms": round(p.ttft_per_prompt_token_ms, 6)}
 
 
 def write_profiles(path: Path, fits: dict[str, EngineFit], provenance: dict[str, Any],
@@ -585,9 +622,10 @@ def _rounded(d: dict) -> dict:
 
 #: numeric per-engine keys of the profile file
 NUMERIC_KEYS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms", "prefill_scale",
-                "osl_jitter")
-#: host terms all zero (``--engine-profiles none``)
-NO_HOST = {"host_overhead_ms": 0.0, "host_overhead_per_seq_ms": 0.0, "host_overlap_per_seq_ms": 0.0}
+                "osl_jitter", "ttft_per_request_ms", "ttft_per_prompt_token_ms")
+#: host and per-request terms all zero (``--engine-profiles none``)
+NO_HOST = {"host_overhead_ms": 0.0, "host_overhead_per_seq_ms": 0.0, "host_overlap_per_seq_ms": 0.0,
+           "ttft_per_request_ms": 0.0, "ttft_per_prompt_token_ms": 0.0}
 
 
 def load_engine_overrides(spec: str | None, holdout: bool = False) -> tuple[dict[str, dict[str, Any]], str]:
@@ -676,11 +714,11 @@ def run_fit(measurements: list[str | Path], opts: SimOptions, seed: int = 0, pre
             progress: Callable[[int, int], None] | None = None,
             jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
             cache: Path | None = None, exclude: bool = False,
-            engine_jitters: dict[str, tuple[float, ...]] | None = None) -> FitResult:
+            engine_jitters: dict[str, tuple[float, ...]] | None = None, request: str = REQUEST_DEFAULT) -> FitResult:
     """Read measurement files and fit every engine in them (see :func:`fit_frame`)."""
     paths = serving_files(list(measurements))
     return fit_frame(read_serving_files(paths), paths, opts, seed, prefill_scale, backends, workers, progress,
-                     jitters, limit, cache, exclude, engine_jitters)
+                     jitters, limit, cache, exclude, engine_jitters, request)
 
 
 def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
@@ -688,7 +726,7 @@ def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefi
               progress: Callable[[int, int], None] | None = None,
               jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
               cache: Path | None = None, exclude: bool = False,
-              engine_jitters: dict[str, tuple[float, ...]] | None = None) -> FitResult:
+              engine_jitters: dict[str, tuple[float, ...]] | None = None, request: str = REQUEST_DEFAULT) -> FitResult:
     """Bases for the simulable rows of ``df`` (read from ``paths``) at each jitter of
     ``jitters`` (:func:`collect_bases`; reused from ``cache`` when it was written for the same
     inputs), then a fit per engine (:func:`fit_bases`)."""
@@ -700,7 +738,7 @@ def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefi
         if cache:
             _write_cache(cache, key, *got)
     by_j, skipped = got
-    return fit_bases(by_j, skipped, df, paths, opts, seed, prefill_scale, exclude)
+    return fit_bases(by_j, skipped, df, paths, opts, seed, prefill_scale, exclude, request)
 
 
 def _cache_key(df: Any, opts: SimOptions, backends: tuple[str, ...], jitters: tuple[float, ...],
@@ -784,7 +822,8 @@ def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKEND
 
 
 def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, paths: list[Path],
-              opts: SimOptions, seed: int = 0, prefill_scale: bool = False, exclude: bool = False) -> FitResult:
+              opts: SimOptions, seed: int = 0, prefill_scale: bool = False, exclude: bool = False,
+              request: str = REQUEST_DEFAULT) -> FitResult:
     """Fit every engine present in the bases; provenance from the measurements ``df``/``paths``.
     ``exclude``: leave out the rows :func:`exclude_regimes` flags (off by default, see
     docs/ACCURACY.md: it did not improve the held-out errors on the shipped data)."""
@@ -797,7 +836,7 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
         mine = {j: v for j, bs in by_j.items() if (v := [b for b in bs if b.backend == be])}
         if not mine:
             continue
-        fits[be] = fit_engine(be, mine, EngineParams(0.5, 0.0), seed, prefill_scale)
+        fits[be] = fit_engine(be, mine, EngineParams(0.5, 0.0), seed, prefill_scale, request)
     first, last = data_dates(df["silicon_data_source"].tolist())
     prov = {"data_files": [{"file": f"{p.parent.name}/{p.name}", "sha256": _sha256(p) if p.is_file() else None}
                            for p in paths],
@@ -815,7 +854,7 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
             "method": ("least squares on log(mean TTFT) and log(mean TPOT), soft_l1 loss (f_scale "
                        f"{F_SCALE}), per desynchronisation and overlap value, lowest cost wins; exact linear "
                        "decomposition of closed-loop DES runs (calibration/engine_fit.py)"),
-            "prefill_scale_fitted": prefill_scale}
+            "prefill_scale_fitted": prefill_scale, "ttft_request_terms": request}
     if excluded is not None:
         prov["rows_excluded_by_regime"] = excluded
     return FitResult(fits, skipped, prov, by_j)
@@ -847,8 +886,10 @@ def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float
 
 
 def _fmt(p: EngineParams) -> str:
+    req = (f", r {p.ttft_per_request_ms:.1f} + {1000 * p.ttft_per_prompt_token_ms:.2f} us/tok"
+           if p.ttft_per_request_ms or p.ttft_per_prompt_token_ms else "")
     return (f"h0 {p.host_overhead_ms:.3f}, c {p.host_overlap_per_seq_ms:.3f}, h1 {p.host_overhead_per_seq_ms:.4f}, "
-            f"s {p.prefill_scale:.2f}, j {p.osl_jitter:.2f}")
+            f"s {p.prefill_scale:.2f}, j {p.osl_jitter:.2f}{req}")
 
 
 def print_fit(res: FitResult, console: Any = None) -> None:
@@ -890,6 +931,12 @@ def add_sim_args(ap: argparse.ArgumentParser) -> None:
                     help="output lengths uniform in osl x [1-j, 1+j] for every engine (default: each engine's "
                          "fitted desynchronisation from the profile file, else 0)")
     ap.add_argument("--workers", type=int, default=2, help="simulation processes")
+
+
+def add_request_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--request-terms", choices=tuple(REQUEST_FORMS), default=REQUEST_DEFAULT,
+                    help="per-request TTFT terms fitted with the host terms: none, a constant, or a constant and "
+                         "a per prompt-token term (default %(default)s)")
 
 
 def add_jitter_arg(ap: argparse.ArgumentParser) -> None:
@@ -938,6 +985,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"fitted profiles JSON (the shipped file the runtime reads: {SHIPPED.name} in sim/data)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the deployment-grouped hold-out split")
     ap.add_argument("--prefill-scale", action="store_true", help="also fit a per-engine prefill-time multiplier")
+    add_request_arg(ap)
     ap.add_argument("--backend", action="append", choices=BACKENDS, help="engines to fit (default: all)")
     ap.add_argument("--limit", type=int, default=None, help="fit on a deterministic subsample of N rows")
     ap.add_argument("--exclude-regimes", action="store_true",
@@ -961,7 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
             res = run_fit(a.measurements, opts, a.seed, a.prefill_scale, tuple(a.backend or BACKENDS), a.workers, prog,
                           parse_grid(a.jitter_grid), a.limit, Path(a.bases_cache) if a.bases_cache else None,
-                          a.exclude_regimes, parse_engine_jitters(a.engine_jitter))
+                          a.exclude_regimes, parse_engine_jitters(a.engine_jitter), a.request_terms)
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR

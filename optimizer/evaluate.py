@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from llmplan.optimizer.types import SLOTarget, WorkloadStats
+from llmplan.sim.engine_terms import cost_model_request_ttft_ms
 from llmplan.sim.step_model import AnalyticalStepModel
 from llmplan.sim.types import StepShape
 
@@ -226,7 +227,8 @@ class ReplicaAnalyzer:
             own = i_q + max(0.0, tokens - self.I)    # the prompt plus those batched beside it
             chunks = max(1, math.ceil(own / room))
             pf = st.step_time_ms(self._shape(b if self.chunked else 0.0, min(own, room))) * chunks
-            ttft[q] = residual_quantile_ms(tau_d, tau_pf, p_in_pf, qq) + pf + wait_quantile_ms(rho, service, ca2, cs2, qq)
+            ttft[q] = (residual_quantile_ms(tau_d, tau_pf, p_in_pf, qq) + pf + wait_quantile_ms(rho, service, ca2, cs2, qq)
+                       + cost_model_request_ttft_ms(st, i_q))   # per-request terms outside the steps
             b_q = min(self.max_seqs / pp, b + max(0.0, z) * math.sqrt(max(b, 1.0)))
             # prompt-carrying steps a request's tokens see: chunked, each replaces a decode
             # step (+tau_pf - tau_d); prefill-first, each is an extra pause (+tau_pf)
@@ -244,7 +246,7 @@ class ReplicaAnalyzer:
         own = self.I + max(0.0, tokens - self.I)
         pf = st.step_time_ms(self._shape(b if self.chunked else 0.0, min(own, room))) * max(1, math.ceil(own / room))
         residual = p_in_pf * tau_pf / 2.0 + (1.0 - p_in_pf) * tau_d / 2.0
-        ttft["mean"] = residual + pf + mean_wait_ms(rho, service, ca2, cs2)
+        ttft["mean"] = residual + pf + mean_wait_ms(rho, service, ca2, cs2) + cost_model_request_ttft_ms(st, self.I)
         n_hits = (f if self.chunked else f / max(1.0 - MAX_LOAD, 1.0 - f)) * o_e
         extra = tau_pf - tau_d if self.chunked else tau_pf
         tpot["mean"] = (st.stage_time_ms(self._shape(max(1.0, b), 0)) + extra * n_hits / o_e) * pp

@@ -20,6 +20,21 @@ Step time with these terms (``sim.step_model``)::
   engines such as vLLM v0; the fit keeps it at 0, because a linear per-sequence term grows
   without bound: 0.03 ms x 4,000 sequences = 120 ms per step).
 
+Per-request terms of the time to first token (added to each request's TTFT and end-to-end
+latency, never to a step; :func:`request_ttft_ms`)::
+
+    ttft += ttft_per_request_ms + ttft_per_prompt_token_ms x prompt_tokens
+
+* ``ttft_per_request_ms``: work a request meets once, outside the engine's steps: the client's
+  HTTP round trip, the API server's request handling and hand-off to the engine core, and the
+  first token's detokenisation and streaming;
+* ``ttft_per_prompt_token_ms``: the API server's tokenisation of the prompt (CPU work
+  proportional to the prompt).
+
+Both are >= 0 and do not depend on the batch: they never change a step, so they cannot make the
+step time grow with the number of sequences. The simulator adds them when it reports a request
+(``sim.serving``); the schedule is that of the engine, which sees the request after them.
+
 Engines missing from the file fall back to the mean of the fitted engines (said in
 :func:`fitted_terms`' ``source``); with no file at all every term is 0.
 """
@@ -33,7 +48,10 @@ from typing import Any
 
 PATH = Path(__file__).resolve().parent / "data" / "engine_profiles.json"
 #: EngineProfile fields this file supplies
-FIELDS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms")
+FIELDS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms", "ttft_per_request_ms",
+          "ttft_per_prompt_token_ms")
+#: the per-request TTFT terms among them (not step time)
+REQUEST_FIELDS = ("ttft_per_request_ms", "ttft_per_prompt_token_ms")
 
 
 @lru_cache(maxsize=4)
@@ -55,3 +73,23 @@ def fitted_terms(engine: str, path: str | None = None) -> tuple[dict[str, float]
         return {f: 0.0 for f in FIELDS}, "none (no engine_profiles.json)"
     vals = {f: sum(float(e.get(f, 0.0)) for e in engines.values()) / len(engines) for f in FIELDS}
     return vals, f"mean of fitted engines ({', '.join(sorted(engines))}); '{engine}' has no fit"
+
+
+def request_ttft_ms(engine: Any, prompt_tokens: float) -> float:
+    """Per-request TTFT of ``engine`` (an EngineProfile) for a prompt of ``prompt_tokens``, ms."""
+    return float(engine.ttft_per_request_ms or 0.0) + float(engine.ttft_per_prompt_token_ms or 0.0) * prompt_tokens
+
+
+def cost_model_request_ttft_ms(cost_model: Any, prompt_tokens: float) -> float:
+    """Per-request TTFT a step cost model carries (``request_ttft_ms``, the analytical step model's:
+    its engine's fitted terms), looked up through wrappers (``.base``, ``.step``); 0 for cost models
+    without one (e.g. the explicit linear test costs, which carry no fitted engine terms either)."""
+    m = cost_model
+    for _ in range(8):
+        if m is None:
+            return 0.0
+        f = getattr(type(m), "request_ttft_ms", None)
+        if f is not None:
+            return float(f(m, prompt_tokens))
+        m = getattr(m, "base", None) or getattr(m, "step", None)
+    return 0.0

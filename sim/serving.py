@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from llmplan.errors import InfeasibleDeployment, UserError
+from llmplan.sim.engine_terms import cost_model_request_ttft_ms
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, json_clean, requests_frame,
                          summarize)
@@ -215,6 +216,24 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
     return res
 
 
+def _add_request_ttft(seqs: list[Seq], replicas: list[ReplicaSpec]) -> None:
+    """Add each replica's per-request TTFT (``sim.engine_terms``: API server, client round trip,
+    tokenisation; carried by the analytical step model with the engine's fitted terms) to the
+    first-token and finish times its client sees. It is outside the engine's steps, so the
+    schedule is unchanged (a closed-loop client's next send is not delayed by it: tens of ms
+    against request latencies of seconds, a second-order effect that keeps the engine fit exact)."""
+    costs = [r.cost_model for r in replicas]
+    if not any(cost_model_request_ttft_ms(c, 1.0) for c in costs):
+        return
+    for s in seqs:
+        if s.replica < 0 or s.first_token != s.first_token:
+            continue
+        d = cost_model_request_ttft_ms(costs[s.replica], s.P)
+        s.first_token += d
+        if s.finish == s.finish:
+            s.finish += d
+
+
 def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, int], picked_rate: Optional[float],
               offered: Optional[float], router: str, slo: Optional[SLOThresholds], progress: Optional[Callable[[float], None]], max_queue: int,
               max_sim_time_ms: Optional[float], timeseries_interval_ms: Optional[float]) -> SimResult:
@@ -276,6 +295,7 @@ def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, in
     if max_sim_time_ms is not None:
         loop.schedule(max_sim_time_ms, PRIORITY_LAST, deadline)
     run_loop(loop)
+    _add_request_ttft(seqs, replicas)
 
     df = requests_frame(seqs)
     unfinished = int((~df["finished"]).sum())

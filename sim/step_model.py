@@ -27,6 +27,7 @@ from llmplan.model_catalog.gemm_dtypes import gemm_dtypes
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.cuda_graphs import padded_tokens
 from llmplan.sim.dp_layout import rank_shape
+from llmplan.sim.engine_terms import request_ttft_ms
 from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
@@ -117,6 +118,10 @@ class AnalyticalStepModel:
             return t
         stage, comm = self._stage_and_comm(shape)
         return self._with_host(stage * self.pp + comm, shape)
+
+    def request_ttft_ms(self, prompt_tokens: float) -> float:
+        """The engine's per-request TTFT outside the steps (``sim.engine_terms.request_ttft_ms``)."""
+        return request_ttft_ms(self.engine, prompt_tokens)
 
     def stage_time_ms(self, shape: StepShape) -> float:
         stage, comm = self._stage_and_comm(shape)

@@ -137,6 +137,9 @@ class EngineProfile:
     host_overhead_ms: Optional[float] = None          # per step, not hidden behind the GPU
     host_overhead_per_seq_ms: Optional[float] = None  # per running sequence, not overlapped
     host_overlap_per_seq_ms: Optional[float] = None   # per sequence, overlapped with the GPU step
+    # per-request TTFT outside the steps (API server, client round trip, tokenisation; sim/engine_terms.py)
+    ttft_per_request_ms: Optional[float] = None
+    ttft_per_prompt_token_ms: Optional[float] = None
     # Memory (sim/kv_budget.py). Activations, CUDA graphs and runtime are modelled per engine;
     # this is an extra per-GPU reserve on top of them (GB), 0 by default.
     activation_reserve_gb: float = 0.0

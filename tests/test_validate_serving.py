@@ -159,8 +159,9 @@ def test_linear_decomposition_matches_direct_simulation():
     case = _cases()[5]   # 32 sequences: 0.5 ms x 32 = 16 ms of CPU work exceeds the decode step
     b = ef.basis_for(case, SPEC, GRID, prefill=True)
     assert b.ttft_base[2] != b.ttft_base[0]          # the overlapped term shows in this run
-    p = ef.EngineParams(2.0, 0.04, 0.5, 1.3)
-    eng = replace(case.dep.engine, host_overhead_ms=2.0, host_overhead_per_seq_ms=0.04, host_overlap_per_seq_ms=0.5)
+    p = ef.EngineParams(2.0, 0.04, 0.5, 1.3, 0.0, 15.0, 0.003)
+    eng = replace(case.dep.engine, host_overhead_ms=2.0, host_overhead_per_seq_ms=0.04, host_overlap_per_seq_ms=0.5,
+                  ttft_per_request_ms=15.0, ttft_per_prompt_token_ms=0.003)
     direct = sr.simulate_case(replace(case, dep=replace(case.dep, engine=eng)), SPEC, wrap=ef.corrected(1.3))
     assert b.predict(p) == pytest.approx((direct.ttft_ms, direct.tpot_ms), rel=1e-9)
 

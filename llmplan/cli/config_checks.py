@@ -62,6 +62,7 @@ RANGES: dict[str, Rule] = {
     "engine.max_num_seqs": AT_LEAST_1, "engine.max_num_batched_tokens": AT_LEAST_1, "engine.block_size": AT_LEAST_1,
     "engine.gpu_memory_utilization": FRACTION, "engine.watermark": HALF_OPEN_FRACTION,
     "engine.host_overhead_ms": NON_NEGATIVE, "engine.host_overhead_per_seq_ms": NON_NEGATIVE,
+    "engine.ttft_per_request_ms": NON_NEGATIVE, "engine.ttft_per_prompt_token_ms": NON_NEGATIVE,
     "engine.activation_reserve_gb": NON_NEGATIVE,
     "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1, "deployment.dp": AT_LEAST_1,
     "deployment.replicas": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]"),
