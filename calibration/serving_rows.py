@@ -44,7 +44,9 @@ Mapping (documented in docs/ACCURACY.md, section Serving):
   source wrote ``tp_size = T x E``, ``moe_tp_size = T``, ``moe_ep_size = E``; their measured
   values equal, to the last digit, rows of the same run stored with ``tp_size = T``) are read
   as the run they name: ``T`` GPUs, EP ``E`` (attention DP over the ``T`` GPUs when
-  ``attention_dp_size > 1``). Dense models: ``ep = 1`` (their ``moe_*`` columns are ignored).
+  ``attention_dp_size > 1``). Rows with the same column signature but no layout ``id`` are read
+  the same way when ``T x E`` exceeds the GPU's scale-up domain (:func:`product_layout`).
+  Dense models: ``ep = 1`` (their ``moe_*`` columns are ignored).
 * workload: closed loop with concurrency from ``silicon_concurrency=N`` in
   ``silicon_data_source`` (else ``batch_size``), fixed ``isl``/``osl``.
 
@@ -71,6 +73,7 @@ from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.deployment import Deployment, parallelism_problem
+from llmplan.sim.links import domain_gpus
 from llmplan.sim.memory import plan_memory
 from llmplan.sim.types import EngineProfile, Parallelism, Precision
 
@@ -325,8 +328,26 @@ def id_layout(row: Mapping[str, Any]) -> tuple[int, int] | None:
     return None
 
 
-def parallelism_of(row: Mapping[str, Any], model: ModelSpec) -> Parallelism | str:
-    """Parallelism of a row (see the module docstring), or a status string."""
+def product_layout(row: Mapping[str, Any], domain: int) -> tuple[int, int] | None:
+    """(T GPUs, EP E) for a row without a layout ``id`` whose columns carry the same ``T x E``
+    export (``moe_tp_size = T > 1``, ``moe_ep_size = E > 1``, ``tp_size x attention_dp_size =
+    T x E``) over more GPUs than one scale-up domain of ``domain`` GPUs; None otherwise.
+
+    Evidence (H100/H200 files): every aggregated row over more than 8 GPUs has this signature,
+    and all but 15 name ``_tp{T}_ep{E}_`` in their ``id``. Those 15 (TensorRT-LLM DeepSeek-V3 on
+    H200, ``config_id=181``: ``tp_size`` 64, ``moe_tp_size`` 8, ``moe_ep_size`` 8) measured the
+    same TPOT as the 8-GPU ``config_id=83`` runs within 0.1-0.9 ms at all 14 (isl, osl,
+    concurrency) points both have, so they ran on 8 GPUs, not 64."""
+    tp, adp = _int(row.get("tp_size"), 1), max(1, _int(row.get("attention_dp_size"), 1))
+    t, e = _int(row.get("moe_tp_size"), 0), _int(row.get("moe_ep_size"), 0)
+    if t > 1 and e > 1 and t * e == tp * adp and tp * adp > domain:
+        return t, e
+    return None
+
+
+def parallelism_of(row: Mapping[str, Any], model: ModelSpec, domain: int = 0) -> Parallelism | str:
+    """Parallelism of a row (see the module docstring), or a status string. ``domain``:
+    GPUs of the row's scale-up domain (:func:`product_layout`; 0 skips that reading)."""
     tp, pp = _int(row.get("tp_size"), 1), _int(row.get("pp_size"), 1)
     if not model.is_moe:
         adp = _int(row.get("attention_dp_size"), 1)
@@ -334,7 +355,7 @@ def parallelism_of(row: Mapping[str, Any], model: ModelSpec) -> Parallelism | st
             return (f"attention_dp: attention_dp_size={adp} on dense model {model.key} (attention DP of a dense "
                     "model, whose MLP runs TP over all ranks, is modelled only for MoE models)")
         return Parallelism(tp, pp, 1)
-    named = id_layout(row)
+    named = id_layout(row) or (product_layout(row, domain) if domain > 0 else None)
     if named is not None:
         t, e = named
         return Parallelism(1, pp, e, dp=t) if _int(row.get("attention_dp_size"), 1) > 1 else Parallelism(t, pp, e)
@@ -405,7 +426,7 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     if isinstance(prec, str):
         return skip(prec)
     model = block_fp8_model(row, model)
-    par = parallelism_of(row, model)
+    par = parallelism_of(row, model, domain_gpus(gpu))
     if isinstance(par, str):
         return skip(par)
     problem = parallelism_problem(model, gpu, par, prec)

@@ -270,10 +270,11 @@ def test_product_encoded_rows_read_their_id_layout():
     assert (p.tp, p.dp, p.ep, p.moe_tp, p.gpus) == (8, 1, 8, 1, 8)
     p = _par(id="x_c64_tp8_ep8_941", tp_size=1, attention_dp_size=64, moe_tp_size=8, moe_ep_size=8)
     assert (p.tp, p.dp, p.ep, p.gpus) == (1, 8, 8, 8)
-    # an id that agrees with the columns changes nothing; without an id the columns are taken as written
+    # an id that agrees with the columns changes nothing; without an id the same export over more
+    # GPUs than one NVLink domain is read the same way (serving_rows.product_layout)
     assert _par(id="x_tp8_ep8_1", tp_size=8, moe_tp_size=1, moe_ep_size=8).gpus == 8
     p = _par(tp_size=64, moe_tp_size=8, moe_ep_size=8)
-    assert (p.tp, p.ep, p.moe_tp, p.gpus) == (64, 8, 8, 64)
+    assert (p.tp, p.ep, p.moe_tp, p.gpus) == (8, 8, 1, 8)
 
 
 def test_missing_dp_is_implied_by_the_moe_group():
