@@ -277,6 +277,21 @@ def test_product_encoded_rows_read_their_id_layout():
     assert (p.tp, p.ep, p.moe_tp, p.gpus) == (8, 8, 1, 8)
 
 
+def test_product_export_without_layout_id():
+    # TRT-LLM DeepSeek-V3 H200 config_id=181 rows: tp_size 64 = moe_tp 8 x moe_ep 8, no layout id;
+    # their TPOT equals the 8-GPU config_id=83 runs, so they are 8 GPUs with EP 8
+    p = _par(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg181", tp_size=64, moe_tp_size=8, moe_ep_size=8)
+    assert (p.tp, p.pp, p.ep, p.dp, p.stage_gpus) == (8, 1, 8, 1, 8)
+    p = _par(id="cfg181", tp_size=1, attention_dp_size=64, moe_tp_size=8, moe_ep_size=8)
+    assert (p.tp, p.ep, p.dp, p.stage_gpus) == (1, 8, 8, 8)
+    # the same signature inside one NVLink domain is an ordinary layout: columns as written
+    p = _par(tp_size=8, moe_tp_size=2, moe_ep_size=4)
+    assert (p.tp, p.ep, p.moe_tp) == (8, 4, 2)
+    assert sr.product_layout(_row(tp_size=8, moe_tp_size=2, moe_ep_size=4), 8) is None
+    assert sr.product_layout(_row(tp_size=64, moe_tp_size=8, moe_ep_size=8), 8) == (8, 8)
+    assert sr.product_layout(_row(tp_size=64, moe_tp_size=8, moe_ep_size=8), 72) is None  # NVL72 holds 64
+
+
 def test_missing_dp_is_implied_by_the_moe_group():
     p = _par(model_path="Qwen/Qwen3-235B-A22B-FP8", backend="vllm", tp_size=1, attention_dp_size=math.nan,
              moe_tp_size=2, moe_ep_size=1)
