@@ -136,3 +136,23 @@ def test_plan_command_exits_3_when_no_allowed_mode_meets_the_slos(tmp_path):
     rc = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast", "search.modes=[disagg]",
                                    "slo.tpot_p90_ms=0.5"]), tmp_path)
     assert rc == 3
+
+
+def test_split_is_the_answer_when_no_aggregated_deployment_fits_the_gpus(tmp_path, capsys):
+    """2 H100s allowed, 6 ms TPOT on long prompts: aggregated needs 4 GPUs, a 1P1D split 2; exit 0,
+    only deploy/disagg/ is written, plan.json's aggregated 'feasible' stays false."""
+    import json
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+
+    rc = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast", "workload=summarization",
+                                   "workload.rate_rps=5", "slo.tpot_p90_ms=6", "slo.ttft_p90_ms=5000",
+                                   "gpu.max_gpus={h100_sxm: 2}"]), tmp_path)
+    d = json.loads((tmp_path / "plan.json").read_text())
+    assert rc == 0 and d["feasible"] is False and d["mode"] == "disagg"
+    assert d["chosen_deployment"]["total_gpus"] <= 2
+    assert (tmp_path / "deploy" / "disagg" / "router.sh").is_file()
+    assert not (tmp_path / "deploy" / "deploy.json").exists() and d["deploy"]["pools"] == []
+    out = capsys.readouterr().out
+    assert "No aggregated deployment meets the targets" in out and "No deployment meets" not in out

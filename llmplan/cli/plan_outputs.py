@@ -191,4 +191,4 @@ def render(d: dict, console: Console, out: Path) -> None:
              *((day or {}).get("files") or [])]
     if (out / "report.html").exists():
         files.append("report.html")
-    console.print(f"Wrote {', '.join(files)}" + (", deploy/" if dep and dep.get("pools") else "") + f" to {out}")
+    console.print(f"Wrote {', '.join(files)}" + (", deploy/" if dep and (dep.get("pools") or dep.get("disaggregated")) else "") + f" to {out}")
