@@ -1,8 +1,9 @@
 """Whole-process wall time of the CLI's main jobs (what a user waits for).
 
 Each command runs as a fresh process ``--repeats`` times; the script prints the minimum,
-median and maximum wall time and writes them as JSON (``--json FILE``). Machines are
-noisy: quote the median.
+median and maximum wall time, and the median CPU time (user + system) of the process, and
+writes them as JSON (``--json FILE``). Machines are noisy: quote the median; on a shared
+machine the CPU time moves less with the other jobs than the wall time does.
 
 Usage:
   python benchmarks/bench_cli.py                 # default plan, analytical-only plan, simulate 10k
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -32,16 +34,22 @@ COMMANDS = {
 }
 
 
-def time_once(args: list[str]) -> float:
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def time_once(args: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s) of one run of ``llmplan args``."""
     out = tempfile.mkdtemp(prefix="llmplan-bench-")
     try:
-        t0 = time.perf_counter()
+        c0, t0 = _children_cpu_s(), time.perf_counter()
         r = subprocess.run([sys.executable, "-m", "llmplan.cli", *args, f"hydra.run.dir={out}"],
                            capture_output=True, text=True)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, _children_cpu_s() - c0
         if r.returncode not in (0, 3):
             raise SystemExit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
-        return dt
+        return dt, cpu
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -54,12 +62,14 @@ def main() -> None:
     a = p.parse_args()
     results = {}
     for name in a.only or COMMANDS:
-        times = [time_once(COMMANDS[name]) for _ in range(a.repeats)]
+        runs = [time_once(COMMANDS[name]) for _ in range(a.repeats)]
+        times = [w for w, _ in runs]
         results[name] = {"command": "llmplan " + " ".join(COMMANDS[name]), "min_s": round(min(times), 2),
                          "median_s": round(statistics.median(times), 2), "max_s": round(max(times), 2),
-                         "repeats": a.repeats}
+                         "median_cpu_s": round(statistics.median(c for _, c in runs), 2), "repeats": a.repeats}
         print(f"{name:<16} median {results[name]['median_s']:6.2f} s  (min {results[name]['min_s']:.2f}, "
-              f"max {results[name]['max_s']:.2f})  `{results[name]['command']}`", flush=True)
+              f"max {results[name]['max_s']:.2f}; CPU {results[name]['median_cpu_s']:.2f} s)  "
+              f"`{results[name]['command']}`", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)
