@@ -156,3 +156,19 @@ def test_split_is_the_answer_when_no_aggregated_deployment_fits_the_gpus(tmp_pat
     assert not (tmp_path / "deploy" / "deploy.json").exists() and d["deploy"]["pools"] == []
     out = capsys.readouterr().out
     assert "No aggregated deployment meets the targets" in out and "No deployment meets" not in out
+
+
+def test_closed_loop_users_plan_searches_aggregated_only_and_says_so(tmp_path):
+    import json
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+
+    base = ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast", "workload=closed_loop", "workload.concurrency=8"]
+    run_plan(compose("plan", base), tmp_path)
+    d = json.loads((tmp_path / "plan.json").read_text())
+    assert d["disaggregated"] is None and d["mode"] in ("agg", None)
+    assert any("not searched: the closed-loop users check" in n for n in d["notes"])
+    with pytest.raises(UserError) as e:
+        run_plan(compose("plan", base + ["search.modes=[disagg]"]), tmp_path / "x")
+    assert e.value.key == "search.modes"

@@ -77,7 +77,20 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
     if app.workload.arrival == "closed_loop":  # N users: plans for rates until their closed loop meets the SLOs
         from llmplan.cli.plan_users import plan_users
 
-        return plan_users(app, console, show_progress, plan_from_app)
+        searched = list(app.search.modes)
+        if "agg" not in searched:
+            raise UserError("the closed-loop users check (workload=closed_loop) simulates aggregated replicas only",
+                            key="search.modes", fix="search.modes=[agg], or plan a request rate (workload=chat)")
+        app.search.modes = ["agg"]
+        res, model = plan_users(app, console, show_progress, plan_from_app)
+        if "disagg" in searched:  # say why, not the internal search.modes=[agg]
+            why = "the closed-loop users check (workload=closed_loop) simulates aggregated replicas only"
+            res.notes = [n for n in res.notes if not n.startswith("disaggregated candidates not searched")]
+            res.notes.append(f"disaggregated candidates not searched: {why}")
+            for r in res.mode_selection:
+                if r["mode"] == "disagg":
+                    r.update(why=f"not searched: {why}", allowed=True)
+        return res, model
     model = resolve_model(app)
     fleet = dict(app.fleet.gpus)
     if fleet and app.day.profile:
