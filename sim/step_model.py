@@ -331,9 +331,11 @@ class AnalyticalStepModel:
                                              top_k=e.top_k, num_experts=e.num_experts, decode_only=decode_only,
                                              stage_link=self.dp_link, ep_link=self.ep_link):
                     ops.append(self._op(name, "comm", kt, n_moe))
-            elif par.ep > 1:
-                a2a = self._collective("alltoall", T * e.top_k * eh * ACT_BYTES / par.ep, par.ep, self.ep_link)
-                ops.append(self._op("ep_alltoall", "comm", a2a, 2 * n_moe))
+            # without attention DP every rank of the TP group holds all T tokens after the attention
+            # all-reduce, so expert parallelism inside it needs no dispatch/combine: each rank runs
+            # its experts on the tokens it has and the MLP all-reduce above sums them (engines
+            # all-to-all only for EP + DP: docs.vllm.ai/en/v0.12.0/serving/expert_parallel_deployment/;
+            # TensorRT-LLM with enable_attention_dp). A separate all-to-all here double-counted it.
         # ---- once per iteration (last stage): embedding, final norm, lm_head, sampling
         ops.append(self._op("embedding", "memory", k.memory_op(T * h * ACT_BYTES), 1))
         return tuple(ops)

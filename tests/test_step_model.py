@@ -85,8 +85,10 @@ def test_moe_and_mla_models_have_expected_operators(model, par, prec):
         assert {"mla_prefill", "mla_decode", "kv_b_absorb"} <= ops
     if model == "gpt_oss_120b":
         assert "attn_decode_swa" in ops
-    if par.ep > 1:
-        assert "ep_alltoall" in ops
+    # EP inside the TP group (no attention DP): the TP all-reduce combines the experts, no all-to-all
+    assert "ep_alltoall" not in ops
+    if par.tp > 1:
+        assert "tp_allreduce" in ops
 
 
 def test_wave_quantization():
