@@ -155,3 +155,21 @@ def test_settle_rate_probes_the_capacity_estimate_instead_of_a_midpoint_above_it
     assert fl["simulation_meets_slos"] and fl["max_rate_rps"] == pytest.approx(0.95 * cap)
     failing = min(x["rate_rps"] for x in fl["steady_state_runs"] if not x["met"])
     assert failing - fl["max_rate_rps"] <= SETTLE_REL_TOL * failing   # still bracketed to the tolerance
+
+
+def test_settled_fleet_rate_passes_the_whole_deployment_simulation(tmp_path):
+    """The reported rate is one the attached whole-deployment steady-state simulation passes, and
+    a failing run (if any) lies within SETTLE_REL_TOL above it."""
+    from llmplan.optimizer.fleet import SETTLE_REL_TOL
+
+    code, d = _fleet(tmp_path, 4)
+    fl, sim = d["fleet"], d["verification"]["deployment_simulation"]
+    assert code == EXIT_OK and fl["simulation_meets_slos"] is True
+    assert sim["met"] is True and not sim["overloaded"] and sim["window"]["stationary"]
+    assert sim["rate_rps"] == pytest.approx(fl["max_rate_rps"], rel=1e-3)
+    runs = fl["steady_state_runs"]
+    assert any(r["met"] and r["rate_rps"] == pytest.approx(fl["max_rate_rps"], rel=1e-6) for r in runs)
+    assert all(isinstance(r["warmup_doublings"], int) for r in runs)
+    failing = [r["rate_rps"] for r in runs if not r["met"] and r["rate_rps"] > fl["max_rate_rps"]]
+    if failing:
+        assert min(failing) - fl["max_rate_rps"] <= SETTLE_REL_TOL * min(failing) + 1e-6
