@@ -11,6 +11,8 @@ give, as means over all counted requests (ms):
 * ``kv_transfer_ms``: the transfer itself (``sim.kv_transfer``), ``link_wait_ms`` its wait for a
   busy NIC;
 * ``handoff_ms``: the fixed per-request delay (0 here: the residual is what it has to explain);
+* ``front_end_ms``: the engine's per-request TTFT outside the steps, fitted on the aggregated rows
+  (``sim.engine_terms``: client round trip, API server, tokenisation ~ prompt);
 * ``decode_join_ms``: KV arrival to the decode worker taking the request (its step in flight);
 
 and ``residual_ms`` = measured mean TTFT - simulated mean TTFT. Rows whose measurements are
@@ -31,8 +33,8 @@ from llmplan.calibration.serving_disagg_rows import (DisaggCase, disagg_spec, he
                                                      measurement_key)
 from llmplan.calibration.serving_rows import SimOptions, _text, benchmark_workload
 
-PARTS = ("prefill_queue_ms", "prefill_ms", "decode_room_wait_ms", "kv_transfer_ms", "link_wait_ms", "handoff_ms",
-         "decode_join_ms")
+PARTS = ("front_end_ms", "prefill_queue_ms", "prefill_ms", "decode_room_wait_ms", "kv_transfer_ms", "link_wait_ms",
+         "handoff_ms", "decode_join_ms")
 
 
 def decompose_case(case: DisaggCase, opts: SimOptions, wrap: Any = None, handoff_ms: float = 0.0) -> dict:
@@ -40,6 +42,7 @@ def decompose_case(case: DisaggCase, opts: SimOptions, wrap: Any = None, handoff
     import numpy as np
 
     from llmplan.sim.disaggregated import simulate_disaggregated
+    from llmplan.sim.engine_terms import cost_model_request_ttft_ms
 
     _, hi = opts.osl_range(case.osl)
     spec = disagg_spec(case, opts, wrap, case.isl + hi, handoff_ms)
@@ -52,9 +55,10 @@ def decompose_case(case: DisaggCase, opts: SimOptions, wrap: Any = None, handoff
     xfer, kv = q["transfer_ms"].to_numpy(float), q["kv_arrival_ms"].to_numpy(float)
     first = arr + q["ttft_ms"].to_numpy(float)
     m = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
-    parts = {"prefill_queue_ms": m(sched - arr), "prefill_ms": m(done - sched), "decode_room_wait_ms": m(start - done),
+    front = cost_model_request_ttft_ms(spec.decode.replica.cost_model, case.isl)
+    parts = {"front_end_ms": front, "prefill_queue_ms": m(sched - arr), "prefill_ms": m(done - sched), "decode_room_wait_ms": m(start - done),
              "kv_transfer_ms": m(xfer), "link_wait_ms": m(kv - start - xfer), "handoff_ms": float(handoff_ms),
-             "decode_join_ms": m(first - kv - handoff_ms)}
+             "decode_join_ms": m(first - kv - handoff_ms - front)}
     sim = float(res.summary["ttft_ms_mean"])
     return {**{k: round(v, 3) for k, v in parts.items()}, "simulated_ttft_ms": round(sim, 3),
             "simulated_tpot_ms": round(float(res.summary["tpot_ms_mean"]), 3),

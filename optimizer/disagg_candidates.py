@@ -241,6 +241,7 @@ def _prefill_picks(group: list[Evaluation], decodes: list[PoolPick], wl: Workloa
                    ttft_lim: float, ttft_pct: float) -> list[PoolPick]:
     """Prefill shapes with a known KV link to every decode shape in ``decodes``; the TTFT
     counts the slowest of those transfers (a worst case: transfers are ms, the hand-off ~1 s)."""
+    from llmplan.sim.engine_terms import cost_model_request_ttft_ms
     from llmplan.sim.kv_transfer import pool_link, request_kv_payload, transfer_ms
 
     out = []
@@ -257,7 +258,10 @@ def _prefill_picks(group: list[Evaluation], decodes: list[PoolPick], wl: Workloa
                     worst, kind = x, link.kind
         except UserError:
             continue   # the catalog has no link figure for one of the GPU pairs
-        cap, ttft = prefill_capacity(prefill_ms(e), worst + handoff, ttft_lim, ttft_pct)
+        # the engine's per-request TTFT outside the steps (front end, tokenisation), as the
+        # aggregated screen counts it (optimizer/evaluate.py): the two modes on the same footing
+        front = cost_model_request_ttft_ms(e.analyzer.step, tokens)
+        cap, ttft = prefill_capacity(prefill_ms(e), worst + handoff + front, ttft_lim, ttft_pct)
         if cap > 0:
             pick = PoolPick("prefill", e, 0, cap, ttft)
             pick.transfer_ms, pick.link = worst, kind

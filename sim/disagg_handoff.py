@@ -5,7 +5,7 @@ disaggregated front end adds between the prefill and the decode worker taking th
 (router -> prefill -> decode hops, connector handshake), fitted on the training half of the
 disaggregated served rows by ``python -m llmplan.calibration.serving_disagg_rows --fit``
 (docs/DISAGG.md, "Validation against served rows"). An engine without a fitted value gets the
-file's pooled value; no file gives 0.
+file's pooled value (the mean of the fitted engines'); no file gives 0.
 """
 
 from __future__ import annotations

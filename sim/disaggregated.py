@@ -54,7 +54,7 @@ from llmplan.sim.metrics import LogHistogram, MeasureWindow, SLOThresholds, json
 from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
 from llmplan.sim.scheduler import Seq
 from llmplan.sim.serving import (DEFAULT_MAX_QUEUE, DEFAULT_MIN_DRAIN_MS, DEFAULT_RATE_FRACTION, SimResult,
-                                 _offered_rate, _resolve_workload, _simulate_steady, run_loop,
+                                 _add_request_ttft, _offered_rate, _resolve_workload, _simulate_steady, run_loop,
                                  timeseries_frame)
 from llmplan.sim.types import StepShape
 from llmplan.sim.workload import Request, Workload, WorkloadSpec
@@ -440,6 +440,11 @@ class _Run:
         run_loop(self.loop)
         for s in self.seqs:  # a request stopped mid-prefill still has its prefill-only length
             s.O = s.req.output_tokens
+        # the engine's per-request TTFT (front end: client round trip, API server, tokenisation,
+        # first-token streaming; sim.engine_terms), once per request as in the aggregated DES,
+        # from the decode worker that streams the answer (indices: prefill workers, then decode)
+        sp = self.spec
+        _add_request_ttft(self.seqs, [sp.prefill.replica] * sp.prefill.workers + [sp.decode.replica] * sp.decode.workers)
         df = requests_frame(self.seqs)
         df["prefill_worker"] = self.prefill_worker
         df["prefill_done_ms"] = self.prefill_done

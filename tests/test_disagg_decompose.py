@@ -42,6 +42,7 @@ def test_parts_add_up_to_the_simulated_ttft():
     d = decompose_case(case, OPTS)
     assert sum(d[k] for k in PARTS) == pytest.approx(d["simulated_ttft_ms"], abs=0.01)
     assert d["prefill_ms"] > 0 and d["kv_transfer_ms"] > 0 and d["handoff_ms"] == 0.0
+    assert d["front_end_ms"] > 0      # the engine's fitted per-request TTFT (sim.engine_terms), once
     # four clients start together on a batch-1 prefill worker: the first wave queues
     assert d["prefill_queue_ms"] > 0
 
@@ -58,3 +59,4 @@ def test_kv_transfer_part_is_the_link_model_and_handoff_adds_once():
     d1 = decompose_case(case, OPTS, handoff_ms=250.0)
     assert d1["handoff_ms"] == 250.0
     assert d1["simulated_ttft_ms"] == pytest.approx(d0["simulated_ttft_ms"] + 250.0, abs=0.01)
+

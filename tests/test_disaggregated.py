@@ -201,7 +201,12 @@ def test_heterogeneous_pools_prefill_h100_decode_h200():
     xfer = transfer_ms(request_kv_payload(m, "bf16", 2000), s.transfer.link)
     assert r["transfer_ms"] == pytest.approx(xfer)
     assert r["prefill_done_ms"] == pytest.approx(s.prefill.replica.cost_model.step_time_ms(StepShape.build([(2000, 0)])))
-    assert r["ttft_ms"] == pytest.approx(r["prefill_done_ms"] + xfer)
+    # plus the engine's per-request TTFT (front end, tokenisation: sim.engine_terms), once, as aggregated
+    from llmplan.sim.engine_terms import cost_model_request_ttft_ms
+
+    front = cost_model_request_ttft_ms(s.decode.replica.cost_model, 2000)
+    assert front > 0
+    assert r["ttft_ms"] == pytest.approx(r["prefill_done_ms"] + xfer + front)
     d1 = s.decode.replica.cost_model.step_time_ms(StepShape(0, 0, 0.0, 0, 1, 2001))
     d2 = s.decode.replica.cost_model.step_time_ms(StepShape(0, 0, 0.0, 0, 1, 2002))
     assert r["tpot_ms"] == pytest.approx((d1 + d2) / 2)
