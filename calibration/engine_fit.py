@@ -12,6 +12,11 @@ version family (:func:`version_family`), we fit
   (asynchronous / overlap schedulers), chosen from :data:`OVERLAP_GRID`;
 * ``osl_jitter`` (j): the engine's *desynchronisation*, chosen from :data:`JITTER_GRID`;
 
+* ``ttft_per_request_ms`` and ``ttft_per_prompt_token_ms`` (r0, r1): per-request time outside the
+  steps (API server, client round trip, tokenisation), added to TTFT only: ``--request-terms``
+  (:data:`REQUEST_FORMS`, default constant + prompt); they enter the coefficients as 1 and the
+  row's isl, so they need no extra simulation;
+
 by minimising the squared log error of mean TTFT and mean TPOT (robust ``soft_l1``).
 ``host_overhead_per_seq_ms`` (h1, per-sequence work *not* overlapped) is the older linear
 form: ``--form linear`` fits (h0, h1) with c = 0 for comparison; the shipped form is
