@@ -33,7 +33,9 @@ SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analy
            "(docs/RISK.md); workload=closed_loop workload.concurrency=64 plans for 64 concurrent users.\n"
            "workload=offline target.tokens_per_s=50000: the cheapest GPUs for 50,000 output tokens/s of\n"
            "offline throughput (docs/OFFLINE.md). A day profile also simulates the SLO attainment through\n"
-           "the day (docs/AUTOSCALING.md).")
+           "the day (docs/AUTOSCALING.md). Aggregated and disaggregated (xPyD prefill/decode pools) deployments\n"
+           "are searched side by side and the cheapest meeting the SLOs is chosen; search.modes=[agg] or\n"
+           "[disagg] restricts the choice (docs/DISAGG.md).")
 
 
 def output_dir() -> Path:
