@@ -216,6 +216,14 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
     return res
 
 
+def request_terms_summary(replicas: list[ReplicaSpec]) -> dict:
+    """The per-request TTFT terms included in the reported TTFT and end-to-end latency (ms per
+    request, ms per prompt token; those of the first replica, all replicas of one run share an engine)."""
+    c = replicas[0].cost_model
+    r0 = cost_model_request_ttft_ms(c, 0.0)
+    return {"per_request_ms": round(r0, 6), "per_prompt_token_ms": round(cost_model_request_ttft_ms(c, 1.0) - r0, 9)}
+
+
 def _add_request_ttft(seqs: list[Seq], replicas: list[ReplicaSpec]) -> None:
     """Add each replica's per-request TTFT (``sim.engine_terms``: API server, client round trip,
     tokenisation; carried by the analytical step model with the engine's fitted terms) to the
@@ -318,6 +326,7 @@ def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, in
         "prefix_hit_rate": (sum(s["prompt_tokens_hit"] for s in stats) / queried) if queried else 0.0,
         "kv_peak_util": max(s["kv_peak_util"] for s in stats),
         "generated_tokens": int(df.loc[df["finished"], "output_tokens"].sum()),
+        "ttft_request_terms": request_terms_summary(replicas),
     })
     if slo is not None and overloaded:
         summary["slo_met"] = False

@@ -143,3 +143,17 @@ def test_the_planners_screen_adds_the_same_request_terms_as_the_simulator():
     for q in (50.0, 90.0, "mean"):
         assert ops[1].ttft_ms[q] - ops[0].ttft_ms[q] == pytest.approx(added, rel=1e-9)
         assert ops[1].tpot_ms[q] == ops[0].tpot_ms[q]
+
+
+def test_the_simulation_summary_states_the_request_terms_it_added():
+    case = _case(isl=512, osl=16, n=2)
+    from llmplan.calibration.serving_rows import benchmark_workload, step_model
+    from llmplan.sim.replica import ReplicaSpec
+    from llmplan.sim.serving import simulate_serving
+
+    eng = replace(case.dep.engine, ttft_per_request_ms=12.0, ttft_per_prompt_token_ms=0.002)
+    step = step_model(_with(case, ttft_per_request_ms=12.0, ttft_per_prompt_token_ms=0.002), "spec")
+    assert step.engine.ttft_per_request_ms == 12.0
+    wl, _ = benchmark_workload(512, 16, 2, SPEC)
+    res = simulate_serving(wl, [ReplicaSpec(step, eng, 10**6, 8192)])
+    assert res.summary["ttft_request_terms"] == {"per_request_ms": 12.0, "per_prompt_token_ms": 0.002}
