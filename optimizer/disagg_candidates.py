@@ -304,9 +304,14 @@ def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats,
             v = (float(col.mean()) if t.is_mean else float(np.percentile(col, t.percentile))) if len(col) else math.nan
         targets[t.key] = {"limit_ms": t.limit_ms, "simulated_ms": round(float(v), 3)}
     met = (not res.overloaded) and all(x["simulated_ms"] <= x["limit_ms"] for x in targets.values())
+    from llmplan.optimizer.disagg_sim_stats import pool_activity, targets_log_sd
+
     return {"requests": requests, "workload": "poisson at the plan's rate, lengths fixed at the workload means",
             "overloaded": bool(res.overloaded), "targets": targets, "slo_met": bool(met),
-            "kv_transfer_ms_mean": s.get("transfer_ms_mean")}
+            "kv_transfer_ms_mean": s.get("transfer_ms_mean"),
+            # the sampling spread of each simulated statistic and each pool's activity, for the
+            # split's P(SLO met) and energy (optimizer/disagg_figures.py)
+            "log_sd": targets_log_sd(res.requests, slos), "pools": pool_activity(res, opt.prefill.workers)}
 
 
 #: extra workers tried per pool when the split's simulation misses a target (the aggregated

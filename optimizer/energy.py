@@ -97,15 +97,41 @@ def selection_energy(sel: Selection, wl: WorkloadStats, pue: float = 1.0, usd_pe
     }
     if unknown or not pools:
         return out
-    e = energy_cost(sum(p.power_w for p in pools), sum(p.output_tokens_per_s for p in pools), pue, usd_per_kwh)
-    out.update({
-        "gpu_power_w": _r(e.gpu_power_w, 1), "facility_power_w": _r(e.facility_power_w, 1),
-        "output_tokens_per_s": _r(e.output_tokens_per_s, 2),
-        "joules_per_output_token": _r(e.joules_per_output_token, 4), "kwh_per_hour": _r(e.kwh_per_hour, 4),
-        "electricity_usd_per_hour": _r(e.usd_per_hour, 4) if e.usd_per_hour is not None else None,
-        "total_usd_per_hour_with_electricity":
-            _r(sel.total_usd_per_hour + e.usd_per_hour, 4) if e.usd_per_hour is not None else None,
-    })
+    out.update(_totals(sum(p.power_w for p in pools), sum(p.output_tokens_per_s for p in pools), pue, usd_per_kwh,
+                       sel.total_usd_per_hour))
+    return out
+
+
+def _totals(power_w: float, out_tps: float, pue: float, usd_per_kwh: float | None, usd_per_hour: float) -> dict:
+    """The energy summary's totals (``energy_cost``) for a GPU power and output token rate."""
+    e = energy_cost(power_w, out_tps, pue, usd_per_kwh)
+    return {"gpu_power_w": _r(e.gpu_power_w, 1), "facility_power_w": _r(e.facility_power_w, 1),
+            "output_tokens_per_s": _r(e.output_tokens_per_s, 2),
+            "joules_per_output_token": _r(e.joules_per_output_token, 4), "kwh_per_hour": _r(e.kwh_per_hour, 4),
+            "electricity_usd_per_hour": _r(e.usd_per_hour, 4) if e.usd_per_hour is not None else None,
+            "total_usd_per_hour_with_electricity":
+                _r(usd_per_hour + e.usd_per_hour, 4) if e.usd_per_hour is not None else None}
+
+
+def split_energy(dis: dict, wl: WorkloadStats, pue: float = 1.0, usd_per_kwh: float | None = None,
+                 model: PowerModel = PowerModel()) -> dict:
+    """The energy summary of a disaggregated split (plan.json ``disaggregated``), in the schema of
+    :func:`selection_energy`: each pool's power (``optimizer/disagg_figures.py``: busy power of its
+    step x its simulated busy fraction, idle otherwise) and the split's total over the output tokens
+    at the plan's rate (every token is generated once, by the decode pool; the prefill pool's
+    energy is part of each token's cost)."""
+    pools = [dict(p["power"], replicas=p["workers"]) for p in dis["pools"] if p.get("power")]
+    unknown = [p.get("note") or f"{p['gpu']}: power unknown" for p in pools if p.get("power_w") is None]
+    if len(pools) < len(dis["pools"]):
+        unknown.append("a pool has no power figure (plan.json disaggregated.pools[].power)")
+    out = {"power_model": asdict(model) | {"sources": SOURCES}, "pue": pue, "usd_per_kwh": usd_per_kwh,
+           "mode": "disaggregated", "xpyd": dis.get("xpyd"), "pools": pools, "unknown": unknown,
+           "gpu_power_w": None, "facility_power_w": None, "joules_per_output_token": None,
+           "kwh_per_hour": None, "electricity_usd_per_hour": None, "total_usd_per_hour_with_electricity": None}
+    if unknown or not pools:
+        return out
+    out.update(_totals(sum(p["power_w"] for p in pools), wl.rate_rps * wl.mean_output_tokens, pue, usd_per_kwh,
+                       float(dis["total_usd_per_hour"])))
     return out
 
 

@@ -67,7 +67,8 @@ def kpis(items: Sequence[tuple[str, str]]) -> str:
 
 def deploy_label(d: Mapping) -> str:
     """``4x h100_sxm TP2/PP1 fp8 batch 128`` (a plan.json deployment)."""
-    return (f"{d.get('replicas', '?')}x {d.get('gpu', '?')} TP{d.get('tp', 1)}/PP{d.get('pp', 1)}"
+    role = f"{d['role']} " if d.get("mode") == "disaggregated" and d.get("role") else ""  # a split's pool
+    return (f"{role}{d.get('replicas', '?')}x {d.get('gpu', '?')} TP{d.get('tp', 1)}/PP{d.get('pp', 1)}"
             + (f"/EP{d['ep']}" if d.get("ep", 1) not in (None, 1) else "") + f" {d.get('precision', '')}"
             + (f" batch {d['max_num_seqs']}" if d.get("max_num_seqs") else ""))
 

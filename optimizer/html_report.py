@@ -151,7 +151,8 @@ def _answer(plan: Mapping) -> str:
 
 
 def _alternatives(plan: Mapping) -> str:
-    alts = plan.get("alternatives") or []
+    # a chosen split's plan keeps the aggregated alternatives under 'aggregated' (optimizer/split_summary.py)
+    alts = plan.get("alternatives") or (plan.get("aggregated") or {}).get("alternatives") or []
     if not alts:
         return "<section id='alternatives'><h2>Alternatives</h2><p class='muted'>none reported</p></section>"
     chosen = plan.get("total_usd_per_hour")
@@ -396,7 +397,8 @@ def _day(plan: Mapping, image: str) -> str:
     prof = (f"<p>Profile {esc(d.get('profile', ''))}: {_fmt(d.get('intervals'), 0)} intervals over "
             f"{_fmt(d.get('horizon_h'), 1, 'h')}, scale-up {_fmt(d.get('scale_up_s'), 0, 's')}, at least "
             f"{_fmt(d.get('min_replicas'), 0)} replica(s)</p>" if d.get("profile") else "")
-    out = ["<section id='day'><h2>A day of traffic</h2>", prof, kpis(kpi), image,
+    alt = " (aggregated alternative)" if d.get("describes") == "the aggregated alternative" else ""
+    out = [f"<section id='day'><h2>A day of traffic{alt}</h2>", prof, kpis(kpi), image,
            html_sections.day_attainment(d), html_sections.day_prices(d)]
     sched = d.get("schedule") or []
     if sched:
@@ -418,8 +420,13 @@ def _pareto_note(plan: Mapping) -> str:
     p = plan.get("pareto") or {}
     if not p.get("files"):
         return ""
+    split = ""
+    if p.get("split_options"):
+        on = p.get("split_on_frontiers") or []
+        split = (f" Disaggregated split ({esc(', '.join(p['split_options']))}, mode disagg, orange diamond): "
+                 + (f"on {esc(', '.join(on))}." if on else "dominated on every frontier."))
     return (f"<p class='muted'>{esc(', '.join(p['files']))}: {_fmt(p.get('rows'), 0)} rows on the frontiers "
-            f"{esc(', '.join(p.get('frontiers') or []))} (docs/PARETO.md)</p>")
+            f"{esc(', '.join(p.get('frontiers') or []))} (docs/PARETO.md).{split}</p>")
 
 
 def build(plan: Mapping, images: Mapping[str, Path] | None = None, latencies: Mapping | None = None,
@@ -434,7 +441,8 @@ def build(plan: Mapping, images: Mapping[str, Path] | None = None, latencies: Ma
            + ", ".join(f"{s.get('metric', '').upper()} {_slo_stat(s, raw=True)} <= {s.get('limit_ms')} ms"
                        for s in plan.get("slo") or []))
     pareto = _image(images.get("pareto"), "cost versus latency frontier")
-    parts = [html_sections.fleet(plan), _answer(plan), _alternatives(plan), html_sections.disaggregated(plan),
+    parts = [html_sections.fleet(plan), _answer(plan), html_sections.aggregated_alternative(plan), _alternatives(plan),
+             html_sections.disaggregated(plan),
              "<section id='frontier'><h2>Frontier</h2>" + (pareto or "<p class='muted'>no frontier plot</p>")
              + _pareto_note(plan) + "</section>",
              _latency(plan, latencies), _uncertainty(plan), html_sections.energy(plan),

@@ -74,7 +74,8 @@ def disaggregated(plan: Mapping) -> str:
     dis = plan.get("disaggregated")
     if not isinstance(dis, Mapping) or not dis.get("pools"):
         return ""
-    usd_h, chosen = dis.get("total_usd_per_hour"), plan.get("total_usd_per_hour")
+    usd_h = dis.get("total_usd_per_hour")
+    chosen = ((plan.get("aggregated") or {}) if plan.get("mode") == "disagg" else plan).get("total_usd_per_hour")
     delta = (f"{(usd_h / chosen - 1) * 100:+.0f}%" if isinstance(usd_h, (int, float)) and isinstance(chosen, (int, float))
              and chosen else "-")
     chosen = plan.get("mode") == "disagg" or (plan.get("mode") is None and dis.get("recommended"))
@@ -84,8 +85,9 @@ def disaggregated(plan: Mapping) -> str:
         met = (dis.get("simulated") or {}).get("slo_met")
         sim_txt = {True: "meets the SLOs in simulation", False: "MISSES an SLO in simulation"}.get(met, "is not simulated")
         out.append(f"<div class='warn'><b>Chosen:</b> this prefill/decode split is the cheapest mode meeting the SLOs "
-                   f"({esc(delta)} against the aggregated deployment) and {sim_txt}; the aggregated answer above is the "
-                   "alternative (this split's launch files are under <i>Launch artifacts</i>).</div>")
+                   f"({esc(delta)} against the aggregated deployment) and {sim_txt}; <i>The answer</i> above describes "
+                   "it, the aggregated deployment is the alternative (this split's launch files are under <i>Launch "
+                   "artifacts</i>).</div>")
     out.append(kpis([("per hour", usd(usd_h, 2, "/h")),
                      ("per month (730 h)", usd(usd_h * HOURS_PER_MONTH if isinstance(usd_h, (int, float)) else None, 0,
                                                "/month")),
@@ -136,7 +138,35 @@ def chosen_split(plan: Mapping) -> str:
                     ("per month (730 h)", usd(usd_h * HOURS_PER_MONTH if isinstance(usd_h, (int, float)) else None, 0,
                                               "/month")),
                     ("GPUs", fmt(ch.get("total_gpus"), 0))])
-            + "<p class='muted'>The figures below describe the aggregated alternative (not chosen).</p>")
+            + "<p class='muted'>The figures below (pools, targets with P(met), headroom, error bands, energy, KV "
+              "budget) describe this split; the aggregated alternative follows under <i>Aggregated alternative</i>."
+              "</p>")
+
+
+def aggregated_alternative(plan: Mapping) -> str:
+    """plan.json ``aggregated`` (present when the split is chosen): the aggregated selection's cost,
+    pools, P(every SLO met) and energy, as the alternative not chosen."""
+    agg = plan.get("aggregated")
+    if not isinstance(agg, Mapping):
+        return ""
+    out = ["<section id='aggregated'><h2>Aggregated alternative (not chosen)</h2>"]
+    if not agg.get("feasible"):
+        return "".join(out) + "<p>No aggregated deployment meets the SLOs.</p></section>"
+    usd_h, e = agg.get("total_usd_per_hour"), agg.get("energy") or {}
+    p_all = agg.get("every_slo_probability")
+    out.append(kpis([("per hour", usd(usd_h, 2, "/h")), ("GPUs", fmt(agg.get("total_gpus"), 0)),
+                     ("per million output tokens", usd(agg.get("usd_per_million_output_tokens"), 3)),
+                     ("P(every SLO met)", fmt(100 * p_all, 1, "%") if isinstance(p_all, (int, float)) else "-"),
+                     ("energy per output token", fmt(e.get("joules_per_output_token"), 3, "J"))]))
+    rows = []
+    for d in agg.get("deployments") or []:
+        h = d.get("headroom") or {}
+        rows.append([esc(deploy_label(d)), usd(d.get("usd_per_hour"), 2), fmt(d.get("load_rps_per_replica"), 2),
+                     fmt(d.get("capacity_rps_per_replica"), 2), fmt(h.get("headroom_pct"), 0, "%"),
+                     fmt(d.get("ttft_ms"), 1, "ms"), fmt(d.get("tpot_ms"), 1, "ms")])
+    out.append(table(["deployment", "$/h", "load req/s per replica", "capacity req/s per replica", "free",
+                      "TTFT (binding)", "TPOT (binding)"], rows, table_id="aggregated-pools"))
+    return "".join(out) + "</section>"
 
 
 def mode_table(plan: Mapping) -> str:
@@ -283,12 +313,14 @@ def energy(plan: Mapping) -> str:
              ("output tokens/s", fmt(e.get("output_tokens_per_s"), 0)),
              ("electricity", usd(e.get("electricity_usd_per_hour"), 3, "/h")),
              ("GPUs + electricity", usd(e.get("total_usd_per_hour_with_electricity"), 2, "/h"))]
-    out = ["<section id='energy'><h2>Energy</h2>", kpis(items)]
+    what = f" of the chosen split {esc(e['xpyd'])} (per pool)" if e.get("mode") == "disaggregated" else ""
+    out = [f"<section id='energy'><h2>Energy{what}</h2>", kpis(items)]
     pools = e.get("pools") or []
     if pools:
         out.append(table(["GPU", "replicas", "GPUs", "TDP W", "compute utilisation", "memory utilisation",
                           "W per GPU", "pool W", "output tokens/s", "note"],
-                         [[esc(p.get("gpu", "")), fmt(p.get("replicas"), 0), fmt(p.get("gpus"), 0), fmt(p.get("tdp_w"), 0),
+                         [[esc(f"{p['role']} {p.get('gpu', '')}" if p.get("role") else p.get("gpu", "")),
+                           fmt(p.get("replicas"), 0), fmt(p.get("gpus"), 0), fmt(p.get("tdp_w"), 0),
                            pct(p.get("utilization_compute")), pct(p.get("utilization_memory")),
                            fmt(p.get("power_w_per_gpu"), 1), fmt(p.get("power_w"), 0), fmt(p.get("output_tokens_per_s"), 0),
                            esc(p.get("note") or "")] for p in pools], left=(0, 9), table_id="energy-pools"))

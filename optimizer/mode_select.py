@@ -104,9 +104,10 @@ def select_mode(sel: Any, dis: Optional[dict], modes: list[str], skipped: Option
         a = rows[0]
         vs = f" against ${a['usd_per_hour']:.2f}/h aggregated" if a["usd_per_hour"] is not None else ""
         notes.append(f"the chosen deployment is disaggregated: {dis['xpyd']} at ${dis['total_usd_per_hour']:.2f}/h{vs} "
-                     f"({rows[1]['basis']}); plan.json 'chosen_deployment' and deploy/disagg/ describe it; the "
-                     "aggregated table, deploy/<i>-<pool>/, energy, kv_budget, pareto and day blocks describe the "
-                     "aggregated alternative")
+                     f"({rows[1]['basis']}); plan.json's top level (cost, deployments, P(SLO met), headroom, "
+                     "energy, kv_budget), 'chosen_deployment', pareto (mode disagg) and deploy/disagg/ describe it; "
+                     "the aggregated table, plan.json 'aggregated', deploy/<i>-<pool>/ and the day block describe "
+                     "the aggregated alternative")
     elif chosen is None and rows[0]["meets_slo"] and not rows[0]["allowed"]:
         notes.append("no allowed mode meets the SLOs (search.modes excludes the aggregated deployment that does)")
     return chosen, rows, notes

@@ -42,7 +42,7 @@ FRONTIERS = {
     "usd_per_mtok_vs_tpot": (("usd_per_million_output_tokens", "min"), ("tpot_ms", "min")),
     "tokens_per_gpu_vs_tokens_per_user": (("output_tokens_per_s_per_gpu", "max"), ("output_tokens_per_s_per_user", "max")),
 }
-COLUMNS = ["option", "candidate", "gpu", "tp", "pp", "ep", "precision", "max_num_seqs", "gpus_per_replica", "replicas",
+COLUMNS = ["mode", "option", "candidate", "gpu", "tp", "pp", "ep", "precision", "max_num_seqs", "gpus_per_replica", "replicas",
            "load_rps_per_replica", "usd_per_hour", "usd_per_million_output_tokens", "ttft_ms", "tpot_ms",
            "output_tokens_per_s_per_gpu", "output_tokens_per_s_per_user", "capacity_rps_per_replica", "latency_basis", "meets_slo", "gpu_power_w", "joules_per_output_token"]
 
@@ -88,7 +88,7 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
             power = pool_power(Allocation(e, n, share_rps=share), wl).power_w if an is not None else None
             power = math.nan if power is None else power
             rows.append({
-                "option": f"{c.name} x{n}", "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp,
+                "mode": "agg", "option": f"{c.name} x{n}", "candidate": c.name, "gpu": c.gpu.key, "tp": c.par.tp, "pp": c.par.pp,
                 "ep": c.par.ep, "precision": c.prec.weights, "max_num_seqs": c.max_num_seqs,
                 "gpus_per_replica": c.gpus_per_replica, "replicas": n, "load_rps_per_replica": share,
                 "usd_per_hour": usd_h, "usd_per_million_output_tokens": usd_h / (out_tok_s * 3600.0) * 1e6,
@@ -100,6 +100,44 @@ def candidate_metrics(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLO
                 "gpu_power_w": power, "joules_per_output_token": power / out_tok_s,
             })
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def split_row(dis: dict, wl: WorkloadStats, slos: list[SLOTarget], chosen: bool = False) -> dict:
+    """A disaggregated split (plan.json ``disaggregated``) as one row (``mode`` = disagg): its
+    cost, its simulated TTFT/TPOT at the axis statistic (the screen's pool figures when it was not
+    simulated; ``latency_basis`` says which), tokens/s per GPU over both pools and the power of its
+    pools (``optimizer/disagg_figures.py``). ``replicas`` = workers of both pools."""
+    from llmplan.optimizer.split_summary import split_figures
+
+    values, basis = split_figures(dis, slos)
+    pre, dec = ({p["role"]: p for p in dis["pools"]}[r] for r in ("prefill", "decode"))
+
+    def axis(metric: str) -> float:
+        s = next((s for s in slos if s.metric == metric), None)
+        v = values.get(s.key) if s else None
+        return float(v) if v is not None else float(pre["ttft_ms"] if metric == "ttft" else dec["tpot_ms"])
+
+    ttft, tpot = axis("ttft"), axis("tpot")
+    out_tok_s = wl.rate_rps * wl.mean_output_tokens
+    usd_h = float(dis["total_usd_per_hour"])
+    powers = [(p.get("power") or {}).get("power_w") for p in dis["pools"]]
+    power = math.nan if any(x is None for x in powers) else float(sum(powers))
+    sim = dis.get("simulated")
+    met = bool(sim.get("slo_met")) if sim else all(values.get(s.key, math.inf) <= s.limit_ms for s in slos)
+    pool_txt = " + ".join(f"{p['role']} {p['workers']}x {p['gpu']}-tp{p['tp']}-pp{p['pp']}-{p['precision']}"
+                          for p in (pre, dec))
+    return {"mode": "disagg", "option": f"{dis['xpyd']} {pool_txt}" + (" (chosen)" if chosen else ""),
+            "candidate": dis["xpyd"], "gpu": f"{pre['gpu']}/{dec['gpu']}", "tp": f"{pre['tp']}/{dec['tp']}",
+            "pp": f"{pre['pp']}/{dec['pp']}", "ep": f"{pre['ep']}/{dec['ep']}",
+            "precision": f"{pre['precision']}/{dec['precision']}",
+            "max_num_seqs": f"{pre['max_num_seqs']}/{dec['max_num_seqs']}",
+            "gpus_per_replica": f"{pre['gpus_per_worker']}/{dec['gpus_per_worker']}",
+            "replicas": pre["workers"] + dec["workers"], "load_rps_per_replica": math.nan,
+            "usd_per_hour": usd_h, "usd_per_million_output_tokens": usd_h / (out_tok_s * 3600.0) * 1e6,
+            "ttft_ms": ttft, "tpot_ms": tpot, "output_tokens_per_s_per_gpu": out_tok_s / dis["total_gpus"],
+            "output_tokens_per_s_per_user": 1000.0 / tpot if tpot > 0 else math.nan,
+            "capacity_rps_per_replica": math.nan, "latency_basis": f"split_{basis}", "meets_slo": met,
+            "gpu_power_w": power, "joules_per_output_token": power / out_tok_s if out_tok_s > 0 else math.nan}
 
 
 def pareto_front(df: pd.DataFrame, objectives: tuple[tuple[str, str], ...], name_col: str = "option") -> pd.DataFrame:
@@ -166,6 +204,7 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
         ax.scatter(df[col], df["usd_per_hour"], s=14, color="0.7", label="candidates x replicas")
         f = pareto_front(df, FRONTIERS[fname])
         ax.plot(f[col], f["usd_per_hour"], "o-", color="C0", label="Pareto frontier")
+        _mark_splits(ax, df, col, "usd_per_hour")
         s = slo.get(label.lower())
         pct = f" {s.key.split('_')[1]}" if s else ""
         if s:
@@ -179,6 +218,7 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
                label="candidates x replicas")
     f = pareto_front(df, FRONTIERS["tokens_per_gpu_vs_tokens_per_user"])
     ax.plot(f["output_tokens_per_s_per_user"], f["output_tokens_per_s_per_gpu"], "o-", color="C0", label="Pareto frontier")
+    _mark_splits(ax, df, "output_tokens_per_s_per_user", "output_tokens_per_s_per_gpu")
     if "tpot" in slo:
         ax.axvline(1000.0 / slo["tpot"].limit_ms, color="C3", ls="--", label=f"SLO {slo['tpot'].label}")
     ax.set_xlabel("output tokens/s per user (1000 / TPOT)")
@@ -191,10 +231,26 @@ def plot(df: pd.DataFrame, slos: list[SLOTarget], path: Path, title: str = "") -
     plt.close(fig)
 
 
+def _mark_splits(ax, df: pd.DataFrame, x: str, y: str) -> None:
+    """Disaggregated splits as orange diamonds, labelled (on the frontier or visibly dominated)."""
+    sp = df[df["mode"] == "disagg"] if "mode" in df.columns else df.iloc[0:0]
+    if sp.empty:
+        return
+    ax.scatter(sp[x], sp[y], s=60, marker="D", color="C1", zorder=5, label="disaggregated split")
+    for _, r in sp.iterrows():
+        ax.annotate(r["candidate"] + (" (chosen)" if "(chosen)" in r["option"] else ""), (r[x], r[y]),
+                    textcoords="offset points", xytext=(6, 4), fontsize=7, color="C1")
+
+
 def write(evals: list[Evaluation], wl: WorkloadStats, slos: list[SLOTarget], out_dir: Path,
-          max_load: float = 1.0, title: str = "", extra_replicas: int = 2, png: bool = True) -> pd.DataFrame:
-    """pareto.csv and (``png``) pareto.png in ``out_dir``; returns the stacked frontiers."""
+          max_load: float = 1.0, title: str = "", extra_replicas: int = 2, png: bool = True,
+          split_rows: list[dict] | None = None) -> pd.DataFrame:
+    """pareto.csv and (``png``) pareto.png in ``out_dir``; returns the stacked frontiers.
+    ``split_rows`` (:func:`split_row`) join the aggregated options on the same frontiers."""
     df = candidate_metrics(evals, wl, slos, max_load, extra_replicas)
+    if split_rows:
+        df = pd.concat([df, pd.DataFrame(split_rows, columns=COLUMNS)], ignore_index=True) if len(df) else \
+            pd.DataFrame(split_rows, columns=COLUMNS)
     front = frontiers(df)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(front, out_dir / "pareto.csv")

@@ -213,10 +213,6 @@ def plan(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProf
     if disagg is not None:  # plan.json's block says whether it is the plan's answer
         disagg["chosen"] = disagg["recommended"] = res.chosen_mode == "disagg"
     res.notes += notes
-    if space.confidence is not None and res.chosen_mode == "disagg":
-        res.notes.append(f"search.confidence={space.confidence:g}: the disaggregated split was sized and simulated "
-                         "against the tightened limits; its probability of meeting every SLO is not computed "
-                         "(the served error model is fitted on aggregated rows)")
     return res
 
 
@@ -236,7 +232,10 @@ def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadS
         return None
     if simulate:
         verify_and_grow(opt, model, engine, wl, slos, calibration, space.verify_requests, max_gpus)
-    return opt.as_dict(sel.total_usd_per_hour if sel.feasible else None, model.key)
+    from llmplan.optimizer.disagg_figures import annotate  # per-pool headroom, KV budget, power
+
+    return annotate(opt.as_dict(sel.total_usd_per_hour if sel.feasible else None, model.key), opt, wl, slos, model,
+                    engine)
 
 
 def screen(model: ModelSpec, gpus: list[tuple[GPUSpec, float]], engine: EngineProfile, wl: WorkloadStats,

@@ -157,6 +157,10 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
         "disaggregated": getattr(res, "disaggregated", None),
     })
     d.update(context)
+    if getattr(res, "mode_selection", None) and res.chosen_mode == "disagg" and isinstance(res.disaggregated, dict):
+        from llmplan.optimizer import split_summary  # the chosen split at the top level, aggregated under its key
+
+        split_summary.apply(d, res, engine, WIDE_BAND_PCT, HOURS_PER_MONTH)
     return d
 
 
@@ -183,7 +187,7 @@ def candidates_frame(evals: list[Evaluation]) -> pd.DataFrame:
 def write(res: PlanResult, out_dir: Path, context: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     d = plan_dict(res, context)
-    if res.selection.feasible and context.get("engine"):
+    if res.feasible and context.get("engine"):
         d["served_band"] = served_bands(context["engine"], (d.get("verification") or {}).get("deployment_simulation"))
     (out_dir / "plan.json").write_text(json.dumps(d, indent=2, sort_keys=False) + "\n")
     candidates_frame(res.evaluations).to_csv(out_dir / "candidates.csv", index=False, float_format="%.6g")
@@ -331,13 +335,14 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
                       f"{c['throughput_rps']:.3g} req/s simulated, every SLO {'met' if c['met'] else 'NOT met'} ("
                       + ", ".join(f"{k} {v['simulated_ms']:.4g} ms" for k, v in c["targets"].items())
                       + f"); planned in {len(cl['rounds'])} round(s), the table's load is the last planned rate")
+    agg = d.get("aggregated") or d  # the aggregated selection's figures (top level unless a split is chosen)
     if sel.feasible:
-        band = d["error_band"]
+        band = agg["error_band"]
         console.print(_deploy_table(
             f"Deployment on the fleet: ${sel.total_usd_per_hour:.2f}/h, {sel.total_gpus} GPUs used"
             if res.fleet else f"{_agg_title(res)}: ${sel.total_usd_per_hour:.2f}/h (${sel.total_usd_per_hour * HOURS_PER_MONTH:,.0f}/month "
             f"at {HOURS_PER_MONTH:g} h), {sel.total_gpus} GPUs, "
-            f"${d['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
+            f"${agg['usd_per_million_output_tokens']:.3f} per million output tokens", sel, res))
         if band["wide"]:
             console.print(f"[bold yellow]Low confidence:[/bold yellow] the chosen deployment's step-time error band is "
                           f"±{band['max_p90_pct']:.0f}% ({band['tier']} calibration tier), wider than "
@@ -348,7 +353,7 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
             console.print("[dim]* = analytical estimate (this row was not simulated)[/dim]")
         for a in sel.allocations:
             console.print(f"[dim]  {escape(_analytical_line(a, res.slos))}[/dim]")
-        for line in risk_lines(d, res):
+        for line in risk_lines(agg | {"engine": d.get("engine")}, res):
             console.print(escape(line))
         if any(a.evaluation.candidate.weight_only for a in sel.allocations):
             console.print("[dim](w4a16) = the 4-bit weights run weight-only on this GPU (dequantised to bf16 in "

@@ -137,13 +137,51 @@ def selection_risk(sel: Selection, slos: list[SLOTarget], engine: str) -> dict:
         pools.append({"pool": a.evaluation.candidate.name, "basis": basis,
                       "probability": allocation_probabilities(pred, sd, slos, engine)})
     p_all = every_slo([p["probability"] for p in pools], slos) if pools else None
-    models = {m: error_model(engine, m) for m in sorted({s.metric for s in slos})}
     return {"every_slo_probability": None if p_all is None else round(p_all, 4), "pools": pools,
-            "error_model": {m: (None if e is None else {"kind": "lognormal" if isinstance(e, ErrorModel) else "empirical",
-                                                         "median_factor": round(math.exp(e.log_quantile(0.5)), 4),
-                                                         "p90_factor": round(math.exp(e.log_quantile(0.9)), 4),
-                                                         "source": e.source}) for m, e in models.items()},
-            "method": "docs/RISK.md"}
+            "error_model": error_models(slos, engine), "method": "docs/RISK.md"}
+
+
+def error_models(slos: list[SLOTarget], engine: str) -> dict:
+    """plan.json's description of the served error model of each metric (None: no band)."""
+    models = {m: error_model(engine, m) for m in sorted({s.metric for s in slos})}
+    return {m: (None if e is None else {"kind": "lognormal" if isinstance(e, ErrorModel) else "empirical",
+                                         "median_factor": round(math.exp(e.log_quantile(0.5)), 4),
+                                         "p90_factor": round(math.exp(e.log_quantile(0.9)), 4),
+                                         "source": e.source}) for m, e in models.items()}
+
+
+#: the residual set a disaggregated split is judged with (docs/RISK.md "Disaggregated splits")
+SPLIT_RESIDUALS = ("the engine's aggregated served residuals (sim/data/served_residuals.json): the disaggregated "
+                   "served rows are too few to fit their own; the split's TTFT (prefill queue + prompt + KV transfer "
+                   "+ hand-off + decode join) takes the aggregated TTFT error, its TPOT the aggregated TPOT error")
+
+
+def split_risk(dis: Mapping, slos: list[SLOTarget], engine: str) -> dict:
+    """P(each SLO met) of a disaggregated split (plan.json ``disaggregated``): its simulated
+    statistics with their sampling spread (``simulated.log_sd``), else the screen's figures (the
+    prefill pool's TTFT, the decode pool's TPOT; their binding target's figure stands for every
+    target of the metric). An overloaded simulation meets no target (probability 0)."""
+    sim = dis.get("simulated") or {}
+    if sim.get("targets"):
+        basis = "simulated"
+        pred = {k: (math.nan if sim.get("overloaded") else float(v["simulated_ms"])) for k, v in sim["targets"].items()}
+        sd = {k: float(v) for k, v in (sim.get("log_sd") or {}).items() if v is not None}
+    else:
+        basis = "analytical"
+        pools = {p["role"]: p for p in dis.get("pools") or []}
+        pred = {s.key: float((pools.get("prefill" if s.metric == "ttft" else "decode") or {}).get(f"{s.metric}_ms",
+                                                                                              math.nan)) for s in slos}
+        sd = {}
+    probs = allocation_probabilities(pred, sd, slos, engine)
+    p_all = every_slo([probs], slos)
+    return {"every_slo_probability": None if p_all is None else round(p_all, 4),
+            "pools": [{"pool": f"{dis.get('xpyd', 'xPyD')} (TTFT across both pools, TPOT of the decode pool)",
+                       "basis": basis, "probability": {k: _round(v) for k, v in probs.items()}}],
+            "error_model": error_models(slos, engine), "residuals": SPLIT_RESIDUALS, "method": "docs/RISK.md"}
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
 
 
 def confidence_slos(slos: list[SLOTarget], engine: str, confidence) -> list[SLOTarget]:
@@ -164,14 +202,23 @@ def finish_confidence(res, point: list[SLOTarget], planned: list[SLOTarget], con
     res.confidence = {"level": c, "per_metric_level": round(metric_level(c, point), 4),
                       "planned_limits_ms": {s.key: round(s.limit_ms, 3) for s in planned},
                       "slo_limits_ms": {s.key: s.limit_ms for s in point}, "method": "docs/RISK.md"}
-    if not res.selection.feasible:
+    split = getattr(res, "chosen_mode", "agg") == "disagg" and isinstance(getattr(res, "disaggregated", None), dict)
+    if not res.selection.feasible and not split:
         res.notes.append(f"search.confidence={c:g}: planned against limits tightened to " +
                          ", ".join(f"{s.key} {s.limit_ms:.4g} ms" for s in planned) +
                          " (a prediction within them meets every SLO with that probability)")
-    else:
-        p = selection_risk(res.selection, point, engine)["every_slo_probability"]
-        res.confidence["every_slo_probability"] = p
-        if p is not None and p < c:
-            res.notes.append(f"the chosen deployment meets every SLO with probability {p:.3f}, below "
-                             f"search.confidence={c:g}: the simulated percentiles' sampling spread adds to the "
-                             "served band (raise search.verify_requests)")
+        return
+    # the chosen deployment is judged: the split (sized and simulated against the same tightened
+    # limits as the aggregated side) or the aggregated selection
+    rk = split_risk(res.disaggregated, point, engine) if split else selection_risk(res.selection, point, engine)
+    p = rk["every_slo_probability"]
+    res.confidence["every_slo_probability"] = p
+    res.confidence["judged"] = "disaggregated" if split else "aggregated"
+    if res.selection.feasible and split:
+        res.confidence["aggregated_every_slo_probability"] = selection_risk(res.selection, point,
+                                                                            engine)["every_slo_probability"]
+    if p is not None and p < c:
+        what = "simulated percentiles' sampling spread" if rk["pools"][0]["basis"] == "simulated" else "screen"
+        res.notes.append(f"the chosen deployment meets every SLO with probability {p:.3f}, below "
+                         f"search.confidence={c:g}: the {what} adds to the served band"
+                         + (" (raise search.verify_requests)" if what.startswith("simulated") else ""))

@@ -125,7 +125,16 @@ def test_plan_command_outputs_follow_the_chosen_mode(tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert f"Chosen deployment (disaggregated): {chosen['xpyd']}" in page and "id='modes'" in page
     answer = page[page.index("id='answer'"):page.index("</section>", page.index("id='answer'"))]
-    assert f"Chosen: disaggregated {chosen['xpyd']}" in answer and "aggregated alternative (not chosen)" in answer
+    assert f"Chosen: disaggregated {chosen['xpyd']}" in answer and "describe this split" in answer
+    # the answer's pools are the split's (role-labelled); the aggregated selection has its own section
+    assert "prefill 1x h100_sxm" in answer and "decode 1x h100_sxm" in answer
+    assert "id='aggregated'><h2>Aggregated alternative (not chosen)" in page
+    # plan.json's top level describes the split; the aggregated selection sits under 'aggregated'
+    assert d["feasible"] is True and d["total_usd_per_hour"] == chosen["total_usd_per_hour"]
+    assert d["total_gpus"] == chosen["total_gpus"] and {x["role"] for x in d["deployments"]} == {"prefill", "decode"}
+    assert d["aggregated"]["total_usd_per_hour"] == rows["agg"]["usd_per_hour"]
+    assert d["energy"]["mode"] == "disaggregated" and "mode" not in d["aggregated"]["energy"]
+    assert len(d["kv_budget"]) == 2 and {b["role"] for b in d["kv_budget"]} == {"prefill", "decode"}
 
 
 def test_plan_command_exits_3_when_no_allowed_mode_meets_the_slos(tmp_path):
@@ -140,7 +149,8 @@ def test_plan_command_exits_3_when_no_allowed_mode_meets_the_slos(tmp_path):
 
 def test_split_is_the_answer_when_no_aggregated_deployment_fits_the_gpus(tmp_path, capsys):
     """2 H100s allowed, 6 ms TPOT on long prompts: aggregated needs 4 GPUs, a 1P1D split 2; exit 0,
-    only deploy/disagg/ is written, plan.json's aggregated 'feasible' stays false."""
+    only deploy/disagg/ is written; plan.json's top-level 'feasible' is true (the split meets the
+    SLOs) while the aggregated selection's, under 'aggregated', stays false."""
     import json
 
     from llmplan.cli.hydra_app import compose
@@ -150,8 +160,11 @@ def test_split_is_the_answer_when_no_aggregated_deployment_fits_the_gpus(tmp_pat
                                    "workload.rate_rps=5", "slo.tpot_p90_ms=6", "slo.ttft_p90_ms=5000",
                                    "gpu.max_gpus={h100_sxm: 2}"]), tmp_path)
     d = json.loads((tmp_path / "plan.json").read_text())
-    assert rc == 0 and d["feasible"] is False and d["mode"] == "disagg"
-    assert d["chosen_deployment"]["total_gpus"] <= 2
+    assert rc == 0 and d["feasible"] is True and d["mode"] == "disagg"
+    assert d["aggregated"]["feasible"] is False and d["aggregated"]["deployments"] == []
+    assert d["chosen_deployment"]["total_gpus"] == d["total_gpus"] <= 2
+    # the split's probability and energy are stated although no aggregated deployment exists
+    assert 0.0 <= d["every_slo_probability"] <= 1.0 and d["energy"]["joules_per_output_token"] > 0
     assert (tmp_path / "deploy" / "disagg" / "router.sh").is_file()
     assert not (tmp_path / "deploy" / "deploy.json").exists() and d["deploy"]["pools"] == []
     out = capsys.readouterr().out

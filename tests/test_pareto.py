@@ -100,7 +100,8 @@ def test_write_csv_and_plot(tmp_path):
     slos = [SLOTarget("ttft", 90, 1000), SLOTarget("tpot", 90, 50)]
     front = pareto.write(evals, wl, slos, tmp_path, title="test")
     back = pd.read_csv(tmp_path / "pareto.csv")
-    assert list(back.columns[:3]) == ["frontier", "option", "candidate"] and len(back) == len(front)
+    assert list(back.columns[:4]) == ["frontier", "mode", "option", "candidate"] and len(back) == len(front)
+    assert set(back["mode"]) == {"agg"}  # no split given
     assert set(back["frontier"]) == set(pareto.FRONTIERS)
     # tp4: 3 rps per replica at $12/h -> 2 replicas $24/h, TTFT 400: dominated on $/h vs TTFT by tp2 ($12/h, 150 ms);
     # tp1: 5 replicas at $3/h = $15/h, 200 ms: dominated by tp2 too

@@ -69,6 +69,16 @@ def day_block(res, app, out: Path, png: bool, model=None) -> dict | None:
     if profile.source != "table":
         block["assumptions"].append(f"load profile: {profile.source} ({len(profile.rate_rps)} intervals)")
     block["attainment"] = attainment
+    # the day ILP schedules aggregated replicas per interval; a chosen split's pools are not
+    # planned per interval, so the block says which deployment it describes (never the split silently)
+    split = bool(getattr(res, "mode_selection", None)) and getattr(res, "chosen_mode", "agg") == "disagg"
+    block["mode"] = "aggregated"
+    block["describes"] = "the aggregated alternative" if split else "the chosen deployment"
+    if split:
+        xpyd = (res.disaggregated or {}).get("xpyd", "xPyD")
+        block["assumptions"].append(f"the chosen deployment is disaggregated ({xpyd}); day plans schedule aggregated "
+                                    "replicas per interval only, so this day plans the aggregated alternative "
+                                    "(per-interval prefill/decode pools are not planned)")
     return block
 
 
@@ -78,7 +88,9 @@ def _pct(x) -> str:
 
 def render_lines(day: dict) -> list[str]:
     """Console lines of the day block (cost, then simulated attainment)."""
-    lines = [f"Day ({day['profile']}, {day['intervals']} intervals, peak {day['peak_rps']:g} req/s): "
+    alt = " of the aggregated alternative (day plans are aggregated only; the chosen split is not planned " \
+        "per interval)" if day.get("describes") == "the aggregated alternative" else ""
+    lines = [f"Day{alt} ({day['profile']}, {day['intervals']} intervals, peak {day['peak_rps']:g} req/s): "
              f"${day['cost_usd']:,.2f} with autoscaling vs ${day['static_peak_cost_usd']:,.2f} static for "
              f"the peak ({day['saving_pct']:.0f}% saved); replicas per interval in day.csv"]
     att = day.get("attainment")

@@ -27,18 +27,32 @@ def check_energy(app) -> None:
         raise ConfigError(f"must be >= 0 $/kWh or null, got {price!r}", key="energy.usd_per_kwh", fix="e.g. 0.12")
 
 
-def energy_block(res, app) -> dict | None:
-    from llmplan.optimizer.energy import selection_energy
+def split_chosen(res) -> bool:
+    """The plan's answer is the disaggregated split (optimizer/mode_select.py)."""
+    return (bool(getattr(res, "mode_selection", None)) and getattr(res, "chosen_mode", "agg") == "disagg"
+            and isinstance(getattr(res, "disaggregated", None), dict))
 
+
+def energy_block(res, app, aggregated: bool = False) -> dict | None:
+    """Energy of the chosen deployment (the split's pools when it is chosen); ``aggregated``: of
+    the aggregated selection whatever the choice."""
+    from llmplan.optimizer.energy import selection_energy, split_energy
+
+    pue, price = float(app.energy.pue), app.energy.usd_per_kwh
+    if split_chosen(res) and not aggregated:
+        return split_energy(res.disaggregated, res.workload, pue=pue, usd_per_kwh=price)
     if not res.selection.feasible:
         return None
-    return selection_energy(res.selection, res.workload, pue=float(app.energy.pue), usd_per_kwh=app.energy.usd_per_kwh)
+    return selection_energy(res.selection, res.workload, pue=pue, usd_per_kwh=price)
 
 
-def kv_budget_block(res, model, engine) -> list[dict]:
-    """The engine's KV budget of each chosen pool (sim/memory.py plan_memory)."""
+def kv_budget_block(res, model, engine, aggregated: bool = False) -> list[dict]:
+    """The engine's KV budget of each chosen pool (sim/memory.py plan_memory): per worker of each
+    pool of a chosen split (optimizer/disagg_figures.py), else per replica of each aggregated pool."""
     from llmplan.sim.memory import plan_memory
 
+    if split_chosen(res) and not aggregated:
+        return list(res.disaggregated.get("kv_budget") or [])
     out = []
     for a in res.selection.allocations if res.selection.feasible else []:
         c = a.evaluation.candidate
@@ -99,11 +113,17 @@ def pareto_block(res, app, model, out: Path, png: bool) -> dict:
     from llmplan.optimizer import pareto
 
     title = f"{model.key}: {res.workload.rate_rps:g} req/s, " + ", ".join(s.label for s in res.slos)
+    dis = res.disaggregated if isinstance(getattr(res, "disaggregated", None), dict) else None
+    splits = [pareto.split_row(dis, res.workload, res.slos, chosen=split_chosen(res))] if dis else []
     front = pareto.write(res.evaluations, res.workload, res.slos, out, max_load=app.search.max_load, title=title,
-                         png=png)
+                         png=png, split_rows=splits)
     files = ["pareto.csv"] + (["pareto.png"] if png and (out / "pareto.png").exists() else [])
+    on_front = sorted(set(front.loc[front["mode"] == "disagg", "frontier"])) if len(front) else []
     return {"files": files, "rows": int(len(front)),
-            "frontiers": sorted(set(front["frontier"])) if len(front) else []}
+            "frontiers": sorted(set(front["frontier"])) if len(front) else [],
+            "split_options": [r["option"] for r in splits],
+            # the frontiers the split is on (absent from one: another option dominates it there)
+            "split_on_frontiers": on_front}
 
 
 def day_block(res, app, out: Path, png: bool, model=None) -> dict | None:
@@ -121,6 +141,9 @@ def add_blocks(res, model, app, out: Path, d: dict) -> dict:
     d["chosen_deployment"] = chosen_deployment(res, d)
     d["energy"] = energy_block(res, app)
     d["kv_budget"] = kv_budget_block(res, model, app.engine)
+    if isinstance(d.get("aggregated"), dict):  # the aggregated alternative's own blocks (optimizer/split_summary.py)
+        d["aggregated"]["energy"] = energy_block(res, app, aggregated=True)
+        d["aggregated"]["kv_budget"] = kv_budget_block(res, model, app.engine, aggregated=True)
     d["deploy"] = deploy_block(res, model, app, out)
     d["pareto"] = pareto_block(res, app, model, out, png=html)
     try:
@@ -157,18 +180,43 @@ def mode_table(rows: list[dict]):
     return t
 
 
+def split_lines(d: dict) -> list[str]:
+    """Console lines of a chosen split: P(each SLO met) and each pool's headroom."""
+    out, rk = [], d.get("risk") or {}
+    xpyd = (d.get("chosen_deployment") or {}).get("xpyd", "split")
+    for pool in rk.get("pools") or []:
+        probs = [f"{k} {v:.2f}" for k, v in pool["probability"].items() if v is not None]
+        if probs:
+            out.append(f"P(SLO met) {xpyd} ({pool['basis']}): " + ", ".join(probs))
+    for dep in d.get("deployments") or []:
+        h = dep.get("headroom") or {}
+        if h.get("utilisation") is not None:
+            out.append(f"Headroom {dep['role']} pool ({dep['replicas']}x {dep['gpu']} tp{dep['tp']}): "
+                       f"{h['load_rps_per_worker']:.3g}/{h['capacity_rps_per_worker']:.3g} req/s per worker, "
+                       f"{h['headroom_pct']:.0f}% free; limited by {h['limited_by']} ({h['detail']})")
+    if d.get("every_slo_probability") is not None:
+        out.append(f"P(every SLO met) {xpyd} = {d['every_slo_probability']:.2f} ({d.get('engine')} aggregated "
+                   "served residuals; docs/RISK.md 'Disaggregated splits')")
+    return out
+
+
 def render(d: dict, console: Console, out: Path) -> None:
     """The console lines of the added blocks (after the plan's own table)."""
     if d.get("mode_selection"):
         console.print(mode_table(d["mode_selection"]))
+    if isinstance(d.get("aggregated"), dict):  # a split is chosen: its P(SLO met) and headroom
+        for line in split_lines(d):
+            console.print(line, markup=False)
     for kv in d.get("kv_budget") or []:
-        console.print(f"{kv['pool']}: {kv['lines'][0]}")
+        console.print(f"{kv['pool']}: {kv['lines'][0]}", markup=False)
     e = d.get("energy")
     if e:
         if e.get("gpu_power_w") is not None:
             cost = (f", electricity ${e['electricity_usd_per_hour']:.2f}/h" if e.get("electricity_usd_per_hour")
                     is not None else "")
-            console.print(f"Energy: {e['gpu_power_w'] / 1000:.2f} kW GPU power (PUE {e['pue']:g}: "
+            who = f" ({e['xpyd']}: " + ", ".join(f"{p['role']} {p['power_w'] / 1000:.2f} kW" for p in e["pools"]) + ")" \
+                if e.get("mode") == "disaggregated" else ""
+            console.print(f"Energy{who}: {e['gpu_power_w'] / 1000:.2f} kW GPU power (PUE {e['pue']:g}: "
                           f"{e['facility_power_w'] / 1000:.2f} kW), {e['joules_per_output_token']:.3g} J per output "
                           f"token{cost} (docs/ENERGY.md)")
         else:
