@@ -49,6 +49,13 @@ def split_deployments(dis: dict, slos: list[SLOTarget], rate_rps: float, probabi
     targets = {s.key: {"limit_ms": s.limit_ms, "analytical_ms": None,
                        "simulated_ms": _num(values.get(s.key)) if basis == "simulated" else None,
                        "probability": probability.get(s.key)} for s in slos}
+    sim = dis.get("simulated") or {}
+    # the split's simulation in the aggregated entry's shape (per target, the binding figures)
+    simulated = ({"targets": {k: _num(v) for k, v in values.items()}, "requests": sim.get("requests"),
+                  "log_sd": sim.get("log_sd"), "ttft_ms": _num(values.get(keys["ttft"])) if keys["ttft"] else None,
+                  "tpot_ms": _num(values.get(keys["tpot"])) if keys["tpot"] else None,
+                  "overloaded": sim.get("overloaded"), "scope": "the whole split (sim/disaggregated.py)"}
+                 if basis == "simulated" else None)
     out = []
     for p in dis["pools"]:
         h = dict(p.get("headroom") or {})
@@ -69,7 +76,7 @@ def split_deployments(dis: dict, slos: list[SLOTarget], rate_rps: float, probabi
             "latency_source": {"ttft": basis, "tpot": basis}, "latency_scope": "the whole split",
             "ttft_target": keys["ttft"], "tpot_target": keys["tpot"], "targets": targets, "headroom": h,
             "kv_capacity_tokens": p.get("kv_capacity_tokens_per_worker"), "power": p.get("power"),
-            "error_band": {band["metric"]: band} if band else {}, "calibration_tier": (band or {}).get("tier", ""),
+            "simulated": simulated, "error_band": {band["metric"]: band} if band else {}, "calibration_tier": (band or {}).get("tier", ""),
             "pools": dis["pools"], "speculation": dis.get("speculation"),
         })
     return out

@@ -167,3 +167,40 @@ def test_plan_day_block_says_it_plans_the_aggregated_alternative(tmp_path):
     back = pd.read_csv(tmp_path / "pareto.csv")
     assert (back["mode"] == "disagg").any() == bool(d["pareto"]["split_on_frontiers"])
     assert not math.isnan(d["every_slo_probability"])
+
+
+def test_chosen_split_report_renders_in_headless_chromium(tmp_path):
+    """`plan report.html=true` choosing a 1P1D split: the rendered page's answer, energy and
+    aggregated-alternative tables carry plan.json's split figures; no console errors."""
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+
+    browser = next((b for b in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if b), None)
+    browser = browser or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if browser is None:
+        pytest.skip("no chromium binary (apt-get install -y chromium)")
+    rc = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast", "workload=summarization",
+                                   "workload.rate_rps=10", "slo.tpot_p90_ms=12", "slo.ttft_p90_ms=3000",
+                                   "report.html=true"]), tmp_path)
+    d = json.loads((tmp_path / "plan.json").read_text())
+    assert rc == 0 and d["mode"] == "disagg"
+    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                          "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          (tmp_path / "report.html").as_uri()], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0 and ":CONSOLE" not in run.stderr, run.stderr[-2000:]
+    dom = run.stdout
+    answer = dom[dom.index('id="answer"'):dom.index('id="aggregated"')]
+    assert f"${d['total_usd_per_hour']:.2f}/h" in answer and f"{100 * d['every_slo_probability']:.1f} %" in answer
+    assert "prefill 1x h100_sxm" in answer and "decode 1x h100_sxm" in answer
+    for dep in d["deployments"]:  # each pool's headroom row
+        assert f"{dep['headroom']['headroom_pct']:.0f} %" in answer
+    energy = dom[dom.index('id="energy"'):]
+    assert "chosen split" in energy and f"{d['energy']['joules_per_output_token']:.3f} J" in energy
+    agg = dom[dom.index('id="aggregated"'):dom.index('id="alternatives"')]
+    assert f"${d['aggregated']['total_usd_per_hour']:.2f}/h" in agg
