@@ -218,7 +218,8 @@ def finish_confidence(res, point: list[SLOTarget], planned: list[SLOTarget], con
         res.confidence["aggregated_every_slo_probability"] = selection_risk(res.selection, point,
                                                                             engine)["every_slo_probability"]
     if p is not None and p < c:
-        what = "simulated percentiles' sampling spread" if rk["pools"][0]["basis"] == "simulated" else "screen"
+        simulated = all(x["basis"] == "simulated" for x in rk["pools"])
+        why = ("the simulated percentiles' sampling spread adds to the served band (raise search.verify_requests)"
+               if simulated else "an analytical figure stands for a pool that was not simulated (search.finalists=0)")
         res.notes.append(f"the chosen deployment meets every SLO with probability {p:.3f}, below "
-                         f"search.confidence={c:g}: the {what} adds to the served band"
-                         + (" (raise search.verify_requests)" if what.startswith("simulated") else ""))
+                         f"search.confidence={c:g}: {why}")

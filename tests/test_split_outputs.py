@@ -204,3 +204,24 @@ def test_chosen_split_report_renders_in_headless_chromium(tmp_path):
     assert "chosen split" in energy and f"{d['energy']['joules_per_output_token']:.3f} J" in energy
     agg = dom[dom.index('id="aggregated"'):dom.index('id="alternatives"')]
     assert f"${d['aggregated']['total_usd_per_hour']:.2f}/h" in agg
+
+
+def test_plan_confidence_judges_the_chosen_split_against_the_users_limits(tmp_path):
+    """search.confidence with the split chosen: plan.json's confidence judges the split (its
+    probability is the top-level one) and keeps the aggregated one beside it."""
+    import json
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+
+    rc = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast", "workload=summarization",
+                                   "workload.rate_rps=10", "slo.tpot_p90_ms=12", "slo.ttft_p90_ms=3000",
+                                   "search.confidence=0.5"]), tmp_path)
+    d = json.loads((tmp_path / "plan.json").read_text())
+    assert rc == 0 and d["mode"] == "disagg"
+    conf = d["confidence"]
+    assert conf["judged"] == "disaggregated" and conf["every_slo_probability"] == d["every_slo_probability"]
+    assert conf["aggregated_every_slo_probability"] == d["aggregated"]["every_slo_probability"]
+    # tightened limits planned, the user's limits judged
+    assert all(conf["planned_limits_ms"][k] < conf["slo_limits_ms"][k] for k in conf["slo_limits_ms"])
+    assert {k: t["limit_ms"] for k, t in d["deployments"][0]["targets"].items()} == conf["slo_limits_ms"]
