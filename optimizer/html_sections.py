@@ -110,10 +110,14 @@ def disaggregated(plan: Mapping) -> str:
     if targets:
         met, bind = judge({k: t.get("simulated_ms") for k, t in targets.items()},
                           {k: t.get("limit_ms") for k, t in targets.items()})
+        probs = ((dis.get("risk") or {}).get("pools") or [{}])[0].get("probability") or {}
         trows = [[esc(k) + (" <b>(binding)</b>" if k == bind else ""), fmt(t.get("limit_ms"), 1, "ms"),
-                  fmt(t.get("simulated_ms"), 1, "ms"), verdict(met.get(k))] for k, t in targets.items()]
+                  fmt(t.get("simulated_ms"), 1, "ms"), verdict(met.get(k))]
+                 + ([fmt(100 * probs[k], 1, "%") if isinstance(probs.get(k), (int, float)) else "-"] if probs else [])
+                 for k, t in targets.items()]
         out.append(f"<h3>Simulated ({fmt(sim.get('requests'), 0)} requests; {esc(sim.get('workload', ''))})</h3>"
-                   + table(["target", "limit", "simulated", ""], trows, table_id="disagg-targets")
+                   + table(["target", "limit", "simulated", ""] + (["P(met)"] if probs else []), trows,
+                           table_id="disagg-targets")
                    + (f"<p class='muted'>mean KV transfer {fmt(sim.get('kv_transfer_ms_mean'), 2, 'ms')}"
                       + ("; <b>overloaded</b>" if sim.get("overloaded") else "") + "</p>"))
     if dis.get("simulate_with"):

@@ -156,6 +156,11 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
         # the cheapest disaggregated (xPyD) option beside the selection (optimizer/disagg_candidates.py)
         "disaggregated": getattr(res, "disaggregated", None),
     })
+    dis = getattr(res, "disaggregated", None)
+    if isinstance(dis, dict) and engine:  # the split's P(SLO met) whenever it is reported (docs/RISK.md)
+        from llmplan.optimizer.risk import split_risk
+
+        d["disaggregated"] = dict(dis, risk=split_risk(dis, res.slos, engine))
     d.update(context)
     if getattr(res, "mode_selection", None) and res.chosen_mode == "disagg" and isinstance(res.disaggregated, dict):
         from llmplan.optimizer import split_summary  # the chosen split at the top level, aggregated under its key

@@ -225,3 +225,22 @@ def test_plan_confidence_judges_the_chosen_split_against_the_users_limits(tmp_pa
     # tightened limits planned, the user's limits judged
     assert all(conf["planned_limits_ms"][k] < conf["slo_limits_ms"][k] for k in conf["slo_limits_ms"])
     assert {k: t["limit_ms"] for k, t in d["deployments"][0]["targets"].items()} == conf["slo_limits_ms"]
+
+
+def test_split_probability_is_reported_when_the_split_is_not_chosen(tmp_path):
+    """Chat at 20 req/s on H100 (the aggregated deployment is chosen): plan.json's disaggregated
+    block still states the split's P(SLO met), and the top level stays the aggregated selection."""
+    import json
+
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.plan_cmd import run_plan
+
+    rc = run_plan(compose("plan", ["model=llama3_1_8b", "gpu=h100_sxm", "search=fast", "workload.rate_rps=20",
+                                   "slo.tpot_p90_ms=50"]), tmp_path)
+    d = json.loads((tmp_path / "plan.json").read_text())
+    assert rc == 0 and d["mode"] == "agg" and "aggregated" not in d
+    assert d["disaggregated"] is not None  # a split exists (2 GPUs), dearer than the 1-GPU aggregated answer
+    rk = d["disaggregated"]["risk"]
+    p = rk["every_slo_probability"]
+    assert 0.0 <= p <= 1.0 and "aggregated served residuals" in rk["residuals"]
+    assert d["deployments"][0].get("mode") == "aggregated"
