@@ -57,7 +57,9 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
         t.add_column(c, justify="left" if not c or c == "" else "right")
 
     def dep(d):
-        return " + ".join(f"{x['replicas']}x {x['gpu']} tp{x['tp']}/pp{x['pp']}/ep{x['ep']} {x['precision']}"
+        # a chosen disaggregated split's pools are labelled by role (optimizer/split_summary.py)
+        return " + ".join(("{} ".format(x["role"]) if x.get("mode") == "disaggregated" else "")
+                          + f"{x['replicas']}x {x['gpu']} tp{x['tp']}/pp{x['pp']}/ep{x['ep']} {x['precision']}"
                           for x in d["deployments"]) or "none meets the SLOs"
 
     def pct(a, b):
