@@ -184,8 +184,14 @@ def mode_table(plan: Mapping) -> str:
                   if r.get("usd_per_hour") is not None else "-"),
               ("yes" if r.get("chosen") else "no") + ("" if r.get("allowed", True) else " (not allowed)")]
              for r in rows]
+    heads = ["mode", "pools", "GPUs", "$/h", "SLOs", "chosen"]
+    if any(isinstance(r.get("every_slo_probability"), (int, float)) for r in rows):  # each mode's P(every SLO met)
+        heads.insert(5, "P(every SLO met)")
+        for tr, r in zip(trows, rows):
+            p = r.get("every_slo_probability")
+            tr.insert(5, fmt(100 * p, 1, "%") if isinstance(p, (int, float)) else "-")
     return ("<h3>Serving mode: the cheapest mode meeting the SLOs is chosen</h3>"
-            + table(["mode", "pools", "GPUs", "$/h", "SLOs", "chosen"], trows, left=(0, 1, 4, 5), table_id="modes"))
+            + table(heads, trows, left=(0, 1, 4, len(heads) - 1), table_id="modes"))
 
 
 def disagg_artifacts(plan: Mapping, read_manifest) -> str:

@@ -225,6 +225,10 @@ def test_plan_confidence_judges_the_chosen_split_against_the_users_limits(tmp_pa
     # tightened limits planned, the user's limits judged
     assert all(conf["planned_limits_ms"][k] < conf["slo_limits_ms"][k] for k in conf["slo_limits_ms"])
     assert {k: t["limit_ms"] for k, t in d["deployments"][0]["targets"].items()} == conf["slo_limits_ms"]
+    # the mode table states each mode's probability beside its cost
+    rows = {r["mode"]: r for r in d["mode_selection"]}
+    assert rows["disagg"]["every_slo_probability"] == d["every_slo_probability"]
+    assert rows["agg"]["every_slo_probability"] == d["aggregated"]["every_slo_probability"]
 
 
 def test_split_probability_is_reported_when_the_split_is_not_chosen(tmp_path):

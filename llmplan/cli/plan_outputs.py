@@ -137,7 +137,7 @@ def add_blocks(res, model, app, out: Path, d: dict) -> dict:
     """Compute every block, add it to the plan dict ``d`` and rewrite plan.json."""
     html = bool(app.report.html)
     d["mode"] = getattr(res, "chosen_mode", "agg")
-    d["mode_selection"] = getattr(res, "mode_selection", [])
+    d["mode_selection"] = mode_probabilities(getattr(res, "mode_selection", []), d)
     d["chosen_deployment"] = chosen_deployment(res, d)
     d["energy"] = energy_block(res, app)
     d["kv_budget"] = kv_budget_block(res, model, app.engine)
@@ -161,6 +161,17 @@ def add_blocks(res, model, app, out: Path, d: dict) -> dict:
     return d
 
 
+def mode_probabilities(rows: list[dict], d: dict) -> list[dict]:
+    """The mode rows with each mode's P(every SLO met) (optimizer/risk.py; None where not computed):
+    the cheaper mode can be the riskier one, and the table shows it."""
+    agg = d.get("aggregated") if isinstance(d.get("aggregated"), dict) else d
+    dis = d.get("disaggregated") or {}
+    p = {"agg": agg.get("every_slo_probability") if agg.get("feasible") else None,
+         "disagg": (dis.get("risk") or {}).get("every_slo_probability")}
+    return [dict(r, every_slo_probability=p.get(r["mode"]) if r.get("usd_per_hour") is not None else None)
+            for r in rows]
+
+
 def mode_table(rows: list[dict]):
     """The mode-selection table: aggregated against the disaggregated split, which one is chosen."""
     from rich import box
@@ -168,14 +179,15 @@ def mode_table(rows: list[dict]):
 
     t = Table(title="Serving mode (search.modes): the cheapest mode meeting the SLOs is chosen", title_justify="left",
               box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in ("mode", "pools", "GPUs", "$/h", "SLOs", "chosen"):
-        t.add_column(col, justify="right" if col in ("GPUs", "$/h") else "left", overflow="fold")
+    for col in ("mode", "pools", "GPUs", "$/h", "SLOs", "P(all)", "chosen"):
+        t.add_column(col, justify="right" if col in ("GPUs", "$/h", "P(all)") else "left", overflow="fold")
     for r in rows:
         slo = ("met (" + r["basis"] + ")" if r["meets_slo"] else "missed") if r["usd_per_hour"] is not None else "-"
         why = "" if r["allowed"] else " (not allowed)"
         t.add_row(r["label"], r["pools"] if r["usd_per_hour"] is not None else r["why"],
                   "-" if r["gpus"] is None else str(r["gpus"]),
                   "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}", slo,
+                  "-" if r.get("every_slo_probability") is None else f"{r['every_slo_probability']:.2f}",
                   ("yes" if r["chosen"] else "no") + why)
     return t
 
