@@ -165,6 +165,11 @@ def test_split_is_the_answer_when_no_aggregated_deployment_fits_the_gpus(tmp_pat
     assert d["chosen_deployment"]["total_gpus"] == d["total_gpus"] <= 2
     # the split's probability and energy are stated although no aggregated deployment exists
     assert 0.0 <= d["every_slo_probability"] <= 1.0 and d["energy"]["joules_per_output_token"] > 0
+    # the split's energy is the sum of its pools', per output token at the plan's rate
+    e = d["energy"]
+    assert [p["role"] for p in e["pools"]] == ["prefill", "decode"]
+    assert abs(e["gpu_power_w"] - sum(p["power_w"] for p in e["pools"])) <= 0.2
+    assert abs(e["joules_per_output_token"] - e["facility_power_w"] / e["output_tokens_per_s"]) <= 1e-3
     assert (tmp_path / "deploy" / "disagg" / "router.sh").is_file()
     assert not (tmp_path / "deploy" / "deploy.json").exists() and d["deploy"]["pools"] == []
     out = capsys.readouterr().out
