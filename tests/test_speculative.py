@@ -192,7 +192,10 @@ def test_separate_draft_model_costs_k_forwards():
     # four sequential Llama-2-7B forwards (TP4, memory-bound: ~13.5 GB / 4 per GPU each)
     one = m.draft.step_time_ms(__import__("llmplan.sim.types", fromlist=["StepShape"]).StepShape.build(
         decode_kv_lens=[1000]))
-    assert s.draft_ms == pytest.approx(4 * one, rel=0.15)
+    # plus the engine's per-step host time once for the draft phase (a fitted value: kept out of
+    # the tolerance so a refit of the engine terms cannot move this check)
+    assert s.draft_ms - target.engine.host_overhead_ms == pytest.approx(4 * one, rel=0.15)
+    assert target.engine.host_overhead_ms > 0
     assert m.draft_weight_bytes_per_gpu() == pytest.approx(weight_bytes(draft, "bf16") / 4)
     # a heavier draft costs more per step than a one-layer EAGLE-3 head
     eagle = SpeculativeStepModel(target, SpecConfig("eagle3", 4, Acceptance.constant(0.8))).step(1, 1000)
