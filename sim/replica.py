@@ -105,6 +105,8 @@ class Replica:
         self._wakes: set[float] = set()
         self._rr = 0
         self._memo: dict[StepShape, float] = {}
+        # decode-only step time without a StepShape (AnalyticalStepModel.decode_step_ms), or None
+        self._decode_ms = getattr(spec.cost_model, "decode_step_ms", None)
         self._keys: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._resume_itl: list[float] = []
         self.launches = 0
@@ -201,9 +203,20 @@ class Replica:
             memo[shape] = t
         return t
 
+    def _decode_step_time(self, n: int, kv: int) -> float:
+        """:meth:`_step_time` of a decode-only step (``n`` >= 1 sequences, ``kv`` KV tokens)."""
+        dms = self._decode_ms
+        if dms is None:
+            return self._step_time(StepShape(0, 0, 0.0, 0, n, kv))
+        t = dms(n, kv)
+        if not (t > 0.0 and math.isfinite(t)):
+            raise ValueError(f"cost model returned step time {t!r} for {StepShape(0, 0, 0.0, 0, n, kv)}")
+        return t
+
     def _launch(self, ve: EngineState, now: float) -> None:
         chunks, n_dec = ve.plan_chunks, ve.plan_dec
         kv = ve.kv_base + n_dec * ve.counter if n_dec else 0
+        shape = None
         if chunks:
             pt = ctx = 0
             pairs = 0.0
@@ -212,9 +225,12 @@ class Replica:
                 ctx += c
                 pairs += n * c + n * (n + 1) / 2
             shape = StepShape(pt, len(chunks), pairs, ctx, n_dec, kv)
+            end = now + self._step_time(shape)
+        elif n_dec:
+            end = now + self._decode_step_time(n_dec, kv)
         else:
             shape = StepShape(0, 0, 0.0, 0, n_dec, kv)
-        end = now + self._step_time(shape)
+            end = now + self._step_time(shape)
         w = ve.n_dec_meas
         itl = self.itl
         if n_dec:
@@ -233,6 +249,8 @@ class Replica:
                 end = self._fast_forward(ve, end, w)
             self.stage_free_at = end
         else:
+            if shape is None:
+                shape = StepShape(0, 0, 0.0, 0, n_dec, kv)
             self.stage_free_at = now + float(self.cost.stage_time_ms(shape))
         self.busy_ms += self.stage_free_at - now
         if now >= self.next_sample_ms:
@@ -250,14 +268,14 @@ class Replica:
         max_steps = ve.next_finish_counter() - c
         free = ve.pool.free
         steps, alloc = 1, 0
-        step_time, itl = self._step_time, self.itl
+        step_time, itl = self._decode_step_time, self.itl
         while steps < max_steps and end < bound:
             cc = c + steps
             nb = pc[cc % B]
             if nb > free - alloc:
                 break
             alloc += nb
-            dt = step_time(StepShape(0, 0, 0.0, 0, n, kvb + n * cc))
+            dt = step_time(n, kvb + n * cc)
             if w:
                 itl.add(dt, w)
             end += dt

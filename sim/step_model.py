@@ -101,6 +101,8 @@ class AnalyticalStepModel:
         self._dc_lat = lru_cache(maxsize=65536)(lambda *k: tuple(o.latency_ms for o in self._attn_ops(0, 0, 0.0, *k)))
         self._attn_ms = lru_cache(maxsize=262144)(self._attn_sum)
         self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
+        self._decode_sc: dict[tuple[int, float], tuple[float, float]] = {}  # their (stage, comm)
+        self._last_sc: tuple[StepShape | None, tuple[float, float]] = (None, (0.0, 0.0))
 
     # ------------------------------------------------------------------ public protocol
     def step_time_ms(self, shape: StepShape) -> float:
@@ -113,18 +115,51 @@ class AnalyticalStepModel:
             if t is None:
                 if len(self._decode_ms) >= 262144:
                     self._decode_ms.clear()
-                stage, comm = self._stage_and_comm(shape)
+                stage, comm = self._decode_stage_comm(shape, key)
                 t = self._decode_ms[key] = self._with_host(stage * self.pp + comm, shape)
             return t
-        stage, comm = self._stage_and_comm(shape)
+        stage, comm = self._mixed_stage_comm(shape)
         return self._with_host(stage * self.pp + comm, shape)
+
+    def decode_step_ms(self, decode_seqs: int, decode_kv_tokens: int) -> float:
+        """``step_time_ms`` of a decode-only step (``decode_seqs`` >= 1) without building its
+        :class:`StepShape` when the decode cache already holds it (the simulator's hot path)."""
+        if self.dp == 1:
+            t = self._decode_ms.get((decode_seqs, _bucket(decode_kv_tokens / decode_seqs)))
+            if t is not None:
+                return t
+        return self.step_time_ms(StepShape(0, 0, 0.0, 0, decode_seqs, decode_kv_tokens))
+
+    def _decode_stage_comm(self, shape: StepShape, key: tuple[int, float]) -> tuple[float, float]:
+        """:meth:`_stage_and_comm` of a decode-only step (dp = 1), cached on its decode key
+        (the same function of (sequences, bucketed mean KV length) as the decode step time)."""
+        sc = self._decode_sc.get(key)
+        if sc is None:
+            if len(self._decode_sc) >= 262144:
+                self._decode_sc.clear()
+            sc = self._decode_sc[key] = self._stage_and_comm(shape)
+        return sc
+
+    def _mixed_stage_comm(self, shape: StepShape) -> tuple[float, float]:
+        """:meth:`_stage_and_comm`, remembering the last shape: with pipeline parallelism the
+        replica asks the step time and the stage time of the same step one after the other."""
+        last, sc = self._last_sc
+        if last is not None and last == shape:
+            return sc
+        sc = self._stage_and_comm(shape)
+        self._last_sc = (shape, sc)
+        return sc
 
     def request_ttft_ms(self, prompt_tokens: float) -> float:
         """The engine's per-request TTFT outside the steps (``sim.engine_terms.request_ttft_ms``)."""
         return request_ttft_ms(self.engine, prompt_tokens)
 
     def stage_time_ms(self, shape: StepShape) -> float:
-        stage, comm = self._stage_and_comm(shape)
+        n = shape.decode_seqs
+        if n and not shape.prefill_seqs and self.dp == 1:
+            stage, comm = self._decode_stage_comm(shape, (n, _bucket(shape.decode_kv_tokens / n)))
+        else:
+            stage, comm = self._mixed_stage_comm(shape)
         return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape)
 
     def breakdown(self, shape: StepShape) -> StepTiming:
