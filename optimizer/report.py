@@ -311,8 +311,24 @@ def _agg_title(res: PlanResult) -> str:
     """The aggregated table's title: the answer, or the alternative when a disaggregated split is chosen
     (optimizer/mode_select.py; its table follows)."""
     if getattr(res, "mode_selection", None) and getattr(res, "chosen_mode", "agg") != "agg":
-        return "Aggregated alternative (not chosen: see the serving-mode table)"
+        return "Aggregated alternative (not chosen: see the serving-mode table above)"
     return f"Cheapest {'uniform ' if res.uniform else ''}deployment"
+
+
+def split_chosen_here(res: PlanResult, d: dict) -> bool:
+    """The plan chose the disaggregated split and plan.json's top level describes it."""
+    return (bool(getattr(res, "mode_selection", None)) and getattr(res, "chosen_mode", "agg") == "disagg"
+            and isinstance(d.get("aggregated"), dict))
+
+
+def render_chosen_split(res: PlanResult, d: dict, console: Console) -> None:
+    """The chosen split's table and lines, then the serving-mode table (optimizer/chosen_console.py)."""
+    from llmplan.optimizer import chosen_console as cc
+
+    console.print(cc.chosen_table(d))
+    for line in cc.chosen_lines(d):
+        console.print(line, markup=False, highlight=False)
+    console.print(cc.mode_table(cc.mode_probabilities(res.mode_selection, d)))
 
 
 def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> None:
@@ -340,6 +356,8 @@ def render(res: PlanResult, d: dict, console: Console, out_dir: Path | None) -> 
                       f"{c['throughput_rps']:.3g} req/s simulated, every SLO {'met' if c['met'] else 'NOT met'} ("
                       + ", ".join(f"{k} {v['simulated_ms']:.4g} ms" for k, v in c["targets"].items())
                       + f"); planned in {len(cl['rounds'])} round(s), the table's load is the last planned rate")
+    if split_chosen_here(res, d):  # the chosen split first, then the mode table, then the aggregated alternative
+        render_chosen_split(res, d, console)
     agg = d.get("aggregated") or d  # the aggregated selection's figures (top level unless a split is chosen)
     if sel.feasible:
         band = agg["error_band"]

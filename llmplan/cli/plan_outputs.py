@@ -14,8 +14,9 @@ from pathlib import Path
 from rich.console import Console
 
 from llmplan.errors import ConfigError
+# the mode table and a chosen split's lines: optimizer/chosen_console.py (report.render prints them first)
+from llmplan.optimizer.chosen_console import mode_probabilities, mode_table, split_lines  # noqa: F401
 from llmplan.optimizer.day_plan import DayInfeasible
-
 
 
 def check_energy(app) -> None:
@@ -161,64 +162,11 @@ def add_blocks(res, model, app, out: Path, d: dict) -> dict:
     return d
 
 
-def mode_probabilities(rows: list[dict], d: dict) -> list[dict]:
-    """The mode rows with each mode's P(every SLO met) (optimizer/risk.py; None where not computed):
-    the cheaper mode can be the riskier one, and the table shows it."""
-    agg = d.get("aggregated") if isinstance(d.get("aggregated"), dict) else d
-    dis = d.get("disaggregated") or {}
-    p = {"agg": agg.get("every_slo_probability") if agg.get("feasible") else None,
-         "disagg": (dis.get("risk") or {}).get("every_slo_probability")}
-    return [dict(r, every_slo_probability=p.get(r["mode"]) if r.get("usd_per_hour") is not None else None)
-            for r in rows]
-
-
-def mode_table(rows: list[dict]):
-    """The mode-selection table: aggregated against the disaggregated split, which one is chosen."""
-    from rich import box
-    from rich.table import Table
-
-    t = Table(title="Serving mode (search.modes): the cheapest mode meeting the SLOs is chosen", title_justify="left",
-              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in ("mode", "pools", "GPUs", "$/h", "SLOs", "P(all)", "chosen"):
-        t.add_column(col, justify="right" if col in ("GPUs", "$/h", "P(all)") else "left", overflow="fold")
-    for r in rows:
-        slo = ("met (" + r["basis"] + ")" if r["meets_slo"] else "missed") if r["usd_per_hour"] is not None else "-"
-        why = "" if r["allowed"] else " (not allowed)"
-        t.add_row(r["label"], r["pools"] if r["usd_per_hour"] is not None else r["why"],
-                  "-" if r["gpus"] is None else str(r["gpus"]),
-                  "-" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:.2f}", slo,
-                  "-" if r.get("every_slo_probability") is None else f"{r['every_slo_probability']:.2f}",
-                  ("yes" if r["chosen"] else "no") + why)
-    return t
-
-
-def split_lines(d: dict) -> list[str]:
-    """Console lines of a chosen split: P(each SLO met) and each pool's headroom."""
-    out, rk = [], d.get("risk") or {}
-    xpyd = (d.get("chosen_deployment") or {}).get("xpyd", "split")
-    for pool in rk.get("pools") or []:
-        probs = [f"{k} {v:.2f}" for k, v in pool["probability"].items() if v is not None]
-        if probs:
-            out.append(f"P(SLO met) {xpyd} ({pool['basis']}): " + ", ".join(probs))
-    for dep in d.get("deployments") or []:
-        h = dep.get("headroom") or {}
-        if h.get("utilisation") is not None:
-            out.append(f"Headroom {dep['role']} pool ({dep['replicas']}x {dep['gpu']} tp{dep['tp']}): "
-                       f"{h['load_rps_per_worker']:.3g}/{h['capacity_rps_per_worker']:.3g} req/s per worker, "
-                       f"{h['headroom_pct']:.0f}% free; limited by {h['limited_by']} ({h['detail']})")
-    if d.get("every_slo_probability") is not None:
-        out.append(f"P(every SLO met) {xpyd} = {d['every_slo_probability']:.2f} ({d.get('engine')} aggregated "
-                   "served residuals; docs/RISK.md 'Disaggregated splits')")
-    return out
-
-
 def render(d: dict, console: Console, out: Path) -> None:
     """The console lines of the added blocks (after the plan's own table)."""
-    if d.get("mode_selection"):
+    # a chosen split's mode table, P(SLO met) and headroom lead the output (optimizer/report.py render)
+    if d.get("mode_selection") and not isinstance(d.get("aggregated"), dict):
         console.print(mode_table(d["mode_selection"]))
-    if isinstance(d.get("aggregated"), dict):  # a split is chosen: its P(SLO met) and headroom
-        for line in split_lines(d):
-            console.print(line, markup=False)
     for kv in d.get("kv_budget") or []:
         console.print(f"{kv['pool']}: {kv['lines'][0]}", markup=False)
     e = d.get("energy")

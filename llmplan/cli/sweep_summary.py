@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmplan.cli.chosen_figures import deployment_label, plan_mode
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_USER_ERROR
 
 #: job exit code -> status in summary.csv
@@ -29,14 +30,13 @@ class SweptJob:
 
 
 def _plan_fields(d: dict) -> dict[str, Any]:
-    deps = d.get("deployments", [])
+    """plan.json's chosen deployment (its top level: the split when `plan` chose one, pools by role)."""
     offline = {"tokens_per_s": d.get("tokens_per_s"), "target_tokens_per_s": d.get("target_tokens_per_s")} \
         if d.get("mode") == "offline_throughput" else {}
-    return offline | {"model": d.get("model"), "feasible": d.get("feasible"),
+    return offline | {"model": d.get("model"), "feasible": d.get("feasible"), "mode": plan_mode(d),
             "total_usd_per_hour": d.get("total_usd_per_hour"), "total_gpus": d.get("total_gpus"),
             "usd_per_million_output_tokens": d.get("usd_per_million_output_tokens"),
-            "deployment": " + ".join(f"{x['replicas']}x {x['gpu']} tp{x['tp']} pp{x['pp']} ep{x['ep']} {x['precision']}"
-                                     for x in deps),
+            "deployment": deployment_label(d.get("deployments", [])),
             "binding_constraint": d.get("binding_constraint")}
 
 
@@ -49,7 +49,8 @@ def _simulate_fields(d: dict) -> dict[str, Any]:
 def _whatif_fields(d: dict) -> dict[str, Any]:
     base, new = d.get("baseline", {}), d.get("whatif", {})
     return {"model": base.get("model"), "scenario": d.get("scenario"),
-            "baseline_usd_per_hour": base.get("total_usd_per_hour"), "whatif_usd_per_hour": new.get("total_usd_per_hour")}
+            "baseline_mode": plan_mode(base), "baseline_usd_per_hour": base.get("total_usd_per_hour"),
+            "whatif_mode": plan_mode(new), "whatif_usd_per_hour": new.get("total_usd_per_hour")}
 
 
 _READERS = {"plan.json": _plan_fields, "summary.json": _simulate_fields, "whatif.json": _whatif_fields}
@@ -90,7 +91,7 @@ def report(sweep_dir: Path, jobs: list[SweptJob]) -> None:
     df = summarize(sweep_dir, jobs)
     failed = [j for j in jobs if j.code != EXIT_OK]
     print(f"\nSweep summary ({len(jobs)} jobs, {len(jobs) - len(failed)} ok): {sweep_dir / 'summary.csv'}")
-    brief = [c for c in ("job", "swept", "status", "deployment", "total_usd_per_hour", "ttft_p90_ms", "tpot_p90_ms",
+    brief = [c for c in ("job", "swept", "status", "mode", "deployment", "total_usd_per_hour", "ttft_p90_ms", "tpot_p90_ms",
                          "whatif_usd_per_hour", "reason") if c in df.columns]
     print(df[brief].to_string(index=False))
     for j in failed:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from rich.table import Table
 
 from llmplan.cli import hydra_app
+from llmplan.cli.chosen_figures import deployment_label, joules_per_output_token, mode_label, plan_mode
 from llmplan.errors import EXIT_OK
 from llmplan.cli.plan_cmd import output_dir, plan_from_app
 from llmplan.progress import make_console
@@ -49,6 +50,8 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
     new_res, _ = plan_from_app(new, console)
     ctx = {"model": model.key, "engine": app.engine.name}
     d0, d1 = report.plan_dict(base_res, ctx), report.plan_dict(new_res, ctx)
+    for d, res in ((d0, base_res), (d1, new_res)):  # the chosen deployment's mode and J/token (PUE 1)
+        d["mode"], d["joules_per_output_token"] = plan_mode(d), joules_per_output_token(res)
     out = out_dir or output_dir()
     out.mkdir(parents=True, exist_ok=True)
     (out / "whatif.json").write_text(json.dumps({"scenario": describe(app.whatif), "baseline": d0, "whatif": d1}, indent=2) + "\n")
@@ -57,14 +60,13 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
         t.add_column(c, justify="left" if not c or c == "" else "right")
 
     def dep(d):
-        # a chosen disaggregated split's pools are labelled by role (optimizer/split_summary.py)
-        return " + ".join(("{} ".format(x["role"]) if x.get("mode") == "disaggregated" else "")
-                          + f"{x['replicas']}x {x['gpu']} tp{x['tp']}/pp{x['pp']}/ep{x['ep']} {x['precision']}"
-                          for x in d["deployments"]) or "none meets the SLOs"
+        # the CHOSEN deployment: a disaggregated split's pools are labelled by role (optimizer/split_summary.py)
+        return deployment_label(d["deployments"], sep="/") or "none meets the SLOs"
 
     def pct(a, b):
         return f"{(b - a) / a:+.1%}" if a and b is not None else "-"
 
+    t.add_row("mode", mode_label(d0), mode_label(d1), "")
     t.add_row("deployment", dep(d0), dep(d1), "")
     t.add_row("$/hour", f"{d0['total_usd_per_hour']:.2f}" if d0["feasible"] else "-",
               f"{d1['total_usd_per_hour']:.2f}" if d1["feasible"] else "-",
@@ -72,6 +74,11 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
     t.add_row("GPUs", str(d0["total_gpus"]), str(d1["total_gpus"]), "")
     t.add_row("$/M output tokens", str(d0["usd_per_million_output_tokens"]), str(d1["usd_per_million_output_tokens"]),
               pct(d0["usd_per_million_output_tokens"], d1["usd_per_million_output_tokens"]) if d0["feasible"] and d1["feasible"] else "-")
+    tok = [d["workload"]["rate_rps"] * d["workload"]["mean_output_tokens"] if d["feasible"] else None for d in (d0, d1)]
+    t.add_row("output tokens/s (planned rate)", *(_fmt(x, "{:.0f}") for x in tok), pct(*tok) if None not in tok else "-")
+    jpt = [d["joules_per_output_token"] for d in (d0, d1)]
+    t.add_row("J per output token (PUE 1)", *(_fmt(x, "{:.3g}") for x in jpt), pct(*jpt) if None not in jpt else "-")
+
     def first(d, k, fmt):
         return fmt.format(d["deployments"][0][k]) if d["deployments"] and d["deployments"][0][k] is not None else "-"
 
@@ -107,6 +114,10 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
             console.print(f"{name}: no deployment meets the targets: {d['binding_constraint']}")
     console.print(f"Wrote {out / 'whatif.json'}\n[dim]compared in {time.perf_counter() - t0:.1f} s[/dim]")
     return EXIT_OK
+
+
+def _fmt(x, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,8 @@ Figures (``whatif.curve.figure``):
 * ``rate``: the request rate x scale.
 
 Each point is a full `plan` (the same pipeline; with ``fleet.gpus`` set, the fleet's maximum
-rate). Per point, planned (serving the rate): the deployment, GPUs, $/h, $ per million output
+rate) and reports the deployment that plan CHOSE (``mode``: ``agg``, or ``disagg`` when a
+prefill/decode split wins, optimizer/mode_select.py). Per point, planned (serving the rate): the deployment, GPUs, $/h, $ per million output
 tokens, output tokens/s (rate x mean output tokens) and J per output token (optimizer/energy.py,
 PUE 1); at SLO capacity (the chosen deployment with every replica at ``search.max_load`` x its
 SLO capacity: what the hardware sustains, which moves smoothly with the scale while the planned
@@ -45,7 +46,7 @@ FIGURES = {
     "rate": "request rate",
 }
 GPU_FIGURES = ("hbm_bw_gbps", "tflops", "scaleup_bw_gbps", "hbm_gb")
-COLUMNS = ["figure", "scale", "feasible", "deployment", "total_gpus", "usd_per_hour", "usd_per_million_output_tokens",
+COLUMNS = ["figure", "scale", "feasible", "mode", "deployment", "total_gpus", "usd_per_hour", "usd_per_million_output_tokens",
            "rate_rps", "output_tokens_per_s", "joules_per_output_token", "capacity_rps",
            "capacity_output_tokens_per_s_per_gpu", "capacity_usd_per_million_output_tokens",
            "capacity_joules_per_output_token", "every_slo_probability", "binding"]
@@ -108,6 +109,12 @@ def at_capacity(sel, wl, max_load: float):
 
 
 def point_row(res, figure: str, scale: float, engine: str, max_load: float) -> dict:
+    """One curve point: the plan's CHOSEN deployment (aggregated, or the disaggregated split when
+    the plan chooses it: optimizer/mode_select.py) and its figures."""
+    from llmplan.cli.chosen_figures import split_is_chosen
+
+    if split_is_chosen(res):
+        return split_point_row(res, figure, scale, engine, max_load)
     from llmplan.optimizer import report
     from llmplan.optimizer.energy import selection_energy
 
@@ -120,7 +127,7 @@ def point_row(res, figure: str, scale: float, engine: str, max_load: float) -> d
     cap_sel, cap_wl = (sel, wl) if res.fleet else at_capacity(sel, wl, max_load)
     cap_tok_s = cap_wl.rate_rps * wl.mean_output_tokens
     row.update({
-        "deployment": " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in sel.allocations),
+        "mode": "agg", "deployment": " + ".join(f"{a.replicas}x {a.evaluation.candidate.name}" for a in sel.allocations),
         "total_gpus": sel.total_gpus, "usd_per_hour": d["total_usd_per_hour"],
         "usd_per_million_output_tokens": d["usd_per_million_output_tokens"], "rate_rps": round(wl.rate_rps, 4),
         "output_tokens_per_s": round(wl.rate_rps * wl.mean_output_tokens, 2),
@@ -132,6 +139,29 @@ def point_row(res, figure: str, scale: float, engine: str, max_load: float) -> d
         "capacity_joules_per_output_token": selection_energy(cap_sel, cap_wl).get("joules_per_output_token"),
         "every_slo_probability": d.get("every_slo_probability")})
     return row
+
+
+def split_point_row(res, figure: str, scale: float, engine: str, max_load: float) -> dict:
+    """A point whose plan chooses a disaggregated split: its cost, GPUs, $/M tokens, J/token and
+    P(every SLO met) (plan.json's top level, optimizer/split_summary.py). At SLO capacity: the
+    smaller pool's capacity (chosen_figures.split_capacity_rps); J/token at capacity is not
+    computed (the split's power is simulated at the planned rate only) and stays empty."""
+    from llmplan.cli.chosen_figures import deployment_label, joules_per_output_token, split_capacity_rps, split_figures
+
+    d, wl = split_figures(res, engine), res.workload
+    cap_rps = wl.rate_rps if res.fleet else split_capacity_rps(res.disaggregated, max_load)
+    cap_tok_s = cap_rps * wl.mean_output_tokens if cap_rps is not None else None
+    usd_h, gpus = d["total_usd_per_hour"], d["total_gpus"]
+    return {"figure": figure, "scale": scale, "feasible": bool(res.feasible), "binding": d["binding_constraint"],
+            "mode": "disagg", "deployment": deployment_label(d["deployments"]), "total_gpus": gpus,
+            "usd_per_hour": usd_h, "usd_per_million_output_tokens": d["usd_per_million_output_tokens"],
+            "rate_rps": round(wl.rate_rps, 4), "output_tokens_per_s": round(wl.rate_rps * wl.mean_output_tokens, 2),
+            "joules_per_output_token": joules_per_output_token(res),
+            "capacity_rps": round(cap_rps, 4) if cap_rps is not None else None,
+            "capacity_output_tokens_per_s_per_gpu": round(cap_tok_s / gpus, 3) if cap_tok_s and gpus else None,
+            "capacity_usd_per_million_output_tokens": round(usd_h / (cap_tok_s * 3600.0) * 1e6, 4)
+            if cap_tok_s else None,
+            "capacity_joules_per_output_token": None, "every_slo_probability": d["every_slo_probability"]}
 
 
 def plot_png(df: pd.DataFrame, figure: str, path: Path, title: str) -> bool:
@@ -179,18 +209,22 @@ def run_curve(app, out: Path, console: Console) -> int:
     what = FIGURES[figure] + (f" of {', '.join(gpus)}" if figure in GPU_FIGURES else "")
     title = f"{model_key}: {what} x scale"
     t = Table(title=title, title_justify="left")
-    for c in ("scale", "deployment", "GPUs", "$/h", "$/M tok\nplanned", "tok/s/GPU\nat cap.", "$/M tok\nat cap.",
-              "J/tok\nat cap.", "P(all\nSLOs)"):
-        t.add_column(c, justify="left" if c == "deployment" else "right")
+    for c in ("scale", "mode", "deployment", "GPUs", "$/h", "$/M tok\nplanned", "tok/s/GPU\nat cap.",
+              "$/M tok\nat cap.", "J/tok\nat cap.", "P(all\nSLOs)"):
+        t.add_column(c, justify="left" if c in ("mode", "deployment") else "right")
     for r in rows:
         if not r["feasible"]:
-            t.add_row(f"x{r['scale']:g}", "none meets the SLOs", *["-"] * 7)
+            t.add_row(f"x{r['scale']:g}", "-", "none meets the SLOs", *["-"] * 7)
             continue
-        t.add_row(f"x{r['scale']:g}", r["deployment"], str(r["total_gpus"]), f"{r['usd_per_hour']:.2f}",
+        t.add_row(f"x{r['scale']:g}", r["mode"], r["deployment"], str(r["total_gpus"]), f"{r['usd_per_hour']:.2f}",
                   f"{r['usd_per_million_output_tokens']:.3f}", _cell(r["capacity_output_tokens_per_s_per_gpu"], ".0f"),
                   _cell(r["capacity_usd_per_million_output_tokens"], ".3f"),
                   _cell(r["capacity_joules_per_output_token"], ".3g"), _cell(r["every_slo_probability"], ".2f"))
     console.print(t)
+    if any(r.get("mode") == "disagg" for r in rows):
+        console.print("disagg = the plan chose a disaggregated prefill/decode split (its pools, cost and planned "
+                      "J/token in whatif_curve.csv); J/tok at capacity is left empty for it: the split's power is "
+                      "simulated at the planned rate only", markup=False, highlight=False)
     for col, label in CURVES:
         console.print(text_plot(df["scale"].tolist(), [None if pd.isna(v) else v for v in df[col]],
                                 f"{label.split(' (')[0]} vs {FIGURES[figure]}", f"{FIGURES[figure]} (x baseline)",
