@@ -175,6 +175,19 @@ class Replica:
             self._wake(self.stage_free_at)
             return
         n = self.pp
+        if n == 1:  # the loop below with one virtual engine
+            ve = self.ves[0]
+            if ve.in_flight or not (ve.waiting or ve.running):
+                return
+            if DEBUG_CHECKS:
+                ve.check_invariants()
+            planned = ve.plan(now)
+            if not planned and ve.waiting and not ve.running:
+                planned = ve.plan(now)  # everything was preempted: admit afresh
+            if planned:
+                self._rr = 0
+                self._launch(ve, now)
+            return
         for k in range(n):
             ve = self.ves[(self._rr + k) % n]
             if ve.in_flight or not (ve.waiting or ve.running):
@@ -307,6 +320,13 @@ class Replica:
     # ------------------------------------------------------------------ observation
 
     def _sample(self, now: float, batch: int) -> None:
+        if self.pp == 1:  # the sums below over one virtual engine
+            v = self.ves[0]
+            pool = v.pool
+            self.samples.append((now, self.index, len(v.running), len(v.waiting), batch, pool.used / pool.total,
+                                 v.preemptions))
+            self.next_sample_ms = (math.floor(now / self.sample_interval_ms) + 1) * self.sample_interval_ms
+            return
         used = sum(v.pool.used for v in self.ves)
         total = sum(v.pool.total for v in self.ves)
         self.samples.append((now, self.index, sum(len(v.running) for v in self.ves),

@@ -35,6 +35,7 @@ from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, Ste
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
 _BUCKET = 1.01   # geometric bucket width for KV lengths in the attention cache
+_log = math.log
 
 
 def _bucket(x: float) -> float:
@@ -125,7 +126,8 @@ class AnalyticalStepModel:
         """``step_time_ms`` of a decode-only step (``decode_seqs`` >= 1) without building its
         :class:`StepShape` when the decode cache already holds it (the simulator's hot path)."""
         if self.dp == 1:
-            t = self._decode_ms.get((decode_seqs, _bucket(decode_kv_tokens / decode_seqs)))
+            x = decode_kv_tokens / decode_seqs  # _bucket(x), inlined (the same operations)
+            t = self._decode_ms.get((decode_seqs, float(round(x)) if x <= 64 else _BUCKET ** round(_log(x, _BUCKET))))
             if t is not None:
                 return t
         return self.step_time_ms(StepShape(0, 0, 0.0, 0, decode_seqs, decode_kv_tokens))
