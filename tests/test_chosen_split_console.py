@@ -112,6 +112,10 @@ def test_whatif_rows_report_the_chosen_deployment(split_plan, tmp_path):
     assert mode_row.count(f"disaggregated {d['chosen_deployment']['xpyd']}") == 2
     dep_row = next(ln for ln in text.splitlines() if ln.lstrip("│ ").startswith("deployment"))
     assert "prefill" in dep_row and "decode" in dep_row
+    # a split has no replica: the capacity row states the whole split's (its smaller pool's)
+    cap = min(x["replicas"] * x["capacity_rps_per_replica"] for x in d["deployments"])
+    cap_row = next(ln for ln in text.splitlines() if ln.lstrip("│ ").startswith("capacity"))
+    assert cap_row.count(f"whole split: {cap:.2f}") == 2 and "+0.0%" in cap_row
     # the sweep summary of a whatif job names each side's mode
     row = job_row(SweptJob(0, "x=1", "x=1", tmp_path, 0))
     assert row["baseline_mode"] == row["whatif_mode"] == "disagg"

@@ -93,7 +93,13 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
                 change = "-"  # different percentiles bind: not comparable
             a = f"{ta.split('_')[1]}: {a}" if ta else a
             b = f"{tb.split('_')[1]}: {b}" if tb else b
+        if k == "capacity_rps_per_replica" and "disagg" in (d0["mode"], d1["mode"]):
+            # a split has no replica: its capacity is the smaller pool's (workers x per worker), not comparable
+            a, b = (_split_capacity(d) if d["mode"] == "disagg" else x for d, x in ((d0, a), (d1, b)))
+            same = d0["mode"] == d1["mode"] and "-" not in (a, b)
+            change = pct(*(float(x.split()[-1]) for x in (a, b))) if same else "-"
         t.add_row(label, a, b, change)
+
     def band(d):
         b = d.get("error_band") or {}
         if not d["feasible"] or not b:
@@ -114,6 +120,13 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
             console.print(f"{name}: no deployment meets the targets: {d['binding_constraint']}")
     console.print(f"Wrote {out / 'whatif.json'}\n[dim]compared in {time.perf_counter() - t0:.1f} s[/dim]")
     return EXIT_OK
+
+
+def _split_capacity(d: dict) -> str:
+    """A chosen split's capacity: its smaller pool's workers x SLO capacity per worker (req/s)."""
+    caps = [x["replicas"] * x["capacity_rps_per_replica"] for x in d["deployments"]
+            if x.get("capacity_rps_per_replica") is not None]
+    return f"whole split: {min(caps):.2f}" if caps else "-"
 
 
 def _fmt(x, fmt: str) -> str:
