@@ -9,6 +9,7 @@ offline tools take ``--quiet`` / ``--no-progress``), and they vanish when the st
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,8 +22,11 @@ StageUpdate = Callable[[str, int, int], None]
 
 
 def make_console() -> Console:
-    """A console wide enough for the plan tables, also when piped to a file."""
+    """A console wide enough for the plan tables, also when piped to a file; a width the user
+    sets with ``COLUMNS`` (e.g. ``COLUMNS=100 llmplan plan``) is kept (the tables fit 100 columns)."""
     c = Console()
+    if os.environ.get("COLUMNS", "").strip().isdigit():
+        return c
     return c if c.is_terminal and c.width >= 120 else Console(width=160)
 
 

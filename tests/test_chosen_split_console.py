@@ -143,3 +143,13 @@ def test_curve_point_reports_the_chosen_split(split_plan, tmp_path):
         row["capacity_rps"] * d["workload"]["mean_output_tokens"] / d["total_gpus"], rel=1e-3)
     assert pd.isna(row["capacity_joules_per_output_token"])
     assert "J/tok at capacity is left empty" in buf.getvalue()
+
+
+def test_columns_sets_the_console_width(monkeypatch):
+    """`COLUMNS=100 llmplan plan` renders at 100 columns (issue 11); unset, a pipe gets 160."""
+    from llmplan.progress import make_console
+
+    monkeypatch.setenv("COLUMNS", "100")
+    assert make_console().width == 100
+    monkeypatch.delenv("COLUMNS")
+    assert make_console().width == 160  # pytest's stdout is not a terminal
