@@ -11,15 +11,6 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
-#: hours in an average month (8760 h / 12), as optimizer/report.py HOURS_PER_MONTH
-_HOURS_PER_MONTH = 730.0
-
-
-def split_is_chosen(d: dict) -> bool:
-    """plan.json says the answer is the disaggregated split (its top level describes it)."""
-    return d.get("mode") == "disagg" or (isinstance(d.get("aggregated"), dict) and bool(d.get("deployments"))
-                                         and d["deployments"][0].get("mode") == "disaggregated")
-
 
 def mode_probabilities(rows: list[dict], d: dict) -> list[dict]:
     """The mode rows with each mode's P(every SLO met) (optimizer/risk.py; None where not computed):
@@ -77,10 +68,9 @@ def _xpyd(d: dict) -> str:
 
 def chosen_title(d: dict) -> str:
     """The chosen split's headline: mode, cost per hour and month, GPUs, $ per million output tokens."""
-    usd_h = float(d["total_usd_per_hour"])
-    per_m = d.get("usd_per_million_output_tokens")
-    return (f"Chosen deployment: disaggregated {_xpyd(d)}, ${usd_h:.2f}/h (${usd_h * _HOURS_PER_MONTH:,.0f}/month "
-            f"at {_HOURS_PER_MONTH:g} h), {d['total_gpus']} GPUs"
+    usd_h, per_m = float(d["total_usd_per_hour"]), d.get("usd_per_million_output_tokens")
+    return (f"Chosen deployment: disaggregated {_xpyd(d)}, ${usd_h:.2f}/h (${d['total_usd_per_month']:,.0f}/month "
+            f"at {d['hours_per_month']:g} h), {d['total_gpus']} GPUs"
             + (f", ${per_m:.3f} per million output tokens" if per_m is not None else ""))
 
 
