@@ -105,8 +105,11 @@ class Replica:
         self._wakes: set[float] = set()
         self._rr = 0
         self._memo: dict[StepShape, float] = {}
-        # decode-only step time without a StepShape (AnalyticalStepModel.decode_step_ms), or None
-        self._decode_ms = getattr(spec.cost_model, "decode_step_ms", None)
+        # decode-only step time without a StepShape (AnalyticalStepModel.decode_step_ms), or None.
+        # Looked up on the class: wrappers that delegate attributes (colocation's StretchedCost,
+        # speculative decoding) must not hand out their base model's method, which skips them.
+        cm = spec.cost_model
+        self._decode_ms = cm.decode_step_ms if callable(getattr(type(cm), "decode_step_ms", None)) else None
         self._keys: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._resume_itl: list[float] = []
         self.launches = 0
@@ -175,21 +178,8 @@ class Replica:
             self._wake(self.stage_free_at)
             return
         n = self.pp
-        if n == 1:  # the loop below with one virtual engine
-            ve = self.ves[0]
-            if ve.in_flight or not (ve.waiting or ve.running):
-                return
-            if DEBUG_CHECKS:
-                ve.check_invariants()
-            planned = ve.plan(now)
-            if not planned and ve.waiting and not ve.running:
-                planned = ve.plan(now)  # everything was preempted: admit afresh
-            if planned:
-                self._rr = 0
-                self._launch(ve, now)
-            return
-        for k in range(n):
-            ve = self.ves[(self._rr + k) % n]
+        # virtual engines in round-robin order from self._rr (one engine: no list to build)
+        for ve in self.ves if n == 1 else [self.ves[(self._rr + k) % n] for k in range(n)]:
             if ve.in_flight or not (ve.waiting or ve.running):
                 continue
             if DEBUG_CHECKS:

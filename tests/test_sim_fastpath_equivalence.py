@@ -12,7 +12,10 @@ import pandas as pd
 from llmplan.hardware_catalog.loader import get_gpu
 from llmplan.model_catalog.loader import load_model
 from llmplan.sim.deployment import Deployment, build
-from llmplan.sim.replica import ReplicaSpec
+from llmplan.sim.colocation import StretchedCost
+from llmplan.sim.events import EventLoop
+from llmplan.sim.metrics import LogHistogram
+from llmplan.sim.replica import Replica, ReplicaSpec
 from llmplan.sim.serving import simulate_serving
 from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
 from llmplan.sim.workload import WorkloadSpec
@@ -79,7 +82,7 @@ def test_replica_fast_path_gives_the_same_requests_and_summary():
     for par in (Parallelism(), Parallelism(pp=2)):
         fast, mem = _step(par)
         plain, _ = _step(par)
-        plain.decode_step_ms = None  # the replica then takes the plain StepShape path
+        plain = StretchedCost(plain, 1.0)  # no decode_step_ms of its own: the plain StepShape path
         kv = 300_000
         a = _run(fast, mem, kv)
         b = _run(plain, mem, kv)
@@ -87,3 +90,15 @@ def test_replica_fast_path_gives_the_same_requests_and_summary():
         pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
         assert a.summary == b.summary
         pd.testing.assert_frame_equal(a.timeseries, b.timeseries, check_exact=True)
+
+
+def test_wrappers_that_delegate_attributes_keep_their_own_decode_step_time():
+    """A wrapper (colocation's StretchedCost) delegates unknown attributes to its base model;
+    the replica must still time decode steps through the wrapper, not the base's fast path."""
+    step, _ = _step()
+    for cost, factor in ((step, 1.0), (StretchedCost(step, 2.0), 2.0)):
+        rep = Replica(0, ReplicaSpec(cost, EngineProfile(), 300_000, 16384), EventLoop(), LogHistogram(),
+                      lambda s: None, 16, 1000.0)
+        for n, kv in ((1, 900), (8, 8000), (64, 70_000)):
+            plain = step.step_time_ms(StepShape(0, 0, 0.0, 0, n, kv))
+            assert rep._decode_step_time(n, kv) == cost.step_time_ms(StepShape(0, 0, 0.0, 0, n, kv)) == plain * factor
