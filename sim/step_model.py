@@ -145,6 +145,8 @@ class AnalyticalStepModel:
     def _mixed_stage_comm(self, shape: StepShape) -> tuple[float, float]:
         """:meth:`_stage_and_comm`, remembering the last shape: with pipeline parallelism the
         replica asks the step time and the stage time of the same step one after the other."""
+        if self.pp == 1:  # the simulator asks no separate stage time
+            return self._stage_and_comm(shape)
         last, sc = self._last_sc
         if last is not None and last == shape:
             return sc
