@@ -107,7 +107,7 @@ def split_row(dis: dict, wl: WorkloadStats, slos: list[SLOTarget], chosen: bool 
     cost, its simulated TTFT/TPOT at the axis statistic (the screen's pool figures when it was not
     simulated; ``latency_basis`` says which), tokens/s per GPU over both pools and the power of its
     pools (``optimizer/disagg_figures.py``). ``replicas`` = workers of both pools."""
-    from llmplan.optimizer.split_summary import split_figures
+    from llmplan.optimizer.risk import split_figures
 
     values, basis = split_figures(dis, slos)
     pre, dec = ({p["role"]: p for p in dis["pools"]}[r] for r in ("prefill", "decode"))

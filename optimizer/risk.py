@@ -156,22 +156,28 @@ SPLIT_RESIDUALS = ("the engine's aggregated served residuals (sim/data/served_re
                    "+ hand-off + decode join) takes the aggregated TTFT error, its TPOT the aggregated TPOT error")
 
 
+def split_figures(dis: Mapping, slos: list[SLOTarget]) -> tuple[dict[str, float], str]:
+    """SLOTarget.key -> a split's figure (simulated, else the screen's pool figure: the prefill
+    pool's TTFT, the decode pool's TPOT) and its basis (``simulated`` / ``analytical``)."""
+    sim = dis.get("simulated") or {}
+    if sim.get("targets"):
+        return {k: float(v["simulated_ms"]) for k, v in sim["targets"].items()}, "simulated"
+    pools = {p["role"]: p for p in dis["pools"]}
+    return ({s.key: float(pools["prefill" if s.metric == "ttft" else "decode"].get(f"{s.metric}_ms", math.nan))
+             for s in slos}, "analytical")
+
+
 def split_risk(dis: Mapping, slos: list[SLOTarget], engine: str) -> dict:
     """P(each SLO met) of a disaggregated split (plan.json ``disaggregated``): its simulated
     statistics with their sampling spread (``simulated.log_sd``), else the screen's figures (the
     prefill pool's TTFT, the decode pool's TPOT; their binding target's figure stands for every
     target of the metric). An overloaded simulation meets no target (probability 0)."""
     sim = dis.get("simulated") or {}
-    if sim.get("targets"):
-        basis = "simulated"
-        pred = {k: (math.nan if sim.get("overloaded") else float(v["simulated_ms"])) for k, v in sim["targets"].items()}
+    pred, basis = split_figures(dis, slos)
+    sd = {}
+    if basis == "simulated":
+        pred = {k: (math.nan if sim.get("overloaded") else v) for k, v in pred.items()}
         sd = {k: float(v) for k, v in (sim.get("log_sd") or {}).items() if v is not None}
-    else:
-        basis = "analytical"
-        pools = {p["role"]: p for p in dis.get("pools") or []}
-        pred = {s.key: float((pools.get("prefill" if s.metric == "ttft" else "decode") or {}).get(f"{s.metric}_ms",
-                                                                                              math.nan)) for s in slos}
-        sd = {}
     probs = allocation_probabilities(pred, sd, slos, engine)
     p_all = every_slo([probs], slos)
     return {"every_slo_probability": None if p_all is None else round(p_all, 4),

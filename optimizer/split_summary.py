@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from llmplan.optimizer.risk import split_risk
+from llmplan.optimizer.risk import split_figures, split_risk
 from llmplan.optimizer.types import SLOTarget
 
 #: the top-level keys the aggregated selection_dict fills, moved under ``aggregated`` when the split is chosen
@@ -30,16 +30,6 @@ def _binding(targets: dict, slos: list[SLOTarget], metric: str) -> str | None:
         return None
     return max(mine, key=lambda s: (targets[s.key] / s.limit_ms if math.isfinite(targets[s.key]) else math.inf,
                                     s.key)).key
-
-
-def split_figures(dis: dict, slos: list[SLOTarget]) -> tuple[dict[str, float], str]:
-    """SLOTarget.key -> the split's figure (simulated, else the screen's pool figure) and its basis."""
-    sim = dis.get("simulated") or {}
-    if sim.get("targets"):
-        return {k: float(v["simulated_ms"]) for k, v in sim["targets"].items()}, "simulated"
-    pools = {p["role"]: p for p in dis["pools"]}
-    return ({s.key: float(pools["prefill" if s.metric == "ttft" else "decode"].get(f"{s.metric}_ms", math.nan))
-             for s in slos}, "analytical")
 
 
 def split_deployments(dis: dict, slos: list[SLOTarget], rate_rps: float, probability: dict) -> list[dict]:
