@@ -42,7 +42,8 @@ Engines missing from the file fall back to the mean of the fitted engines (said 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +81,23 @@ def request_ttft_ms(engine: Any, prompt_tokens: float) -> float:
     return float(engine.ttft_per_request_ms or 0.0) + float(engine.ttft_per_prompt_token_ms or 0.0) * prompt_tokens
 
 
-def cost_model_request_ttft_ms(cost_model: Any, prompt_tokens: float) -> float:
-    """Per-request TTFT a step cost model carries (``request_ttft_ms``, the analytical step model's:
-    its engine's fitted terms), looked up through wrappers (``.base``, ``.step``); 0 for cost models
-    without one (e.g. the explicit linear test costs, which carry no fitted engine terms either)."""
+def request_ttft_fn(cost_model: Any) -> Callable[[float], float] | None:
+    """The ``request_ttft_ms`` method a step cost model carries (the analytical step model's: its
+    engine's fitted terms), looked up through wrappers (``.base``, ``.step``); None for cost models
+    without one (e.g. the explicit linear test costs, which carry no fitted engine terms either).
+    Resolve it once per cost model where it is asked per request (``sim.serving``)."""
     m = cost_model
     for _ in range(8):
         if m is None:
-            return 0.0
+            return None
         f = getattr(type(m), "request_ttft_ms", None)
         if f is not None:
-            return float(f(m, prompt_tokens))
+            return partial(f, m)
         m = getattr(m, "base", None) or getattr(m, "step", None)
-    return 0.0
+    return None
+
+
+def cost_model_request_ttft_ms(cost_model: Any, prompt_tokens: float) -> float:
+    """Per-request TTFT a step cost model carries (:func:`request_ttft_fn`), ms; 0 without one."""
+    f = request_ttft_fn(cost_model)
+    return 0.0 if f is None else float(f(prompt_tokens))
