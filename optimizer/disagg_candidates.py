@@ -143,6 +143,19 @@ def prefill_ms(ev: Evaluation) -> float:
     return t
 
 
+#: the highest load a prefill worker is sized to (its M/D/1 queue), and the share of a decode
+#: worker's KV cache its sequences may fill; disagg_figures.pool_headroom names the same limits
+MAX_PREFILL_LOAD = 0.95
+KV_FILL = 0.95
+
+
+def decode_batch_limits(an: Any) -> tuple[int, int]:
+    """(max_num_seqs, the requests of mean length the KV cache holds at :data:`KV_FILL`) of a decode worker."""
+    e_seqs = int(an.max_seqs)
+    per_req = an.I + an.O
+    return e_seqs, (int(an.kv_cap * KV_FILL // per_req) if per_req > 0 else e_seqs)
+
+
 def prefill_capacity(t_p_ms: float, overhead_ms: float, limit_ms: float, percentile: float) -> tuple[float, float]:
     """(req/s, percentile TTFT) of one prefill worker: the M/D/1 load whose percentile wait
     (exponential tail) plus the prompt and the overhead meets ``limit_ms`` (0 when none does)."""
@@ -151,9 +164,9 @@ def prefill_capacity(t_p_ms: float, overhead_ms: float, limit_ms: float, percent
         return 0.0, t_p_ms + overhead_ms
     k = math.log(1.0 / max(1e-9, 1.0 - percentile / 100.0))
     if not math.isfinite(slack):
-        rho = 0.95
+        rho = MAX_PREFILL_LOAD
     else:
-        rho = min(0.95, 2.0 * slack / (k * t_p_ms + 2.0 * slack))
+        rho = min(MAX_PREFILL_LOAD, 2.0 * slack / (k * t_p_ms + 2.0 * slack))
     wait = k * rho * t_p_ms / (2.0 * (1.0 - rho))
     return 1000.0 * rho / t_p_ms, t_p_ms + overhead_ms + wait
 
@@ -161,9 +174,7 @@ def prefill_capacity(t_p_ms: float, overhead_ms: float, limit_ms: float, percent
 def decode_capacity(ev: Evaluation, limit_ms: float) -> tuple[float, float, int]:
     """(req/s, TPOT at that batch, batch) of one decode worker within the TPOT limit."""
     an = ev.analyzer
-    e_seqs = int(an.max_seqs)
-    per_req = an.I + an.O
-    kv_b = int(an.kv_cap * 0.95 // per_req) if per_req > 0 else e_seqs
+    e_seqs, kv_b = decode_batch_limits(an)
     hi = max(0, min(e_seqs, kv_b))
     ctx = int(an.I + an.O / 2)
 

@@ -33,20 +33,20 @@ def _r(x: float | None, nd: int) -> float | None:
 
 def pool_headroom(pick: Any, rate_rps: float, slo_label: str) -> dict:
     """Capacity against load of one pool (per worker), utilisation, headroom and its limit."""
-    from llmplan.optimizer.disagg_candidates import prefill_ms
+    from llmplan.optimizer.disagg_candidates import MAX_PREFILL_LOAD, decode_batch_limits, prefill_ms
 
     an, cap = pick.evaluation.analyzer, pick.capacity_rps
     load = rate_rps / pick.workers if pick.workers else math.inf
     if pick.role == "prefill":
         rho = cap * prefill_ms(pick.evaluation) / 1000.0
-        limit, detail = (("compute", "95% load cap of a worker") if rho >= 0.95 - 1e-9 or not slo_label
+        limit, detail = (("compute", f"{MAX_PREFILL_LOAD:.0%} load cap of a worker")
+                         if rho >= MAX_PREFILL_LOAD - 1e-9 or not slo_label
                          else ("slo", f"{slo_label} (M/D/1 queue + prompt + KV transfer + hand-off)"))
     else:
-        kv_b = int(an.kv_cap * 0.95 // (an.I + an.O)) if an.I + an.O > 0 else int(an.max_seqs)
-        top = min(int(an.max_seqs), kv_b)
-        if pick.batch >= top:
-            limit = "batch_cap" if int(an.max_seqs) <= kv_b else "kv_memory"
-            detail = (f"max_num_seqs {int(an.max_seqs)}" if limit == "batch_cap"
+        e_seqs, kv_b = decode_batch_limits(an)
+        if pick.batch >= min(e_seqs, kv_b):
+            limit = "batch_cap" if e_seqs <= kv_b else "kv_memory"
+            detail = (f"max_num_seqs {e_seqs}" if limit == "batch_cap"
                       else f"KV cache holds {kv_b} requests of mean length")
         else:
             limit, detail = "slo", f"{slo_label} at a batch of {pick.batch + 1}"
