@@ -438,8 +438,9 @@ def disagg_targets(res: Any) -> Any:
     from llmplan.calibration.engine_fit import ape_stats
 
     sim = res[(res["mode"].astype(str) == "disagg") & (res["status"] == SIMULATED)]
-    if all(c in sim.columns for c in MEASUREMENT_COLUMNS):   # a measurement repeated in two dumps is
-        sim = sim.drop_duplicates(subset=list(MEASUREMENT_COLUMNS))   # scored once (measurement_key)
+    if all(c in sim.columns for c in MEASUREMENT_COLUMNS):   # a measurement repeated in two dumps is scored
+        # once, by the key the hand-off fit uses (its rounding matches repeats whose floats differ in the last bit)
+        sim = sim[~pd.Series([measurement_key(r) for r in sim.to_dict("records")], index=sim.index).duplicated()]
     recs = []
     for be, g in list(sim.groupby("backend", sort=True)) + ([("all", sim)] if len(sim) else []):
         t = ape_stats(g["predicted_ttft_ms"].to_numpy(float), g["silicon_ttft_ms"].to_numpy(float))

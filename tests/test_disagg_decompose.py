@@ -37,6 +37,19 @@ def test_targets_score_a_repeated_measurement_once():
     assert t.loc["vllm", "ttft_median"] == pytest.approx(5.0)    # median of 10% and 0%, not of 10, 10, 0
 
 
+def test_targets_score_once_a_repeat_whose_floats_differ_in_the_last_bit():
+    # the 2026_04_06 dump repeats 2026_03_25 runs with e.g. TPOT 23.31753080856876 vs ...762
+    a, b = row(id="a", silicon_tpot_ms=23.31753080856876), row(id="b", silicon_tpot_ms=23.317530808568762)
+    assert measurement_key(a) == measurement_key(b)
+    res = pd.DataFrame([a, b, row(id="c", silicon_ttft_ms=400.0)])
+    res["status"] = SIMULATED
+    res["predicted_ttft_ms"] = [330.0, 330.0, 400.0]    # 10%, 10% (the same run twice), 0%
+    res["predicted_tpot_ms"] = 12.0
+    t = disagg_targets(res).set_index("backend")
+    assert t.loc["vllm", "rows"] == 2
+    assert t.loc["vllm", "ttft_median"] == pytest.approx(5.0)
+
+
 def test_parts_add_up_to_the_simulated_ttft():
     case = map_disagg_row(row(), 0, ENGINES).case      # 1 prefill worker (batch 1), 2 decode workers, 4 clients
     d = decompose_case(case, OPTS)
