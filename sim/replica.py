@@ -310,13 +310,6 @@ class Replica:
     # ------------------------------------------------------------------ observation
 
     def _sample(self, now: float, batch: int) -> None:
-        if self.pp == 1:  # the sums below over one virtual engine
-            v = self.ves[0]
-            pool = v.pool
-            self.samples.append((now, self.index, len(v.running), len(v.waiting), batch, pool.used / pool.total,
-                                 v.preemptions))
-            self.next_sample_ms = (math.floor(now / self.sample_interval_ms) + 1) * self.sample_interval_ms
-            return
         used = sum(v.pool.used for v in self.ves)
         total = sum(v.pool.total for v in self.ves)
         self.samples.append((now, self.index, sum(len(v.running) for v in self.ves),
