@@ -78,6 +78,12 @@ def disagg_row(dis: Optional[dict], allowed: bool, skipped: Optional[str]) -> di
             "why": "" if met else "its simulation at the plan's rate misses an SLO target"}
 
 
+def split_chosen(res: Any) -> bool:
+    """The plan's answer is its disaggregated split (``chosen_mode`` disagg, plan.json
+    ``disaggregated`` present): what every output that follows the chosen mode asks."""
+    return getattr(res, "chosen_mode", "agg") == "disagg" and isinstance(getattr(res, "disaggregated", None), dict)
+
+
 def choose(rows: list[dict]) -> Optional[str]:
     """The cheapest allowed row that meets the SLOs (then fewer GPUs, then aggregated); None: none does."""
     ok = [r for r in rows if r["allowed"] and r["meets_slo"] and r["usd_per_hour"] is not None]

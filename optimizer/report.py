@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from llmplan.optimizer.headroom import headroom
+from llmplan.optimizer.mode_select import split_chosen
 from llmplan.optimizer.planner import PlanResult
 from llmplan.optimizer.risk import selection_risk
 from llmplan.optimizer.slo_check import binding_target, worst_miss
@@ -162,7 +163,7 @@ def plan_dict(res: PlanResult, context: dict) -> dict:
 
         d["disaggregated"] = dict(dis, risk=split_risk(dis, res.slos, engine))
     d.update(context)
-    if getattr(res, "mode_selection", None) and res.chosen_mode == "disagg" and isinstance(res.disaggregated, dict):
+    if split_chosen(res):
         from llmplan.optimizer import split_summary  # the chosen split at the top level, aggregated under its key
 
         split_summary.apply(d, res, engine, WIDE_BAND_PCT, HOURS_PER_MONTH)
@@ -317,8 +318,7 @@ def _agg_title(res: PlanResult) -> str:
 
 def split_chosen_here(res: PlanResult, d: dict) -> bool:
     """The plan chose the disaggregated split and plan.json's top level describes it."""
-    return (bool(getattr(res, "mode_selection", None)) and getattr(res, "chosen_mode", "agg") == "disagg"
-            and isinstance(d.get("aggregated"), dict))
+    return split_chosen(res) and isinstance(d.get("aggregated"), dict)
 
 
 def render_chosen_split(res: PlanResult, d: dict, console: Console) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from llmplan.errors import UserError
+from llmplan.optimizer.mode_select import split_chosen
 from llmplan.optimizer.types import Selection, SLOTarget
 from llmplan.sim.served_error import EmpiricalError, ErrorModel, error_model
 
@@ -208,7 +209,7 @@ def finish_confidence(res, point: list[SLOTarget], planned: list[SLOTarget], con
     res.confidence = {"level": c, "per_metric_level": round(metric_level(c, point), 4),
                       "planned_limits_ms": {s.key: round(s.limit_ms, 3) for s in planned},
                       "slo_limits_ms": {s.key: s.limit_ms for s in point}, "method": "docs/RISK.md"}
-    split = getattr(res, "chosen_mode", "agg") == "disagg" and isinstance(getattr(res, "disaggregated", None), dict)
+    split = split_chosen(res)
     if not res.selection.feasible and not split:
         res.notes.append(f"search.confidence={c:g}: planned against limits tightened to " +
                          ", ".join(f"{s.key} {s.limit_ms:.4g} ms" for s in planned) +

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmplan.cli.plan_outputs import split_chosen as split_is_chosen  # the PlanResult's answer is the split
+from llmplan.optimizer.mode_select import split_chosen  # the PlanResult's answer is the split
 
 #: plan.json ``mode`` -> the label the summaries print
 MODE_LABELS = {"agg": "aggregated", "disagg": "disaggregated"}
@@ -48,7 +48,7 @@ def joules_per_output_token(res: Any) -> float | None:
     """J per output token of the chosen deployment at the plan's rate (PUE 1; None: power unknown)."""
     from llmplan.optimizer.energy import selection_energy, split_energy
 
-    if split_is_chosen(res):
+    if split_chosen(res):
         return split_energy(res.disaggregated, res.workload).get("joules_per_output_token")
     if not res.selection.feasible:
         return None

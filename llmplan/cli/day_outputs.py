@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmplan.optimizer.mode_select import split_chosen
 from llmplan.progress import stage_progress, step
 
 
@@ -71,7 +72,7 @@ def day_block(res, app, out: Path, png: bool, model=None) -> dict | None:
     block["attainment"] = attainment
     # the day ILP schedules aggregated replicas per interval; a chosen split's pools are not
     # planned per interval, so the block says which deployment it describes (never the split silently)
-    split = bool(getattr(res, "mode_selection", None)) and getattr(res, "chosen_mode", "agg") == "disagg"
+    split = split_chosen(res)
     block["mode"] = "aggregated"
     block["describes"] = "the aggregated alternative" if split else "the chosen deployment"
     if split:

@@ -17,6 +17,7 @@ from llmplan.errors import ConfigError
 # the mode table and a chosen split's lines: optimizer/chosen_console.py (report.render prints them first)
 from llmplan.optimizer.chosen_console import mode_probabilities, mode_table, split_lines  # noqa: F401
 from llmplan.optimizer.day_plan import DayInfeasible
+from llmplan.optimizer.mode_select import split_chosen  # the plan's answer is the disaggregated split
 
 
 def check_energy(app) -> None:
@@ -26,12 +27,6 @@ def check_energy(app) -> None:
                           fix="e.g. energy.pue=1.2 (1.0 = GPU power only)")
     if price is not None and not (math.isfinite(price) and price >= 0):
         raise ConfigError(f"must be >= 0 $/kWh or null, got {price!r}", key="energy.usd_per_kwh", fix="e.g. 0.12")
-
-
-def split_chosen(res) -> bool:
-    """The plan's answer is the disaggregated split (optimizer/mode_select.py)."""
-    return (bool(getattr(res, "mode_selection", None)) and getattr(res, "chosen_mode", "agg") == "disagg"
-            and isinstance(getattr(res, "disaggregated", None), dict))
 
 
 def energy_block(res, app, aggregated: bool = False) -> dict | None:

@@ -111,9 +111,9 @@ def at_capacity(sel, wl, max_load: float):
 def point_row(res, figure: str, scale: float, engine: str, max_load: float) -> dict:
     """One curve point: the plan's CHOSEN deployment (aggregated, or the disaggregated split when
     the plan chooses it: optimizer/mode_select.py) and its figures."""
-    from llmplan.cli.chosen_figures import split_is_chosen
+    from llmplan.optimizer.mode_select import split_chosen
 
-    if split_is_chosen(res):
+    if split_chosen(res):
         return split_point_row(res, figure, scale, engine, max_load)
     from llmplan.optimizer import report
     from llmplan.optimizer.energy import selection_energy
