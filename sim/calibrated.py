@@ -41,7 +41,6 @@ scalar path evaluates the fitted model in plain Python plus a few numpy calls.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,23 +125,11 @@ class CalibratedKernelModel:
             setattr(self, "_c_" + name, functools.lru_cache(maxsize=_CACHE_SIZE)(getattr(self, "_" + name)))
 
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
-    def _candidates(self, family: str, prefer: str | None) -> Iterator[Any]:
-        """The tier choice's candidates; with ``prefer``, the stand-in GPU's models of the asked
-        engine first, then of ``prefer``, then of the others (cross-gen pool last, built lazily)."""
-        if prefer is None:
-            yield from self.choice.candidates(family, self.backend)
-            return
-        rank = {self.backend: 0, prefer: 1}
-        yield from sorted(self.choice.own(family, self.backend), key=lambda c: rank.get(c.backend, 2))
-        pool = self.choice.pool(family, self.backend)
-        if pool is not None:
-            yield pool
-
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset(),
                  prefer: str | None = None) -> KernelTime | None:
         # the stand-in GPU's engines in order, then (only if needed) the cross-gen pool
-        for cand in self._candidates(family, prefer):
+        for cand in self.choice.candidates(family, self.backend, prefer):
             fm, tier, feat = cand.model, cand.tier, cand.features
             group, exact = fm.resolve_group(dtype)
             if group is None:

@@ -76,12 +76,16 @@ class TierChoice:
     _pool: dict[tuple[str, str], Candidate | None] = field(default_factory=dict, repr=False)
     _collectives: "CollectiveSource | None" = field(default=None, repr=False)
 
-    def candidates(self, family: str, backend: str) -> Iterator[Candidate]:
+    def candidates(self, family: str, backend: str, prefer: str | None = None) -> Iterator[Candidate]:
         """Models to try in order for a family: the stand-in GPU's model for the asked engine,
-        then for its other measured engines (a dtype group one engine lacks), then the
-        cross-gen pool. Lazy: the pool (which reads every measured GPU) is built only when
-        a query reaches it."""
-        yield from self.own(family, backend)
+        then for its other measured engines (a dtype group one engine lacks; ``prefer``'s
+        first when given), then the cross-gen pool. Lazy: the pool (which reads every measured
+        GPU) is built only when a query reaches it."""
+        own = self.own(family, backend)
+        if prefer is not None:
+            rank = {backend: 0, prefer: 1}
+            own = sorted(own, key=lambda c: rank.get(c.backend, 2))
+        yield from own
         pool = self.pool(family, backend)
         if pool is not None:
             yield pool
