@@ -16,7 +16,8 @@ from omegaconf import DictConfig
 from rich.table import Table
 
 from llmplan.cli import hydra_app
-from llmplan.cli.chosen_figures import deployment_label, joules_per_output_token, mode_label, plan_mode
+from llmplan.cli.chosen_figures import (deployment_label, joules_per_output_token, mode_label, plan_mode,
+                                        split_capacity_rps)
 from llmplan.errors import EXIT_OK
 from llmplan.cli.plan_cmd import output_dir, plan_from_app
 from llmplan.progress import make_console
@@ -124,9 +125,8 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
 
 def _split_capacity(d: dict) -> str:
     """A chosen split's capacity: its smaller pool's workers x SLO capacity per worker (req/s)."""
-    caps = [x["replicas"] * x["capacity_rps_per_replica"] for x in d["deployments"]
-            if x.get("capacity_rps_per_replica") is not None]
-    return f"whole split: {min(caps):.2f}" if caps else "-"
+    cap = split_capacity_rps(d["disaggregated"], 1.0)
+    return f"whole split: {cap:.2f}" if cap is not None else "-"
 
 
 def _fmt(x, fmt: str) -> str:
