@@ -225,8 +225,7 @@ def disagg_side_by_side(model: ModelSpec, evals: list[Evaluation], wl: WorkloadS
     whose target the simulation misses grows by a worker at a time (``verify_and_grow``)."""
     from llmplan.optimizer.disagg_candidates import best_disagg, verify_and_grow
 
-    if space.uniform:
-        return None
+    # search.uniform, search.modes and the engine are judged by the caller (mode_select.disagg_skip_reason)
     opt = best_disagg(evals, wl, slos, model, engine.name, max_gpus, space.max_load, space.max_replicas)
     if opt is None:
         return None
