@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Console
 
 from llmplan.errors import ConfigError
-# the mode table and a chosen split's lines: optimizer/chosen_console.py (report.render prints them first)
-from llmplan.optimizer.chosen_console import mode_probabilities, mode_table, split_lines  # noqa: F401
+# the mode table (optimizer/chosen_console.py; a chosen split's own lines are printed by report.render)
+from llmplan.optimizer.chosen_console import mode_probabilities, mode_table
 from llmplan.optimizer.day_plan import DayInfeasible
 from llmplan.optimizer.mode_select import split_chosen  # the plan's answer is the disaggregated split
 
