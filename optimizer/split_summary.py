@@ -36,7 +36,9 @@ def split_deployments(dis: dict, slos: list[SLOTarget], rate_rps: float, probabi
     """The split's pools as plan.json ``deployments`` entries."""
     values, basis = split_figures(dis, slos)
     keys = {m: _binding(values, slos, m) for m in ("ttft", "tpot")}
-    targets = {s.key: {"limit_ms": s.limit_ms, "analytical_ms": None,
+    # the split's figure under its basis (report.html's targets table reads simulated, else analytical)
+    targets = {s.key: {"limit_ms": s.limit_ms,
+                       "analytical_ms": _num(values.get(s.key)) if basis == "analytical" else None,
                        "simulated_ms": _num(values.get(s.key)) if basis == "simulated" else None,
                        "probability": probability.get(s.key)} for s in slos}
     sim = dis.get("simulated") or {}

@@ -248,3 +248,18 @@ def test_split_probability_is_reported_when_the_split_is_not_chosen(tmp_path):
     p = rk["every_slo_probability"]
     assert 0.0 <= p <= 1.0 and "aggregated served residuals" in rk["residuals"]
     assert d["deployments"][0].get("mode") == "aggregated"
+
+
+def test_unsimulated_split_states_its_screen_figures_per_target():
+    # search.finalists=0: no simulation, so each target carries the screen's figure as analytical_ms
+    # (the prefill pool's TTFT, the decode pool's TPOT), never an empty prediction
+    from llmplan.optimizer.split_summary import split_deployments
+
+    dis = _split()
+    dis["simulated"] = None
+    for dep in split_deployments(dis, SLOS, WL.rate_rps, {}):
+        assert dep["targets"]["ttft_p90"]["analytical_ms"] == 900.0
+        assert dep["targets"]["tpot_p90"]["analytical_ms"] == 38.0
+        assert dep["targets"]["ttft_p90"]["simulated_ms"] is None
+    sim = split_deployments(_split(), SLOS, WL.rate_rps, {})[0]["targets"]["ttft_p90"]
+    assert sim["simulated_ms"] == 700.0 and sim["analytical_ms"] is None
