@@ -75,9 +75,9 @@ def disaggregated(plan: Mapping) -> str:
     if not isinstance(dis, Mapping) or not dis.get("pools"):
         return ""
     usd_h = dis.get("total_usd_per_hour")
-    chosen = ((plan.get("aggregated") or {}) if plan.get("mode") == "disagg" else plan).get("total_usd_per_hour")
-    delta = (f"{(usd_h / chosen - 1) * 100:+.0f}%" if isinstance(usd_h, (int, float)) and isinstance(chosen, (int, float))
-             and chosen else "-")
+    agg_usd_h = ((plan.get("aggregated") or {}) if plan.get("mode") == "disagg" else plan).get("total_usd_per_hour")
+    delta = (f"{(usd_h / agg_usd_h - 1) * 100:+.0f}%" if isinstance(usd_h, (int, float))
+             and isinstance(agg_usd_h, (int, float)) and agg_usd_h else "-")
     chosen = plan.get("mode") == "disagg" or (plan.get("mode") is None and dis.get("recommended"))
     title = "Chosen deployment (disaggregated)" if chosen else "Disaggregated alternative"
     out = [f"<section id='disaggregated'><h2>{title}: {esc(dis.get('xpyd', ''))}</h2>", mode_table(plan)]
