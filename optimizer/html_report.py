@@ -93,7 +93,7 @@ def _answer(plan: Mapping) -> str:
         kpi.append(("fleet", "uniform"))
     out.append(kpis(kpi))
     dis = plan.get("disaggregated") or {}
-    if dis.get("recommended"):
+    if dis.get("recommended") and plan.get("mode") != "disagg":  # chosen: html_sections.chosen_split heads the answer
         out.append(f"<div class='warn'>A disaggregated deployment is cheaper: <b>{esc(dis.get('xpyd', ''))} at "
                    f"{_usd(dis.get('total_usd_per_hour'), 2, '/h')}</b> (see <i>Chosen deployment (disaggregated)</i>).</div>")
     deps = plan.get("deployments") or []
