@@ -79,7 +79,8 @@ def _script(title: str, argv: tuple[str, ...], notes: tuple[str, ...], doc: str)
 
 
 def write(arts: list[PoolArtifacts], out_dir: Path) -> dict:
-    """Write the files under ``out_dir/deploy`` and return the ``deploy.json`` content."""
+    """Write each pool's files under ``out_dir/deploy`` and return their ``deploy.json`` entries
+    (``{"pools": [...]}``; :func:`write_index` writes the index once everything is in it)."""
     root = out_dir / "deploy"
     index = {"pools": []}
     for i, p in enumerate(arts):
@@ -101,6 +102,13 @@ def write(arts: list[PoolArtifacts], out_dir: Path) -> dict:
                                                       ["launch.sh", *[f for f, _ in p.launch.files], "k8s.yaml", "bench.sh"]],
             "benchmark_argv": list(p.bench_argv),
         })
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "deploy.json").write_text(json.dumps(index, indent=2) + "\n")
     return index
+
+
+def write_index(out_dir: Path, index: dict) -> Path:
+    """Write ``out_dir/deploy/deploy.json`` (the aggregated pools, the disaggregated option and
+    the plan's chosen mode) in one go; return its path."""
+    path = out_dir / "deploy" / "deploy.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(index, indent=2) + "\n")
+    return path

@@ -277,5 +277,7 @@ def test_write_artifacts(tmp_path):
     launch = (tmp_path / pool["files"][0]).read_text()
     body = "\n".join(ln for ln in launch.splitlines() if not ln.startswith("#")).replace("\\\n", " ")
     assert tuple(shlex.split(body)) == tuple(pool["launch_argv"])
+    assert not (tmp_path / "deploy" / "deploy.json").exists()   # written once, by write_index
+    artifacts.write_index(tmp_path, index)
     assert json.loads((tmp_path / "deploy" / "deploy.json").read_text()) == index
     assert artifacts.build(Selection(False, [], 0.0, 0, "infeasible"), model, eng, wl, []) == []

@@ -196,10 +196,8 @@ def test_disagg_manifest_requests_each_pools_gpus():
 @pytest.mark.parametrize("recommended", [True, False])
 def test_disagg_files_say_they_are_the_alternative(tmp_path, recommended):
     block = _disagg_block(recommended)
-    (tmp_path / "deploy").mkdir()
-    (tmp_path / "deploy" / "deploy.json").write_text('{"pools": []}')
     entry = disagg.write(_build("sglang", block), tmp_path, block)
-    assert json.loads((tmp_path / "deploy" / "deploy.json").read_text()) == {"pools": [], "disaggregated": entry}
+    assert entry["dir"] == "deploy/disagg" and (tmp_path / "deploy" / "disagg" / "router.sh").is_file()
     assert entry["xpyd"] == "3P2D" and entry["recommended"] is recommended
     for rel in entry["files"]:
         text = (tmp_path / rel).read_text()

@@ -119,7 +119,9 @@ def test_plan_command_outputs_follow_the_chosen_mode(tmp_path):
     chosen = d["chosen_deployment"]
     assert chosen["mode"] == "disaggregated" and chosen["xpyd"] == d["disaggregated"]["xpyd"]
     assert chosen["total_usd_per_hour"] == rows["disagg"]["usd_per_hour"] < rows["agg"]["usd_per_hour"]
-    assert json.loads((tmp_path / "deploy" / "deploy.json").read_text())["chosen_mode"] == "disagg"
+    index = json.loads((tmp_path / "deploy" / "deploy.json").read_text())
+    assert index["chosen_mode"] == "disagg" and index["disaggregated"] == d["deploy"]["disaggregated"]
+    assert index["pools"] == d["deploy"]["pools"]
     assert d["deploy"]["chosen_mode"] == "disagg" and d["deploy"]["disaggregated"]["recommended"]
     assert "CHOSEN deployment" in (tmp_path / "deploy" / "disagg" / "router.sh").read_text()
     page = (tmp_path / "report.html").read_text()
@@ -171,7 +173,9 @@ def test_split_is_the_answer_when_no_aggregated_deployment_fits_the_gpus(tmp_pat
     assert abs(e["gpu_power_w"] - sum(p["power_w"] for p in e["pools"])) <= 0.2
     assert abs(e["joules_per_output_token"] - e["facility_power_w"] / e["output_tokens_per_s"]) <= 1e-3
     assert (tmp_path / "deploy" / "disagg" / "router.sh").is_file()
-    assert not (tmp_path / "deploy" / "deploy.json").exists() and d["deploy"]["pools"] == []
+    index = json.loads((tmp_path / "deploy" / "deploy.json").read_text())  # the index lists the split alone
+    assert index == {"pools": [], "disaggregated": d["deploy"]["disaggregated"], "chosen_mode": "disagg"}
+    assert d["deploy"]["pools"] == [] and d["deploy"]["index"] == "deploy/deploy.json"
     out = capsys.readouterr().out
     assert "No aggregated deployment meets the targets" in out and "No deployment meets" not in out
 

@@ -71,22 +71,23 @@ def deploy_block(res, model, app, out: Path) -> dict | None:
     closed = app.workload.arrival == "closed_loop"
     conc = app.workload.concurrency if closed else None
     block = {"dir": "deploy", "index": None, "pools": [], "chosen_mode": getattr(res, "chosen_mode", "agg")}
+    index: dict = {"pools": []}
     if res.selection.feasible:
         arts = artifacts.build(res.selection, model, app.engine, res.workload, res.slos, app.seed,
                                arrival=app.workload.arrival, concurrency=conc)
         index = artifacts.write(arts, out)
-        block.update(index="deploy/deploy.json", pools=index["pools"])
+        block["pools"] = index["pools"]
     da = disagg.build(dis, model, app.engine, res.workload, res.slos,
                       {e.candidate.gpu.key: e.candidate.gpu.vendor for e in res.evaluations}, app.seed,
                       arrival=app.workload.arrival, concurrency=conc)
     if da is not None:
-        block["disaggregated"] = disagg.write(da, out, dis)
-    index_path = out / "deploy" / "deploy.json"
-    if index_path.exists():  # the index names the plan's deployment too
-        index = json.loads(index_path.read_text())
-        index["chosen_mode"] = block["chosen_mode"]
-        index_path.write_text(json.dumps(index, indent=2) + "\n")
-    return block if block["pools"] or block.get("disaggregated") else None
+        block["disaggregated"] = index["disaggregated"] = disagg.write(da, out, dis)
+    if not (block["pools"] or block.get("disaggregated")):
+        return None
+    index["chosen_mode"] = block["chosen_mode"]  # the index names the plan's deployment too
+    artifacts.write_index(out, index)
+    block["index"] = "deploy/deploy.json"
+    return block
 
 
 def chosen_deployment(res, d: dict) -> dict | None:

@@ -226,7 +226,7 @@ def build(d: Mapping, model: ModelSpec, engine: EngineProfile, wl: WorkloadStats
 
 
 def write(a: DisaggArtifacts, out_dir: Path, d: Mapping) -> dict:
-    """Write ``deploy/disagg/`` and return its index entry (relative paths)."""
+    """Write ``deploy/disagg/`` and return its ``deploy.json`` entry (relative paths)."""
     root = out_dir / "deploy" / "disagg"
     root.mkdir(parents=True, exist_ok=True)
     lines = header_lines(d)
@@ -251,13 +251,7 @@ def write(a: DisaggArtifacts, out_dir: Path, d: Mapping) -> dict:
                                                     benchmark.DOC))
     files += ["router.sh", *[n for n, _ in a.router.files], "k8s.yaml", "bench.sh"]
     rel = root.relative_to(out_dir).as_posix()
-    entry = _index_entry(a, rel, files)
-    index_path = out_dir / "deploy" / "deploy.json"
-    if index_path.exists():  # the aggregated pools' index (optimizer/artifacts.py) lists this directory too
-        index = json.loads(index_path.read_text())
-        index["disaggregated"] = entry
-        index_path.write_text(json.dumps(index, indent=2) + "\n")
-    return entry
+    return _index_entry(a, rel, files)
 
 
 def _index_entry(a: DisaggArtifacts, rel: str, files: list[str]) -> dict:
