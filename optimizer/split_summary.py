@@ -102,7 +102,8 @@ def apply(d: dict, res: Any, engine: str | None, threshold_pct: float, hours_per
     """Move the aggregated summary under ``d['aggregated']`` and state the chosen split at the top level."""
     dis, wl = res.disaggregated, res.workload
     d["aggregated"] = {k: d.get(k) for k in AGGREGATED_KEYS}
-    rk = split_risk(dis, res.slos, engine) if engine else None
+    # report.plan_dict has just computed the split's risk for plan.json's 'disaggregated' block
+    rk = (d.get("disaggregated") or {}).get("risk") or (split_risk(dis, res.slos, engine) if engine else None)
     probability = rk["pools"][0]["probability"] if rk else {}
     out_tok_per_h = wl.rate_rps * wl.mean_output_tokens * 3600.0
     usd_h = float(dis["total_usd_per_hour"])
