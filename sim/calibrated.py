@@ -97,6 +97,29 @@ MOE_FP4_DTYPES = frozenset({"fp4", "nvfp4", "mxfp4", "w4a16_mxfp4", "w4a8_mxfp4"
 #: SGLang's ``fused_moe_triton`` w4a16 kernel, 2.4x slower at the gpt-oss-120b decode shape
 #: (H200, 64 tokens: 0.90 ms against 0.37 ms for the OpenAI kernel).
 MOE_FP4_STAND_IN = {"trtllm": "vllm"}
+#: engines that run an MLA prefill in the MHA form (kv_b_proj expands the latent to per-head K/V,
+#: then ordinary attention with qk head dim nope + rope = 192 and v head dim 128 over bf16 K/V)
+#: while the ``mla_context`` table that would answer them measures the absorbed form (MQA over
+#: the 576/512-wide latent, ~3.4x the FLOPs) or does not exist. SGLang 0.5.x dispatches an extend
+#: without cached prefix (or with at least SGL_CHUNKED_PREFIX_CACHE_THRESHOLD = 8192 prefix tokens)
+#: to MHA_ONE_SHOT / MHA_CHUNKED_KV on its Hopper default backend fa3 and on flashinfer / flashmla /
+#: trtllm_mla (python/sglang/srt/models/deepseek_common/attention_backend_handler.py,
+#: ``_handle_attention_backend``; Hopper MLA default fa3:
+#: https://docs.sglang.io/advanced_features/attention_backend.html), while aiconfigurator's SGLang
+#: collector times ``mla_context`` on Hopper through FlashAttentionBackend with head dim 576 and
+#: v head dim 512 (collector/sglang/collect_mla.py, aiconfigurator 0.12; 1.99 ms at 16 heads x
+#: 8,192 tokens on H200: 588 TFLOP/s in the absorbed form, 173 in the MHA form; TensorRT-LLM's
+#: table, the MHA form, 0.63 ms). vLLM has no ``mla_context`` table (its query fell to SGLang's)
+#: and its MLA prefill is the MHA form too ("the compute friendly approach for prefill", context
+#: chunks up-projected; https://docs.vllm.ai/en/v0.10.2/api/vllm/v1/attention/backends/mla/common.html,
+#: unchanged in 0.18: .../v0.18.0/api/vllm/model_executor/layers/attention/mla_attention/).
+#: These engines time the prefill core with their own measured context-attention table at the
+#: FLOP-equivalent head dim (192 + 128) / 2 (the step model's convention for unequal K/V dims).
+#: TensorRT-LLM keeps its ``mla_context`` table (MHA form, its own kernel).
+MLA_PREFILL_MHA = frozenset({"sglang", "vllm"})
+#: SGLang: a prefill batch with cached prefix below this many tokens (summed over the batch)
+#: runs the absorbed MLA kernel instead (SGL_CHUNKED_PREFIX_CACHE_THRESHOLD default)
+SGLANG_MHA_PREFIX_THRESHOLD = 8192
 
 
 class CalibratedKernelModel:
@@ -231,11 +254,29 @@ class CalibratedKernelModel:
         kv_len = max(kv_len, q_len)
         q = {"batch": batch, "q_len": q_len, "kv_len": kv_len, "num_heads": num_heads, "kv_dtype": kv_dtype,
              "qk_nope_dim": qk_nope_dim, "qk_rope_dim": qk_rope_dim, "v_head_dim": v_head_dim}
+        if self.mla_prefill_is_mha(batch, q_len, kv_len):
+            return self.attention_prefill(batch, q_len, kv_len, num_heads, num_heads,
+                                          (qk_nope_dim + qk_rope_dim + v_head_dim) // 2, "bf16")
         rs = {"batch": batch, "q_len": q_len, "ctx": kv_len - q_len, "num_heads": num_heads}
         same = (qk_nope_dim, qk_rope_dim, v_head_dim) == (128, 64, 128)
         kt = self._predict("mla_prefill", None, q, rs, exact_dims=same)
         return kt if kt is not None else self._roof.mla_prefill(batch, q_len, kv_len, num_heads, kv_lora_rank,
                                                                 qk_nope_dim, qk_rope_dim, v_head_dim, kv_dtype)
+
+    def mla_prefill_is_mha(self, batch: int, q_len: int, kv_len: int) -> bool:
+        """Whether this engine runs the MLA prefill of ``batch`` chunks in the MHA form
+        (:data:`MLA_PREFILL_MHA`): vLLM always, SGLang without cached prefix or with at least
+        :data:`SGLANG_MHA_PREFIX_THRESHOLD` prefix tokens in the batch."""
+        if self.backend not in MLA_PREFILL_MHA:
+            return False
+        if self.backend != "sglang":
+            return True
+        # the step model hands KV lengths on a 1% geometric grid (and prompt chunks rounded up to
+        # 16 tokens): a difference inside that grid is no cached prefix
+        per_seq = kv_len - q_len
+        if per_seq <= 0.011 * kv_len + 16:
+            return True
+        return batch * per_seq >= SGLANG_MHA_PREFIX_THRESHOLD
 
     def mla_decode(self, batch: int, kv_len: float, num_heads: int, kv_lora_rank: int, qk_rope_dim: int,
                    kv_dtype: str) -> KernelTime:
