@@ -32,6 +32,7 @@ from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
+from llmplan.sim.wideep_moe import group_moe
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
 _BUCKET = 1.01   # geometric bucket width for KV lengths in the attention cache
@@ -356,9 +357,11 @@ class AnalyticalStepModel:
             if e.latent_size:
                 ops.append(self._op("moe_latent_proj", "gemm", k.gemm(T, eh, h, wd["shared_experts"]), 2 * n_moe))
             T_moe = T if group_tokens is None else group_tokens
-            ops.append(self._op("moe_experts", "moe",
-                                k.moe(T_moe, eh, e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep,
-                                      wd["routed_experts"]), n_moe))
+            moe_kt = k.moe(T_moe, eh, e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"]) \
+                if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
+                    k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
+                    e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])
+            ops.append(self._op("moe_experts", "moe", moe_kt, n_moe))
             if e.num_shared_experts:
                 sh = e.num_shared_experts * e.shared_intermediate_size // tp
                 ops.append(self._op("shared_up", "gemm", k.gemm(T, (2 if m.gated_mlp else 1) * sh, h, wd["shared_experts"]), n_moe))
