@@ -30,6 +30,7 @@ from llmplan.sim.dp_layout import rank_shape
 from llmplan.sim.engine_terms import request_ttft_ms
 from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
+from llmplan.sim.shared_experts import fused_shared_experts
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 from llmplan.sim.wideep_moe import group_moe
@@ -357,12 +358,16 @@ class AnalyticalStepModel:
             if e.latent_size:
                 ops.append(self._op("moe_latent_proj", "gemm", k.gemm(T, eh, h, wd["shared_experts"]), 2 * n_moe))
             T_moe = T if group_tokens is None else group_tokens
-            moe_kt = k.moe(T_moe, eh, e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"]) \
+            # SGLang folds DeepSeek-V3/R1's shared expert into the fused MoE (sim/shared_experts.py)
+            fused = 0 if group_tokens is not None else fused_shared_experts(
+                self.engine.kernel_backend, m, par, wd["routed_experts"], wd["shared_experts"])
+            moe_kt = k.moe(T_moe, eh, e_inter, e.top_k + fused, e.num_experts + fused, par.moe_tp, par.ep,
+                           wd["routed_experts"]) \
                 if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
                     e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])
             ops.append(self._op("moe_experts", "moe", moe_kt, n_moe))
-            if e.num_shared_experts:
+            if e.num_shared_experts and not fused:
                 sh = e.num_shared_experts * e.shared_intermediate_size // tp
                 ops.append(self._op("shared_up", "gemm", k.gemm(T, (2 if m.gated_mlp else 1) * sh, h, wd["shared_experts"]), n_moe))
                 ops.append(self._op("shared_down", "gemm", k.gemm(T, h, sh, wd["shared_experts"]), n_moe))
