@@ -147,3 +147,26 @@ def test_band_is_narrowed_when_held_out_coverage_exceeds_95_percent():
     got = engine_bands(a, b)
     assert got["ttft"]["level"] < 0.9              # narrowed
     assert got["tpot"]["level"] == 0.9             # continuous, same spread: untouched
+
+
+@pytest.mark.parametrize("name", ["vllm", "sglang", "trtllm"])
+def test_shipped_step_stays_physical_from_1_to_4096_sequences(name):
+    """Issue 12: with each engine's shipped terms a decode step at 1 ... 4,096 sequences is finite,
+    grows with the batch, never costs more per sequence as the batch grows (batching amortises the
+    weight reads; no host term adds per sequence), and its host part is at most the per-step
+    constant plus the overlapped CPU work that exceeds the device step."""
+    e = EngineProfile(name=name)
+    s = _step(e)
+    bare = _step(replace(e, host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.0))
+    prev_step, prev_per_seq = 0.0, float("inf")
+    for k in range(13):
+        n = 2 ** k
+        shape = StepShape.build([], [2048] * n)
+        step, dev = s.step_time_ms(shape), bare.step_time_ms(shape)
+        assert 0.0 < step < 1e5, (name, n, step)
+        assert step >= prev_step, (name, n)
+        assert step / n <= prev_per_seq * (1 + 1e-9), (name, n)
+        host = step - dev
+        assert host >= e.host_overhead_ms - 1e-9
+        assert host <= e.host_overhead_ms + max(0.0, e.host_overlap_per_seq_ms * n - dev) + 1e-9, (name, n)
+        prev_step, prev_per_seq = step, step / n
