@@ -31,6 +31,7 @@ from llmplan.sim.engine_terms import request_ttft_ms
 from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.shared_experts import fused_shared_experts
+from llmplan.sim.trtllm_llama_fusions import norms_in_allreduce, rope_in_attention
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 from llmplan.sim.wideep_moe import group_moe
@@ -289,7 +290,9 @@ class AnalyticalStepModel:
         ops: list[OpTime] = []
         norm = k.memory_op(T * h * ACT_BYTES * 2)
         per_layer = 1 if m.block_pattern else 2  # Nemotron-H blocks: one norm, one TP all-reduce each
-        ops.append(self._op("norms", "memory", norm, per_layer * L))
+        # TensorRT-LLM Llama: norms inside the all-reduce kernel, RoPE inside attention (sim/trtllm_llama_fusions.py)
+        folded = norms_in_allreduce(self.engine.kernel_backend, m, par)
+        ops.append(self._op("norms", "memory", norm, (per_layer - folded) * L))
         # ---- attention projections
         n_attn = m.num_full_attention_layers * self._frac
         if m.linear is not None:  # Gated DeltaNet layers: fused in_proj (q,k,v,z,b,a) and out_proj
@@ -311,7 +314,7 @@ class AnalyticalStepModel:
             ops.append(self._op("o_proj", "gemm", k.gemm(T, h, self.heads * m.value_head_dim, wd["attention"]),
                                 n_local + self._n_swa_own))
             rope = k.memory_op(T * (self.heads + self.kv_heads) * m.head_dim * ACT_BYTES * 2)
-            ops.append(self._op("rotary", "memory", rope, n_attn))
+            ops.append(self._op("rotary", "memory", rope, 0.0 if rope_in_attention(self.engine.kernel_backend, m) else n_attn))
             if self._n_global:  # Gemma-4 global layers: own head dim and KV heads, no v_proj with k_eq_v
                 ga, (g_kv, g_hd) = m.global_attention, self._full_geom
                 qkv_g = (self.heads + (1 if ga.k_eq_v else 2) * g_kv) * g_hd
