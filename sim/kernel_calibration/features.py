@@ -59,7 +59,9 @@ PY = _PythonOps()
 #: bytes per element of weight / KV dtypes (fp4-like formats count their block scales)
 DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp8_block": 1.0,
                                  "int8": 1.0, "int4_wo": 0.53, "w4a16_mxfp4": 0.53, "fp4": 0.53,
-                                 "int4": 0.53, "w4a8_mxfp4": 0.53}
+                                 "int4": 0.53, "w4a8_mxfp4": 0.53,
+                                 # TensorRT-LLM's int8 weight-only and SmoothQuant (w8a8) GEMMs (A100 tables)
+                                 "int8_wo": 1.0, "sq": 1.0}
 #: dtype -> tensor-core dtype whose peak bounds its compute (weight-only formats run in bf16)
 COMPUTE_DTYPE: dict[str, str] = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16", "fp8": "fp8",
                                  "fp8_block": "fp8", "int8": "fp8", "int4_wo": "bf16",
