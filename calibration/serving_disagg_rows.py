@@ -412,17 +412,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measurements", nargs="+", required=True)
     ap.add_argument("--out", required=True, help="e.g. sim/data/disagg_handoff.json")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--score", action="store_true",
+                    help="also replay the held-out half with the hand-offs just fitted (not the shipped file) and "
+                         "print the targets (median APE, each measurement once)")
     a = ap.parse_args(argv)
     overrides, engines = load_engine_overrides("default")
     seed = profile_seed(engines) if Path(engines).is_file() else 0
-    doc = fit_handoff(read_serving_files(a.measurements), SimOptions(), overrides, seed, a.workers)
+    df = read_serving_files(a.measurements)
+    doc = fit_handoff(df, SimOptions(), overrides, seed, a.workers)
     Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(json.dumps(doc, indent=1, sort_keys=True))
+    if a.score:
+        held, _ = load_engine_overrides("default", holdout=True)   # as `llmplan validate serving --holdout`
+        print(score_heldout(df, held, doc, seed, a.workers).to_string(index=False))
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def fitted_handoffs(doc: Mapping[str, Any]) -> dict[str, float]:
+    """{engine: hand-off ms, "*": pooled} of a :func:`fit_handoff` document."""
+    out = {b: float(v["handoff_ms"]) for b, v in doc.get("engines", {}).items()}
+    out["*"] = float(doc.get("pooled_handoff_ms", 0.0))
+    return out
+
+
+def score_heldout(df: Any, overrides: Mapping[str, Mapping[str, Any]], doc: Mapping[str, Any], seed: int,
+                  workers: int = 2) -> Any:
+    """:func:`disagg_targets` of the held-out half of split ``seed`` replayed with the hand-offs of
+    ``doc`` (a fit not yet shipped: judge a refit before it replaces sim/data/disagg_handoff.json).
+    ``overrides``: the engine terms fitted on the other half (``load_engine_overrides(..., holdout=True)``),
+    as ``llmplan validate serving --holdout`` scores."""
+    res = replay_disagg(df, SimOptions(), overrides, fitted_handoffs(doc), None, workers, None, None, seed)
+    frame = df.copy()
+    order = range(len(frame))
+    frame["predicted_ttft_ms"] = [res[i][0].ttft_ms if i in res else math.nan for i in order]
+    frame["predicted_tpot_ms"] = [res[i][0].tpot_ms if i in res else math.nan for i in order]
+    frame["status"] = [res[i][0].status if i in res else "" for i in order]
+    return disagg_targets(frame)
 
 
 #: accuracy targets for disaggregated rows (issue 10: median APE of mean TTFT / TPOT)
@@ -448,3 +473,7 @@ def disagg_targets(res: Any) -> Any:
         recs.append({"backend": be, "rows": len(g), "ttft_median": 100 * t[1], "tpot_median": 100 * p[1],
                      "ttft_met": t[1] <= TARGET_TTFT, "tpot_met": p[1] <= TARGET_TPOT})
     return pd.DataFrame(recs)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
