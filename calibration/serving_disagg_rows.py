@@ -353,12 +353,18 @@ def best_handoff(pairs: list[tuple[float, float]], grid_ms: tuple[float, float, 
 
 def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, Any]], seed: int,
                 workers: int = 2, progress: Any = None) -> dict[str, Any]:
-    """Per-engine hand-off delay from the training half of split ``seed``
-    (:func:`best_handoff` over the engine's unique training rows); engines without rows get the
+    """Per-engine hand-off delay from the training half of split ``seed``: each unique training
+    row replayed at the hand-offs of ``calibration.disagg_handoff_fit.KNOTS_MS`` (the closed loop's
+    feedback included), the value minimising the median APE of the interpolated TTFT
+    (:func:`~calibration.disagg_handoff_fit.best_handoff_closed_loop`); engines without rows get the
     mean of the fitted engines' values (``pooled_handoff_ms``)."""
     import numpy as np
 
-    res = replay_disagg(df, opts, overrides, {"*": 0.0}, None, workers, progress, None, seed, train_only=True)
+    from llmplan.calibration.disagg_handoff_fit import KNOTS_MS, best_handoff_closed_loop
+
+    runs = [replay_disagg(df, opts, overrides, {"*": h}, None, workers, progress, None, seed, train_only=True)
+            for h in KNOTS_MS]
+    res = runs[0]
     meas = df["silicon_ttft_ms"].to_numpy(float)
     resid: dict[str, list[float]] = {}
     pairs: dict[str, list[tuple[float, float]]] = {}
@@ -374,11 +380,17 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
             continue
         seen.add(key)
         unique.setdefault(backends[i], []).append((i, p))
+    curves: dict[str, list[list[float]]] = {}
     for b, items in unique.items():
         for i, p in items:
             resid.setdefault(b, []).append(float(meas[i] - p.ttft_ms))
             pairs.setdefault(b, []).append((float(meas[i]), float(p.ttft_ms)))
-    fitted = {b: best_handoff(v) for b, v in pairs.items()}
+            curves.setdefault(b, []).append([float(r[i][0].ttft_ms) for r in runs])
+    fitted = {}
+    for b, v in pairs.items():
+        ok = [k for k, c in enumerate(curves[b]) if all(np.isfinite(c))]   # every knot's replay finished
+        fitted[b] = best_handoff_closed_loop([v[k][0] for k in ok], [curves[b][k] for k in ok], KNOTS_MS) \
+            if ok else best_handoff(v)
     doc: dict[str, Any] = {
         # an engine without rows takes the mean of the fitted engines' hand-offs (as sim.engine_terms
         # falls back to the mean of the fitted engines' terms)
@@ -390,10 +402,12 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
         "_provenance": {"seed": seed, "rows": "mode=disagg rows of the measurement files given, training half "
                                               "(calibration.engine_fit.deployment_half of the disaggregated "
                                               "deployment key)",
-                        "fit": "the hand-off (0-5000 ms, 10 ms steps) minimising the median APE of simulated "
-                               "(hand-off 0, the engine's per-request front-end TTFT included) + hand-off against "
-                               "measured mean TTFT over the engine's unique training rows (a TPOT filter, tried, "
-                               "raised the training half's median APE: TensorRT-LLM 35.7% -> 53.7%)",
+                        "fit": "the hand-off (0-3000 ms, 10 ms steps) minimising the median APE of the simulated "
+                               "mean TTFT (the engine's per-request front-end TTFT included; each row replayed at "
+                               "hand-offs 0, 250, 500, 750, 1000, 1500, 2000, 3000 ms and interpolated linearly, so "
+                               "closed loops bound by a saturated prefill pool respond as they do) against the "
+                               "measured mean TTFT over the engine's unique training rows "
+                               "(calibration.disagg_handoff_fit)",
                         "source": "aiconfigurator-core 0.12.0 served runs (Apache-2.0), shared/measurements"},
     }
     return doc
