@@ -11,6 +11,10 @@ version family (:func:`version_family`), we fit
 * ``host_overlap_per_seq_ms`` (c): per-sequence CPU work overlapped with the device step
   (asynchronous / overlap schedulers), chosen from :data:`OVERLAP_GRID`;
 * ``osl_jitter`` (j): the engine's *desynchronisation*, chosen from :data:`JITTER_GRID`;
+* ``eager_step_ms_per_layer`` (e): host launch time per layer of a step that runs without CUDA
+  graphs (``sim.cuda_graphs.eager_step``: steps carrying a prompt on TensorRT-LLM and SGLang,
+  steps above the largest capture size); a constant per eager step, bounded by
+  :data:`EAGER_BOUNDS`, never per sequence;
 
 * ``ttft_per_request_ms`` and ``ttft_per_prompt_token_ms`` (r0, r1): per-request time outside the
   steps (API server, client round trip, tokenisation), added to TTFT only: ``--request-terms``
@@ -97,6 +101,9 @@ BOUNDS = ((0.0, 50.0), (0.0, 2.0), (0.25, 4.0))
 F_SCALE = 0.25
 #: desynchronisation values tried per engine (osl_jitter, see the module docstring)
 JITTER_GRID = (0.0, 0.02)
+#: (lower, upper) bound of the eager-step launch time, ms per layer (a PyTorch-flow forward launches
+#: some 10-30 kernels per layer; 1 ms per layer would be 30-100 us of host time per kernel)
+EAGER_BOUNDS = (0.0, 1.0)
 #: overlapped per-sequence CPU times tried (ms per sequence per step)
 OVERLAP_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 #: scheduling policy of the measured engine versions where it differs from conf/engine
@@ -104,7 +111,7 @@ SCHEDULER: dict[str, dict[str, Any]] = {"sglang": {"chunked_prefill": False}, "t
 #: scheduler fields a profile file may set
 SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: bumped whenever the simulated coefficients change meaning (invalidates --bases-cache files)
-BASIS_VERSION = 3
+BASIS_VERSION = 4
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per
@@ -154,6 +161,7 @@ class EngineParams:
     osl_jitter: float = 0.0
     ttft_per_request_ms: float = 0.0        # per-request TTFT outside the steps (sim/engine_terms.py)
     ttft_per_prompt_token_ms: float = 0.0   # per prompt token (tokenisation)
+    eager_step_ms_per_layer: float = 0.0    # per layer of a step without CUDA graphs
 
 
 # ----------------------------------------------------------------------------- cost models
@@ -216,6 +224,8 @@ class _Probe:
             return 1.0
         if self.kind == "seqs":
             return float(max(1, shape.decode_seqs + shape.prefill_seqs))
+        if self.kind == "eager":  # +1: step times must be > 0
+            return 1.0 + float(self.step.eager_layers(shape))
         return 1.0 + prefill_extra_ms(self.step, shape)   # "prefill" (+1: step times must be > 0)
 
     stage_time_ms = step_time_ms
@@ -248,6 +258,7 @@ class Basis:
     tpot: tuple[float, float, float]
     tier: str
     grid: tuple[float, ...] = OVERLAP_GRID
+    eager: tuple[float, float] = (0.0, 0.0)   # (TTFT, TPOT) coefficients of eager_step_ms_per_layer
 
     def base(self, c: float) -> tuple[float, float]:
         """Base means at overlap ``c`` (linear interpolation between grid values)."""
@@ -263,7 +274,9 @@ class Basis:
     def predict(self, p: EngineParams) -> tuple[float, float]:
         t0, p0 = self.base(p.host_overlap_per_seq_ms)
         x = np.array([p.host_overhead_ms, p.host_overhead_per_seq_ms, p.prefill_scale - 1.0])
-        return t0 + float(np.dot(self.ttft, x)) + self.request_ms(p), p0 + float(np.dot(self.tpot, x))
+        e = p.eager_step_ms_per_layer
+        return (t0 + float(np.dot(self.ttft, x)) + e * self.eager[0] + self.request_ms(p),
+                p0 + float(np.dot(self.tpot, x)) + e * self.eager[1])
 
     def request_ms(self, p: EngineParams) -> float:
         """The per-request TTFT terms of ``p`` for this row's prompt (TPOT is unchanged: they
@@ -294,7 +307,7 @@ def basis_for(case: ServingCase, opts: SimOptions, grid: tuple[float, ...] = OVE
         else:
             e = replace(base.dep.engine, host_overlap_per_seq_ms=c)
             runs.append(simulate_case(replace(base, dep=replace(base.dep, engine=e)), opts))
-    kinds = ("steps", "seqs", "prefill") if prefill else ("steps", "seqs")
+    kinds = ("steps", "seqs", "eager") + (("prefill",) if prefill else ())
     for kind in kinds:
         runs.append(simulate_case(base, opts, wrap=lambda s, k=kind: _Probe(s, k)))
     for r in runs:
@@ -303,12 +316,13 @@ def basis_for(case: ServingCase, opts: SimOptions, grid: tuple[float, ...] = OVE
     n = len(grid)
     t = [r.ttft_ms for r in runs]
     p = [r.tpot_ms for r in runs]
-    pf_t = t[n + 2] - t[n] if prefill else 0.0
-    pf_p = p[n + 2] - p[n] if prefill else 0.0
+    pf_t = t[n + 3] - t[n] if prefill else 0.0
+    pf_p = p[n + 3] - p[n] if prefill else 0.0
     return Basis(case.index, case.backend, version_family(case.backend, case.version), case.deployment,
                  case.dep.model.key, case.dense, case.dep.gpu.key, case.concurrency, case.isl, case.osl,
                  case.measured_ttft_ms, case.measured_tpot_ms, tuple(t[:n]), tuple(p[:n]),
-                 (t[n], t[n + 1], pf_t), (p[n], p[n + 1], pf_p), runs[0].tier, tuple(grid))
+                 (t[n], t[n + 1], pf_t), (p[n], p[n + 1], pf_p), runs[0].tier, tuple(grid),
+                 (t[n + 2] - t[n], p[n + 2] - p[n]))
 
 
 def _decode_floor_ms(case: ServingCase, opts: SimOptions) -> float:
@@ -379,14 +393,15 @@ def score(bases: list[Basis], p: EngineParams | Callable[[Basis], EngineParams])
 
 
 def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False,
-               form: str = "overlap", request: str = REQUEST_DEFAULT) -> EngineParams:
+               form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
     """Best terms over the overlap grid (``form`` overlap) or the linear form; ``request`` names
-    the per-request TTFT terms fitted with them (:data:`REQUEST_FORMS`)."""
-    return _fit_form(bases, start, prefill_scale, form, request)[0]
+    the per-request TTFT terms fitted with them (:data:`REQUEST_FORMS`); ``eager``: fit the
+    eager-step term too (else the start's value is kept)."""
+    return _fit_form(bases, start, prefill_scale, form, request, eager)[0]
 
 
 def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str,
-              request: str = REQUEST_DEFAULT) -> tuple[EngineParams, float]:
+              request: str = REQUEST_DEFAULT, eager: bool = True) -> tuple[EngineParams, float]:
     if form not in FORMS:
         raise UserError(f"unknown engine-term form '{form}'", key="--form", fix=f"one of {', '.join(FORMS)}")
     if request not in REQUEST_FORMS:
@@ -397,7 +412,8 @@ def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form
     grid = bases[0].grid if form == "overlap" else (0.0,)
     best: tuple[EngineParams, float] | None = None
     for c in grid:
-        p, cost = fit_with_cost(bases, start, prefill_scale, overlap=c, per_seq=(form == "linear"), request=request)
+        p, cost = fit_with_cost(bases, start, prefill_scale, overlap=c, per_seq=(form == "linear"), request=request,
+                                eager=eager)
         if best is None or cost < best[1] - 1e-12:
             best = (p, cost)
     assert best is not None
@@ -405,30 +421,33 @@ def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form
 
 
 def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False, overlap: float = 0.0,
-                  per_seq: bool = True, request: str = REQUEST_DEFAULT) -> tuple[EngineParams, float]:
-    """Least-squares fit of h0[, h1][, s][, per-request TTFT terms] at a fixed overlap value;
-    returns the terms and the final robust cost (comparable between fits of the same rows)."""
+                  per_seq: bool = True, request: str = REQUEST_DEFAULT, eager: bool = True) -> tuple[EngineParams, float]:
+    """Least-squares fit of h0[, h1][, s][, e][, per-request TTFT terms] at a fixed overlap value;
+    returns the terms and the final robust cost (comparable between fits of the same rows).
+    ``eager``: fit the eager-step term (else it keeps the start's value)."""
     from scipy.optimize import least_squares
 
     if not bases:
         return start, math.inf
     B = np.array([b.base(overlap) for b in bases])
     isl = np.array([float(b.isl) for b in bases])
-    # columns: h0, h1, s - 1, per-request ms, per prompt token ms (the last two on TTFT only)
-    T = np.column_stack([np.array([b.ttft for b in bases]), np.ones(len(bases)), isl])
-    P = np.column_stack([np.array([b.tpot for b in bases]), np.zeros((len(bases), 2))])
+    E = np.array([b.eager for b in bases])
+    # columns: h0, h1, s - 1, e (eager ms per layer), per-request ms, per prompt token ms (the last
+    # two on TTFT only)
+    T = np.column_stack([np.array([b.ttft for b in bases]), E[:, 0], np.ones(len(bases)), isl])
+    P = np.column_stack([np.array([b.tpot for b in bases]), E[:, 1], np.zeros((len(bases), 2))])
     y = np.log(np.concatenate([[b.measured_ttft_ms for b in bases], [b.measured_tpot_ms for b in bases]]))
-    req = [3 + REQUEST_BOUNDS_ORDER.index(k) for k in REQUEST_FORMS[request]]
-    fixed = np.array([0.0 if 3 + i in req else getattr(start, k) for i, k in enumerate(REQUEST_BOUNDS_ORDER)])
-    free = [0] + ([1] if per_seq else []) + ([2] if prefill_scale else []) + req
-    bounds = list(BOUNDS) + [REQUEST_BOUNDS[k] for k in REQUEST_BOUNDS_ORDER]
+    req = [4 + REQUEST_BOUNDS_ORDER.index(k) for k in REQUEST_FORMS[request]]
+    fixed = np.array([start.eager_step_ms_per_layer, start.ttft_per_request_ms, start.ttft_per_prompt_token_ms])
+    free = [0] + ([1] if per_seq else []) + ([2] if prefill_scale else []) + ([3] if eager else []) + req
+    bounds = list(BOUNDS) + [EAGER_BOUNDS] + [REQUEST_BOUNDS[k] for k in REQUEST_BOUNDS_ORDER]
     lo = np.array([bounds[i][0] for i in free])
     hi = np.array([bounds[i][1] for i in free])
-    scale = np.array([1.0, 0.01, 0.1, 10.0, 0.001])[free]
+    scale = np.array([1.0, 0.01, 0.1, 0.1, 10.0, 0.001])[free]
 
     def full(v: np.ndarray) -> np.ndarray:
-        x = np.zeros(5)
-        x[3:] = fixed   # per-request terms not fitted here keep the start's values
+        x = np.zeros(6)
+        x[3:] = fixed   # terms not fitted here keep the start's values
         for i, k in enumerate(free):
             x[k] = v[i] - (1.0 if k == 2 else 0.0)
         return x
@@ -439,15 +458,16 @@ def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool =
         return np.log(np.maximum(pred, 1e-9)) - y
 
     s0 = np.array([start.host_overhead_ms, start.host_overhead_per_seq_ms, start.prefill_scale,
-                   start.ttft_per_request_ms, start.ttft_per_prompt_token_ms])
+                   start.eager_step_ms_per_layer, start.ttft_per_request_ms, start.ttft_per_prompt_token_ms])
     best = None
-    for guess in (s0, np.array([1.0, 0.01, 1.0, 10.0, 0.001]), np.array([10.0, 0.1, 1.0, 50.0, 0.005])):
+    for guess in (s0, np.array([1.0, 0.01, 1.0, 0.05, 10.0, 0.001]), np.array([10.0, 0.1, 1.0, 0.2, 50.0, 0.005])):
         g = np.clip(guess[free], lo + 1e-9, hi - 1e-9)
         r = least_squares(resid, g, bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE, x_scale=scale)
         if best is None or r.cost < best.cost:
             best = r
     x = full(best.x)
-    return (EngineParams(float(x[0]), float(x[1]), float(overlap), float(x[2] + 1.0), 0.0, float(x[3]), float(x[4])),
+    return (EngineParams(float(x[0]), float(x[1]), float(overlap), float(x[2] + 1.0), 0.0, float(x[4]), float(x[5]),
+                         float(x[3])),
             float(best.cost))
 
 
@@ -593,7 +613,8 @@ def _terms(p: EngineParams) -> dict[str, float]:
             "host_overlap_per_seq_ms": round(p.host_overlap_per_seq_ms, 5),
             "prefill_scale": round(p.prefill_scale, 4), "osl_jitter": p.osl_jitter,
             "ttft_per_request_ms": round(p.ttft_per_request_ms, 3),
-            "ttft_per_prompt_token_ms": round(p.ttft_per_prompt_token_ms, 6)}
+            "ttft_per_prompt_token_ms": round(p.ttft_per_prompt_token_ms, 6),
+            "eager_step_ms_per_layer": round(p.eager_step_ms_per_layer, 5)}
 
 
 def write_profiles(path: Path, fits: dict[str, EngineFit], provenance: dict[str, Any],
@@ -627,10 +648,10 @@ def _rounded(d: dict) -> dict:
 
 #: numeric per-engine keys of the profile file
 NUMERIC_KEYS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms", "prefill_scale",
-                "osl_jitter", "ttft_per_request_ms", "ttft_per_prompt_token_ms")
+                "osl_jitter", "ttft_per_request_ms", "ttft_per_prompt_token_ms", "eager_step_ms_per_layer")
 #: host and per-request terms all zero (``--engine-profiles none``)
 NO_HOST = {"host_overhead_ms": 0.0, "host_overhead_per_seq_ms": 0.0, "host_overlap_per_seq_ms": 0.0,
-           "ttft_per_request_ms": 0.0, "ttft_per_prompt_token_ms": 0.0}
+           "ttft_per_request_ms": 0.0, "ttft_per_prompt_token_ms": 0.0, "eager_step_ms_per_layer": 0.0}
 
 
 def load_engine_overrides(spec: str | None, holdout: bool = False) -> tuple[dict[str, dict[str, Any]], str]:
@@ -894,7 +915,7 @@ def _fmt(p: EngineParams) -> str:
     req = (f", r {p.ttft_per_request_ms:.1f} + {1000 * p.ttft_per_prompt_token_ms:.2f} us/tok"
            if p.ttft_per_request_ms or p.ttft_per_prompt_token_ms else "")
     return (f"h0 {p.host_overhead_ms:.3f}, c {p.host_overlap_per_seq_ms:.3f}, h1 {p.host_overhead_per_seq_ms:.4f}, "
-            f"s {p.prefill_scale:.2f}, j {p.osl_jitter:.2f}{req}")
+            f"s {p.prefill_scale:.2f}, e {p.eager_step_ms_per_layer:.3f}/layer, j {p.osl_jitter:.2f}{req}")
 
 
 def print_fit(res: FitResult, console: Any = None) -> None:
@@ -904,7 +925,8 @@ def print_fit(res: FitResult, console: Any = None) -> None:
     from llmplan.progress import make_console
 
     console = console or make_console()
-    t = Table(title="Engine terms (h0 ms/step, c overlapped ms/seq, h1 ms/seq, s prefill scale, j jitter)")
+    t = Table(title="Engine terms (h0 ms/step, c overlapped ms/seq, h1 ms/seq, s prefill scale, "
+                    "e eager ms/layer, j jitter)")
     for c in ("engine", "rows", "fitted on the training half", "fitted on all rows", "version families (all rows)"):
         t.add_column(c)
     for b, f in res.fits.items():

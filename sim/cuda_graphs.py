@@ -24,8 +24,30 @@ cost GEMM rows like real ones) or run eagerly. Each engine's documented default:
 
 Only the padded row count is modelled here (the linear operators: GEMMs, MoE, norms; the
 lm_head and attention keep the real sequences, as the engines compute logits and attention
-for real sequences only). The launch overhead an eager (uncaptured) step pays is part of the
-fitted per-step host time, not of this module.
+for real sequences only).
+
+**Eager steps** (:func:`eager_step`): a step that replays no graph launches every kernel of the
+forward from the host, layer by layer. Which steps do, per engine default:
+
+* **TensorRT-LLM**: CUDA graphs "are enabled for batches that consist of decoding requests
+  *only*" (``TorchLlmArgs.cuda_graph_config``, 1.0-1.3; "it's hard to capture a single graph
+  with prefill requests"), captured up to ``max_batch_size`` 128 by default
+  (``DecodeCudaGraphConfig``: "If neither is provided, a default max_batch_size of 128 is
+  used", https://nvidia.github.io/TensorRT-LLM/llm-api/reference/DecodeCudaGraphConfig.html).
+  Every step carrying a prompt is eager, and so is a decode batch above
+  :data:`TRTLLM_MAX_CAPTURE`. (Without ``enable_padding`` the default list is 1-31, 32, 64, 128;
+  decode batches of 33-63 or 65-127 sequences would run eagerly too, but the served rows show no
+  step there: the decode-step intercept at N = 64 is predicted within 0.93-1.14 of the measured
+  one on TRT-LLM Qwen3-32B, docs/ACCURACY.md "Flat across batch sizes", so their benchmark
+  configurations captured those batches; only the default maximum is kept.)
+* **vLLM v1**: full graphs for decode batches and piecewise graphs (attention outside) for mixed
+  steps up to the largest capture size; a step of more tokens runs without graphs.
+* **SGLang**: decode batches up to ``cuda_graph_max_bs``; prefill and mixed batches run without
+  graphs.
+
+The time an eager step adds (host launch of the forward's kernels, a constant per step that
+grows with the layers, not with the batch) is the fitted engine term
+``eager_step_ms_per_layer`` (``sim/engine_terms.py``, ``sim/step_model.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +59,8 @@ from functools import lru_cache
 SGLANG_MAX_BS = 256
 #: vLLM's cap on the largest captured size
 VLLM_MAX_CAPTURE = 512
+#: TensorRT-LLM's default largest captured decode batch (DecodeCudaGraphConfig.max_batch_size)
+TRTLLM_MAX_CAPTURE = 128
 
 
 @lru_cache(maxsize=64)
@@ -64,3 +88,18 @@ def padded_tokens(engine: str, max_num_seqs: int, tokens: int, decode_only: bool
     if not sizes or tokens > sizes[-1]:
         return tokens
     return sizes[bisect_left(sizes, tokens)]
+
+
+def eager_step(engine: str, max_num_seqs: int, tokens: int, decode_only: bool) -> bool:
+    """Whether a step of ``tokens`` tokens (``decode_only``: every token a decoding sequence's)
+    runs without CUDA graphs under the engine's defaults (module docstring); False for an
+    empty step and for engines without a documented graph policy."""
+    if tokens <= 0:
+        return False
+    if engine == "trtllm":
+        return not decode_only or tokens > TRTLLM_MAX_CAPTURE
+    if engine == "sglang":
+        return not decode_only or tokens > SGLANG_MAX_BS
+    if engine == "vllm":
+        return tokens > capture_sizes(engine, max_num_seqs)[-1]
+    return False

@@ -9,6 +9,7 @@ values of its engine here. An explicit value (a config override, a test) wins.
 Step time with these terms (``sim.step_model``)::
 
     step = max(device_ms, host_overlap_per_seq_ms x seqs) + host_overhead_ms + host_overhead_per_seq_ms x seqs
+           (+ eager_step_ms_per_layer x layers on a step that runs without CUDA graphs)
 
 * ``host_overhead_ms``: per-step host time that is *not* hidden behind the GPU (scheduler
   decision, input preparation, launch of the captured graph, output processing);
@@ -19,6 +20,12 @@ Step time with these terms (``sim.step_model``)::
 * ``host_overhead_per_seq_ms``: per-sequence work that is not overlapped (older, synchronous
   engines such as vLLM v0; the fit keeps it at 0, because a linear per-sequence term grows
   without bound: 0.03 ms x 4,000 sequences = 120 ms per step).
+* ``eager_step_ms_per_layer``: the host launch of a forward that replays no CUDA graph
+  (``sim.cuda_graphs.eager_step``: TensorRT-LLM and SGLang steps that carry a prompt, vLLM steps
+  above its largest capture size, decode batches above the captured maximum): the kernels of
+  every layer are launched one by one, so the step waits on the host in the short kernels of
+  each layer. A constant per eager step that scales with the layers and never with the batch
+  (0 where the profile file has no value, i.e. before a fit that includes it).
 
 Per-request terms of the time to first token (added to each request's TTFT and end-to-end
 latency, never to a step; :func:`request_ttft_ms`)::
@@ -50,7 +57,7 @@ from typing import Any
 PATH = Path(__file__).resolve().parent / "data" / "engine_profiles.json"
 #: EngineProfile fields this file supplies
 FIELDS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms", "ttft_per_request_ms",
-          "ttft_per_prompt_token_ms")
+          "ttft_per_prompt_token_ms", "eager_step_ms_per_layer")
 #: the per-request TTFT terms among them (not step time)
 REQUEST_FIELDS = ("ttft_per_request_ms", "ttft_per_prompt_token_ms")
 

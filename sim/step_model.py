@@ -25,7 +25,7 @@ from functools import lru_cache
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.gemm_dtypes import gemm_dtypes
 from llmplan.model_catalog.spec import ModelSpec
-from llmplan.sim.cuda_graphs import padded_tokens
+from llmplan.sim.cuda_graphs import eager_step, padded_tokens
 from llmplan.sim.dp_layout import rank_shape
 from llmplan.sim.engine_terms import request_ttft_ms
 from llmplan.sim.ep_comm import moe_exchange
@@ -167,7 +167,8 @@ class AnalyticalStepModel:
             stage, comm = self._decode_stage_comm(shape, (n, _bucket(shape.decode_kv_tokens / n)))
         else:
             stage, comm = self._mixed_stage_comm(shape)
-        return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape)
+        return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape,
+                               self.layers_per_stage)
 
     def breakdown(self, shape: StepShape) -> StepTiming:
         rank = rank_shape(shape, self.dp)
@@ -183,12 +184,26 @@ class AnalyticalStepModel:
         return StepTiming(self.step_time_ms(shape), self.stage_time_ms(shape), tuple(ops))
 
     # ------------------------------------------------------------------ internals
-    def _with_host(self, device_ms: float, shape: StepShape) -> float:
+    def _with_host(self, device_ms: float, shape: StepShape, layers: int | None = None) -> float:
         """Device time plus the engine's host time (sim/engine_terms.py): per-sequence CPU work
-        overlapped with the device step shows only where it is longer; the rest adds."""
+        overlapped with the device step shows only where it is longer; the rest adds, and so does
+        the host launch of an eager step (no CUDA graph, sim/cuda_graphs.py): per layer of the
+        step (``layers``: of one pipeline stage; default all), never per sequence."""
         e, n = self.engine, shape.decode_seqs + shape.prefill_seqs
-        return (max(device_ms, e.host_overlap_per_seq_ms * n) + e.host_overhead_ms
-                + e.host_overhead_per_seq_ms * n)
+        t = (max(device_ms, e.host_overlap_per_seq_ms * n) + e.host_overhead_ms
+             + e.host_overhead_per_seq_ms * n)
+        if e.eager_step_ms_per_layer:
+            t += e.eager_step_ms_per_layer * self.eager_layers(shape, layers)
+        return t
+
+    def eager_layers(self, shape: StepShape, layers: int | None = None) -> int:
+        """Layers whose kernels the host launches one by one in this step: all of them (``layers``
+        of one stage) when the step runs without CUDA graphs (``sim.cuda_graphs.eager_step``,
+        per attention-DP rank), else 0."""
+        e = self.engine
+        if not eager_step(e.name, e.max_num_seqs, -(-shape.tokens // self.dp), not shape.prefill_seqs):
+            return 0
+        return self.model.num_layers if layers is None else layers
 
     def _host(self, shape: StepShape) -> float:
         """Host time of a step beyond its device time."""

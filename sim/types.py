@@ -140,6 +140,8 @@ class EngineProfile:
     # per-request TTFT outside the steps (API server, client round trip, tokenisation; sim/engine_terms.py)
     ttft_per_request_ms: Optional[float] = None
     ttft_per_prompt_token_ms: Optional[float] = None
+    # per layer, added to a step that runs without CUDA graphs (sim/cuda_graphs.eager_step)
+    eager_step_ms_per_layer: Optional[float] = None
     # Memory (sim/kv_budget.py). Activations, CUDA graphs and runtime are modelled per engine;
     # this is an extra per-GPU reserve on top of them (GB), 0 by default.
     activation_reserve_gb: float = 0.0

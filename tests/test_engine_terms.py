@@ -25,7 +25,8 @@ def test_profile_defaults_come_from_the_fitted_file_only(name):
     fitted = _shipped()["engines"][name]
     e = EngineProfile(name=name)
     for f in engine_terms.FIELDS:
-        assert getattr(e, f) == pytest.approx(fitted[f])
+        # a term the file does not hold yet (fitted after it was written) is 0
+        assert getattr(e, f) == pytest.approx(fitted.get(f, 0.0))
     # the engine YAML does not restate them (one source of truth)
     raw = OmegaConf.to_container(OmegaConf.load(conf_dir() / "engine" / f"{name}.yaml"))
     assert not set(engine_terms.FIELDS) & set(raw)

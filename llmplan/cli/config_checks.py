@@ -63,6 +63,7 @@ RANGES: dict[str, Rule] = {
     "engine.gpu_memory_utilization": FRACTION, "engine.watermark": HALF_OPEN_FRACTION,
     "engine.host_overhead_ms": NON_NEGATIVE, "engine.host_overhead_per_seq_ms": NON_NEGATIVE,
     "engine.ttft_per_request_ms": NON_NEGATIVE, "engine.ttft_per_prompt_token_ms": NON_NEGATIVE,
+    "engine.eager_step_ms_per_layer": NON_NEGATIVE,
     "engine.activation_reserve_gb": NON_NEGATIVE,
     "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1, "deployment.dp": AT_LEAST_1,
     "deployment.replicas": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]"),
