@@ -104,6 +104,8 @@ JITTER_GRID = (0.0, 0.02)
 #: (lower, upper) bound of the eager-step launch time, ms per layer (a PyTorch-flow forward launches
 #: some 10-30 kernels per layer; 1 ms per layer would be 30-100 us of host time per kernel)
 EAGER_BOUNDS = (0.0, 1.0)
+#: whether fits include the eager-step term (``--no-eager-term`` turns it off, for comparison)
+FIT_EAGER = True
 #: overlapped per-sequence CPU times tried (ms per sequence per step)
 OVERLAP_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 #: scheduling policy of the measured engine versions where it differs from conf/engine
@@ -393,15 +395,15 @@ def score(bases: list[Basis], p: EngineParams | Callable[[Basis], EngineParams])
 
 
 def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False,
-               form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
+               form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool | None = None) -> EngineParams:
     """Best terms over the overlap grid (``form`` overlap) or the linear form; ``request`` names
     the per-request TTFT terms fitted with them (:data:`REQUEST_FORMS`); ``eager``: fit the
-    eager-step term too (else the start's value is kept)."""
+    eager-step term too (else the start's value is kept; None: :data:`FIT_EAGER`)."""
     return _fit_form(bases, start, prefill_scale, form, request, eager)[0]
 
 
 def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str,
-              request: str = REQUEST_DEFAULT, eager: bool = True) -> tuple[EngineParams, float]:
+              request: str = REQUEST_DEFAULT, eager: bool | None = None) -> tuple[EngineParams, float]:
     if form not in FORMS:
         raise UserError(f"unknown engine-term form '{form}'", key="--form", fix=f"one of {', '.join(FORMS)}")
     if request not in REQUEST_FORMS:
@@ -421,12 +423,14 @@ def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form
 
 
 def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False, overlap: float = 0.0,
-                  per_seq: bool = True, request: str = REQUEST_DEFAULT, eager: bool = True) -> tuple[EngineParams, float]:
+                  per_seq: bool = True, request: str = REQUEST_DEFAULT,
+                  eager: bool | None = None) -> tuple[EngineParams, float]:
     """Least-squares fit of h0[, h1][, s][, e][, per-request TTFT terms] at a fixed overlap value;
     returns the terms and the final robust cost (comparable between fits of the same rows).
-    ``eager``: fit the eager-step term (else it keeps the start's value)."""
+    ``eager``: fit the eager-step term (else it keeps the start's value; None: :data:`FIT_EAGER`)."""
     from scipy.optimize import least_squares
 
+    eager = FIT_EAGER if eager is None else eager
     if not bases:
         return start, math.inf
     B = np.array([b.base(overlap) for b in bases])
@@ -1022,11 +1026,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSON file keeping the simulated coefficients; reused when rows, options, kernel "
                          "calibration and code are unchanged (refits then take seconds)")
     add_jitter_arg(ap)
+    ap.add_argument("--no-eager-term", action="store_true",
+                    help="keep the eager-step term at 0 (the fit without it, same simulated coefficients)")
     ap.add_argument("--engine-jitter", action="append", default=[], metavar="ENGINE=J[,J...]",
                     help="desynchronisation values tried for one engine instead of --jitter-grid (repeatable), "
                          "e.g. vllm=0.02")
     add_sim_args(ap)
     a = ap.parse_args(argv)
+    global FIT_EAGER
+    FIT_EAGER = not a.no_eager_term
     console = make_console()
     try:
         opts, note = sim_options(a)
