@@ -82,6 +82,8 @@ def extract(measurements: Iterable[str]) -> dict[str, Any]:
                             "tables": versions,
                             "num_tokens": "tokens of the whole attention-DP group entering the MoE layer",
                             "kept": "num_slots == num_experts, no EPLB; median of repeated points",
+                            "license": "Apache License 2.0, Copyright (c) NVIDIA CORPORATION & AFFILIATES "
+                                       "(aiconfigurator-core); full notice: sim/kernel_calibration/data/NOTICE.md",
                             "written_by": "python -m llmplan.calibration.wideep_tables"}}
 
 
