@@ -32,7 +32,9 @@ the alpha-beta model over that link's bandwidth plus its start-up latency per st
 
 MLA: ``mla_prefill``/``mla_decode`` time the attention core only (fitted on the
 kernel-level ``mla_context``/``mla_generation`` tables); the step model times the MLA
-projections as GEMMs.
+projections as GEMMs. Engines that prefill in the MHA form while the ``mla_context`` table
+answering them measures the absorbed form (SGLang, vLLM: :data:`MLA_PREFILL_MHA`) time the
+prefill core with their context-attention table instead.
 
 Calls are cached per model instance (the step model repeats shapes), and the uncached
 scalar path evaluates the fitted model in plain Python plus a few numpy calls.
