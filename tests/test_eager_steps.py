@@ -100,3 +100,21 @@ def test_fit_recovers_a_known_eager_term():
     assert got.ttft_per_request_ms == pytest.approx(25.0, rel=0.02)
     # held at the start's value when not fitted
     assert ef.fit_params(bases, ef.EngineParams(0.3), request="constant", eager=False).eager_step_ms_per_layer == 0.0
+
+
+def test_the_term_travels_from_the_fit_to_the_runtime(tmp_path):
+    """engine_fit writes it with the other terms, validate reads it back, the runtime profile takes it."""
+    import json
+
+    from llmplan.sim import engine_terms
+
+    p = ef.EngineParams(0.5, 0.0, 0.05, 1.0, 0.02, 80.0, 0.0, 0.27)
+    terms = ef._terms(p)
+    assert terms["eager_step_ms_per_layer"] == 0.27 and "eager_step_ms_per_layer" in ef.NUMERIC_KEYS
+    assert ef.NO_HOST["eager_step_ms_per_layer"] == 0.0
+    f = tmp_path / "profiles.json"
+    f.write_text(json.dumps({"engines": {"trtllm": terms}}))
+    vals, _ = engine_terms.fitted_terms("trtllm", str(f))
+    assert vals["eager_step_ms_per_layer"] == 0.27
+    over, _ = ef.load_engine_overrides(str(f))
+    assert over["trtllm"]["eager_step_ms_per_layer"] == 0.27
