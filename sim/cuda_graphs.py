@@ -30,8 +30,9 @@ for real sequences only).
 forward from the host, layer by layer. Which steps do, per engine default:
 
 * **TensorRT-LLM**: CUDA graphs "are enabled for batches that consist of decoding requests
-  *only*" (``TorchLlmArgs.cuda_graph_config``, 1.0-1.3; "it's hard to capture a single graph
-  with prefill requests"), captured up to ``max_batch_size`` 128 by default
+  *only*" (``TorchLlmArgs.cuda_graph_config`` description in ``tensorrt_llm/llmapi/llm_args.py``,
+  1.x; "it's hard to capture a single graph with prefill requests"), captured up to
+  ``max_batch_size`` 128 by default
   (``DecodeCudaGraphConfig``: "If neither is provided, a default max_batch_size of 128 is
   used", https://nvidia.github.io/TensorRT-LLM/llm-api/reference/DecodeCudaGraphConfig.html).
   Every step carrying a prompt is eager, and so is a decode batch above
