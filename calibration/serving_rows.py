@@ -448,9 +448,45 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     return RowMapping(index, case, SIMULATED)
 
 
+#: labels that, with the lengths and the measured means, identify one aggregated measurement
+REPEAT_LABELS = ("backend", "backend_version", "model_path", "system", "precision", "gemm_quant_mode", "mode",
+                 "isl", "osl")
+
+
+def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
+    """Aggregated rows that repeat an earlier row's measurement -> the index of that first row.
+
+    The measurement dumps re-export some runs under other ids (and some with the layout written
+    as a product, ``serving_rows.product_layout``): same engine, version, model, GPU, precision,
+    lengths, and mean TTFT and TPOT equal to 1e-4 ms, which two distinct runs never are. Each
+    measurement is counted once, so a run is neither weighted twice in the fit nor present in
+    both deployment halves of the held-out split. Disaggregated rows are matched by
+    ``serving_disagg_rows.measurement_key``."""
+    first: dict[tuple, int] = {}
+    out: dict[int, int] = {}
+    for i, r in enumerate(rows):
+        if _text(r.get("mode")).lower() == "disagg":
+            continue
+        ttft, tpot = _num(r.get("silicon_ttft_ms")), _num(r.get("silicon_tpot_ms"))
+        if not (math.isfinite(ttft) and math.isfinite(tpot)):
+            continue
+        key = (*(_text(r.get(c)) if not isinstance(r.get(c), float) else round(float(r.get(c)), 6)
+                 for c in REPEAT_LABELS), round(ttft, 4), round(tpot, 4))
+        if key in first:
+            out[i] = first[key]
+        else:
+            first[key] = i
+    return out
+
+
 def map_rows(df: pd.DataFrame, engines: Mapping[str, EngineProfile]) -> list[RowMapping]:
-    """Every row of a measurements frame, in order."""
-    return [map_row(r, i, engines) for i, r in enumerate(df.to_dict("records"))]
+    """Every row of a measurements frame, in order; a repeated measurement (:func:`measurement_repeats`)
+    is listed with status ``repeat`` and not simulated."""
+    rows = df.to_dict("records")
+    repeats = measurement_repeats(rows)
+    return [RowMapping(i, None, f"repeat: the measurement of row {_text(rows[repeats[i]].get('id')) or repeats[i]} "
+                                "(same labels, lengths and measured TTFT/TPOT), counted once")
+            if i in repeats else map_row(r, i, engines) for i, r in enumerate(rows)]
 
 
 # ----------------------------------------------------------------------------- simulation
