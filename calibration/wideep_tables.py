@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from llmplan.sim import wideep_moe
+
 #: (engine, phase, file): phase "any" serves every step, else "context" / "generation"
 SOURCES = (("trtllm", "any", "wideep_moe.csv.gz"),
            ("sglang", "context", "wideep_context_moe.csv.gz"),
@@ -37,8 +39,9 @@ KEY_COLUMNS = ("moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", 
 
 
 def curve_key(engine: str, phase: str, row: dict[str, Any]) -> str:
-    """The JSON key of one curve (``sim.wideep_moe.curve_key`` reads the same layout)."""
-    return "|".join([engine, phase] + [str(row[c]) for c in KEY_COLUMNS])
+    """The JSON key of one curve: ``sim.wideep_moe.curve_key`` (the runtime's lookup) of the row's
+    :data:`KEY_COLUMNS` (in that function's argument order)."""
+    return wideep_moe.curve_key(engine, phase, *(row[c] for c in KEY_COLUMNS))
 
 
 def curves_of(frame: Any, engine: str, phase: str) -> dict[str, list[list[float]]]:
