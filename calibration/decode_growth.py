@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from llmplan.errors import UserError
+from llmplan.calibration.serving_rows import concurrency_of
+from llmplan.errors import EXIT_USER_ERROR, UserError
 
 #: columns that, with the concurrency, name a (deployment, N) group of runs differing in osl / isl
 GROUP_COLUMNS = ("backend", "backend_version", "model_path", "system", "precision", "gemm_quant_mode",
@@ -67,11 +69,6 @@ def bucket_of(n: int) -> str:
     return f">{BUCKETS[-1][1]}"
 
 
-def _concurrency(df: pd.DataFrame) -> pd.Series:
-    n = df["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency\s*=\s*(\d+)")[0]
-    return pd.to_numeric(n, errors="coerce").fillna(pd.to_numeric(df["batch_size"], errors="coerce"))
-
-
 def scored_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Aggregated rows with a measured and a predicted TPOT and TTFT, with ``N`` and string group keys."""
     need = ("predicted_tpot_ms", "predicted_ttft_ms", "silicon_tpot_ms", "silicon_ttft_ms", "isl", "osl", "mode")
@@ -80,11 +77,10 @@ def scored_rows(df: pd.DataFrame) -> pd.DataFrame:
         raise UserError(f"column '{missing[0]}' is missing from the predictions file", key="--pred",
                         fix="give a CSV written by `llmplan validate serving --out FILE`")
     d = df[(df["mode"].astype(str) == "agg")].copy()
-    d["N"] = _concurrency(d)
+    d["N"] = [concurrency_of(r) for r in d.to_dict("records")]   # 0 when unknown: dropped below
     for c in ("predicted_tpot_ms", "predicted_ttft_ms", "silicon_tpot_ms", "silicon_ttft_ms"):
         d[c] = pd.to_numeric(d[c], errors="coerce")
     d = d[(d["predicted_tpot_ms"] > 0) & (d["silicon_tpot_ms"] > 0) & (d["N"] >= 1)].copy()
-    d["N"] = d["N"].astype(int)
     for c in GROUP_COLUMNS:  # NaN keys would drop out of groupby
         d[c] = d[c].astype(object).where(d[c].notna(), "-").astype(str)
     return d
@@ -159,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the per-group split (CSV)")
     ap.add_argument("--ttft-concurrency", type=int, default=8, help="largest N of the TTFT-over-isl check")
     a = ap.parse_args(argv)
+    try:
+        return _report(a)
+    except UserError as e:   # one or two lines, no traceback
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+def _report(a: argparse.Namespace) -> int:
     try:
         df = pd.read_csv(a.pred)
     except (OSError, ValueError) as e:
