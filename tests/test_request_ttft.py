@@ -72,7 +72,7 @@ def test_basis_predicts_the_direct_simulation_with_request_terms():
     p = ef.EngineParams(1.5, 0.0, 0.0, 1.0, 0.0, 25.0, 0.004)
     direct = sr.simulate_case(_with(case, host_overhead_ms=1.5, host_overhead_per_seq_ms=0.0,
                                     host_overlap_per_seq_ms=0.0, ttft_per_request_ms=25.0,
-                                    ttft_per_prompt_token_ms=0.004), SPEC)
+                                    ttft_per_prompt_token_ms=0.004, eager_step_ms_per_layer=0.0), SPEC)
     assert b.predict(p) == pytest.approx((direct.ttft_ms, direct.tpot_ms), rel=1e-9)
 
 

@@ -30,7 +30,8 @@ def _step(par=Parallelism()):
 def _plain_stage_ms(step, shape):
     """stage_time_ms as computed before the caches: straight from _stage_and_comm."""
     stage, comm = step._stage_and_comm(shape)
-    return step._with_host(stage + (comm / max(1, step.pp - 1) if step.pp > 1 else 0.0), shape)
+    return step._with_host(stage + (comm / max(1, step.pp - 1) if step.pp > 1 else 0.0), shape,
+                           step.layers_per_stage)   # an eager stage launches its own layers only
 
 
 def _plain_step_ms(step, shape):

@@ -161,7 +161,7 @@ def test_linear_decomposition_matches_direct_simulation():
     assert b.ttft_base[2] != b.ttft_base[0]          # the overlapped term shows in this run
     p = ef.EngineParams(2.0, 0.04, 0.5, 1.3, 0.0, 15.0, 0.003)
     eng = replace(case.dep.engine, host_overhead_ms=2.0, host_overhead_per_seq_ms=0.04, host_overlap_per_seq_ms=0.5,
-                  ttft_per_request_ms=15.0, ttft_per_prompt_token_ms=0.003)
+                  ttft_per_request_ms=15.0, ttft_per_prompt_token_ms=0.003, eager_step_ms_per_layer=0.0)
     direct = sr.simulate_case(replace(case, dep=replace(case.dep, engine=eng)), SPEC, wrap=ef.corrected(1.3))
     assert b.predict(p) == pytest.approx((direct.ttft_ms, direct.tpot_ms), rel=1e-9)
 
