@@ -104,8 +104,6 @@ JITTER_GRID = (0.0, 0.02)
 #: (lower, upper) bound of the eager-step launch time, ms per layer (a PyTorch-flow forward launches
 #: some 10-30 kernels per layer; 1 ms per layer would be 30-100 us of host time per kernel)
 EAGER_BOUNDS = (0.0, 1.0)
-#: whether fits include the eager-step term (``--no-eager-term`` turns it off, for comparison)
-FIT_EAGER = True
 #: overlapped per-sequence CPU times tried (ms per sequence per step)
 OVERLAP_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 #: scheduling policy of the measured engine versions where it differs from conf/engine
@@ -395,15 +393,15 @@ def score(bases: list[Basis], p: EngineParams | Callable[[Basis], EngineParams])
 
 
 def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False,
-               form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool | None = None) -> EngineParams:
+               form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
     """Best terms over the overlap grid (``form`` overlap) or the linear form; ``request`` names
     the per-request TTFT terms fitted with them (:data:`REQUEST_FORMS`); ``eager``: fit the
-    eager-step term too (else the start's value is kept; None: :data:`FIT_EAGER`)."""
+    eager-step term too (else the start's value is kept; ``--no-eager-term`` turns it off)."""
     return _fit_form(bases, start, prefill_scale, form, request, eager)[0]
 
 
 def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str,
-              request: str = REQUEST_DEFAULT, eager: bool | None = None) -> tuple[EngineParams, float]:
+              request: str = REQUEST_DEFAULT, eager: bool = True) -> tuple[EngineParams, float]:
     if form not in FORMS:
         raise UserError(f"unknown engine-term form '{form}'", key="--form", fix=f"one of {', '.join(FORMS)}")
     if request not in REQUEST_FORMS:
@@ -424,13 +422,12 @@ def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form
 
 def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False, overlap: float = 0.0,
                   per_seq: bool = True, request: str = REQUEST_DEFAULT,
-                  eager: bool | None = None) -> tuple[EngineParams, float]:
+                  eager: bool = True) -> tuple[EngineParams, float]:
     """Least-squares fit of h0[, h1][, s][, e][, per-request TTFT terms] at a fixed overlap value;
     returns the terms and the final robust cost (comparable between fits of the same rows).
-    ``eager``: fit the eager-step term (else it keeps the start's value; None: :data:`FIT_EAGER`)."""
+    ``eager``: fit the eager-step term (else it keeps the start's value)."""
     from scipy.optimize import least_squares
 
-    eager = FIT_EAGER if eager is None else eager
     if not bases:
         return start, math.inf
     B = np.array([b.base(overlap) for b in bases])
@@ -500,11 +497,11 @@ class EngineFit:
 
 
 def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scale: bool,
-          form: str = "overlap", request: str = REQUEST_DEFAULT) -> EngineParams:
+          form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
     """Best terms for each jitter; the jitter with the lowest cost wins."""
     best: tuple[float, EngineParams] | None = None
     for j, bases in sorted(by_jitter.items()):
-        p, cost = _fit_form(bases, start, prefill_scale, form, request)
+        p, cost = _fit_form(bases, start, prefill_scale, form, request, eager)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, replace(p, osl_jitter=j))
     assert best is not None
@@ -512,7 +509,7 @@ def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scal
 
 
 def _families(by_jitter: dict[float, list[Basis]], engine: EngineParams, prefill_scale: bool,
-              request: str = REQUEST_DEFAULT) -> dict[str, EngineParams]:
+              request: str = REQUEST_DEFAULT, eager: bool = True) -> dict[str, EngineParams]:
     """Terms per version family with at least :data:`FAMILY_MIN_DEPLOYMENTS` deployments
     (jitter fixed to the engine's)."""
     j = engine.osl_jitter
@@ -521,7 +518,7 @@ def _families(by_jitter: dict[float, list[Basis]], engine: EngineParams, prefill
         mine = [b for b in by_jitter[j] if b.family == fam]
         if len({b.deployment for b in mine}) >= FAMILY_MIN_DEPLOYMENTS:
             own = request if FAMILY_REQUEST_TERMS else "none"   # "none": the engine's request terms, fixed
-            out[fam] = replace(_fit_form(mine, engine, prefill_scale, "overlap", own)[0], osl_jitter=j)
+            out[fam] = replace(_fit_form(mine, engine, prefill_scale, "overlap", own, eager)[0], osl_jitter=j)
     return out
 
 
@@ -538,17 +535,18 @@ def row_ranges(bases: list[Basis]) -> dict[str, list[float]]:
 
 
 def fit_engine(backend: str, by_jitter: dict[float, list[Basis]], start: EngineParams, seed: int,
-               prefill_scale: bool, request: str = REQUEST_DEFAULT) -> EngineFit:
+               prefill_scale: bool, request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineFit:
     """Hold-out fit on deployment-grouped halves, then the final fit on all rows.
-    ``by_jitter`` maps each desynchronisation value to the bases of the same rows (same order)."""
+    ``by_jitter`` maps each desynchronisation value to the bases of the same rows (same order);
+    ``eager``: fit the eager-step term (:func:`fit_params`)."""
     j0 = min(by_jitter)
     halves = {j: grouped_halves(b, seed) for j, b in by_jitter.items()}
     train_by_j = {j: h[0] for j, h in halves.items()}
-    hold = _pick(train_by_j, start, prefill_scale, request=request)
-    hold_fam = _families(train_by_j, hold, prefill_scale, request)
-    final = _pick(by_jitter, start, prefill_scale, request=request)
-    fams = _families(by_jitter, final, prefill_scale, request)
-    lin = _pick(train_by_j, start, prefill_scale, "linear")
+    hold = _pick(train_by_j, start, prefill_scale, request=request, eager=eager)
+    hold_fam = _families(train_by_j, hold, prefill_scale, request, eager)
+    final = _pick(by_jitter, start, prefill_scale, request=request, eager=eager)
+    fams = _families(by_jitter, final, prefill_scale, request, eager)
+    lin = _pick(train_by_j, start, prefill_scale, "linear", eager=eager)
     train0, test0 = halves[j0]
     train, test = halves[hold.osl_jitter]
     every0, every = by_jitter[j0], by_jitter[final.osl_jitter]
@@ -744,11 +742,12 @@ def run_fit(measurements: list[str | Path], opts: SimOptions, seed: int = 0, pre
             progress: Callable[[int, int], None] | None = None,
             jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
             cache: Path | None = None, exclude: bool = False,
-            engine_jitters: dict[str, tuple[float, ...]] | None = None, request: str = REQUEST_DEFAULT) -> FitResult:
+            engine_jitters: dict[str, tuple[float, ...]] | None = None, request: str = REQUEST_DEFAULT,
+            eager: bool = True) -> FitResult:
     """Read measurement files and fit every engine in them (see :func:`fit_frame`)."""
     paths = serving_files(list(measurements))
     return fit_frame(read_serving_files(paths), paths, opts, seed, prefill_scale, backends, workers, progress,
-                     jitters, limit, cache, exclude, engine_jitters, request)
+                     jitters, limit, cache, exclude, engine_jitters, request, eager)
 
 
 def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefill_scale: bool = False,
@@ -756,7 +755,8 @@ def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefi
               progress: Callable[[int, int], None] | None = None,
               jitters: tuple[float, ...] = JITTER_GRID, limit: int | None = None,
               cache: Path | None = None, exclude: bool = False,
-              engine_jitters: dict[str, tuple[float, ...]] | None = None, request: str = REQUEST_DEFAULT) -> FitResult:
+              engine_jitters: dict[str, tuple[float, ...]] | None = None, request: str = REQUEST_DEFAULT,
+              eager: bool = True) -> FitResult:
     """Bases for the simulable rows of ``df`` (read from ``paths``) at each jitter of
     ``jitters`` (:func:`collect_bases`; reused from ``cache`` when it was written for the same
     inputs), then a fit per engine (:func:`fit_bases`)."""
@@ -768,7 +768,7 @@ def fit_frame(df: Any, paths: list[Path], opts: SimOptions, seed: int = 0, prefi
         if cache:
             _write_cache(cache, key, *got)
     by_j, skipped = got
-    return fit_bases(by_j, skipped, df, paths, opts, seed, prefill_scale, exclude, request)
+    return fit_bases(by_j, skipped, df, paths, opts, seed, prefill_scale, exclude, request, eager)
 
 
 def _cache_key(df: Any, opts: SimOptions, backends: tuple[str, ...], jitters: tuple[float, ...],
@@ -853,7 +853,7 @@ def collect_bases(df: Any, opts: SimOptions, backends: tuple[str, ...] = BACKEND
 
 def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, paths: list[Path],
               opts: SimOptions, seed: int = 0, prefill_scale: bool = False, exclude: bool = False,
-              request: str = REQUEST_DEFAULT) -> FitResult:
+              request: str = REQUEST_DEFAULT, eager: bool = True) -> FitResult:
     """Fit every engine present in the bases; provenance from the measurements ``df``/``paths``.
     ``exclude``: leave out the rows :func:`exclude_regimes` flags (off by default, see
     docs/ACCURACY.md: it did not improve the held-out errors on the shipped data)."""
@@ -866,7 +866,7 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
         mine = {j: v for j, bs in by_j.items() if (v := [b for b in bs if b.backend == be])}
         if not mine:
             continue
-        fits[be] = fit_engine(be, mine, EngineParams(0.5, 0.0), seed, prefill_scale, request)
+        fits[be] = fit_engine(be, mine, EngineParams(0.5, 0.0), seed, prefill_scale, request, eager)
     first, last = data_dates(df["silicon_data_source"].tolist())
     prov = {"data_files": [{"file": f"{p.parent.name}/{p.name}", "sha256": _sha256(p) if p.is_file() else None}
                            for p in paths],
@@ -1033,8 +1033,6 @@ def main(argv: list[str] | None = None) -> int:
                          "e.g. vllm=0.02")
     add_sim_args(ap)
     a = ap.parse_args(argv)
-    global FIT_EAGER
-    FIT_EAGER = not a.no_eager_term
     console = make_console()
     try:
         opts, note = sim_options(a)
@@ -1044,7 +1042,8 @@ def main(argv: list[str] | None = None) -> int:
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
             res = run_fit(a.measurements, opts, a.seed, a.prefill_scale, tuple(a.backend or BACKENDS), a.workers, prog,
                           parse_grid(a.jitter_grid), a.limit, Path(a.bases_cache) if a.bases_cache else None,
-                          a.exclude_regimes, parse_engine_jitters(a.engine_jitter), a.request_terms)
+                          a.exclude_regimes, parse_engine_jitters(a.engine_jitter), a.request_terms,
+                          eager=not a.no_eager_term)
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR
