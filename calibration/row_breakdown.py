@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmplan.calibration.engine_fit import load_engine_overrides, overrides_for
+from llmplan.calibration.engine_fit import corrected, load_engine_overrides, overrides_for
 from llmplan.calibration.serving_rows import (SimOptions, engine_profiles, map_row, read_serving_files,
                                               simulate_case, step_model)
 from llmplan.errors import EXIT_USER_ERROR, UserError
@@ -165,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             print(render(breakdown_case(case, a.calibration)))
             if a.simulate:
                 opts = SimOptions(calibration=a.calibration, osl_jitter=float(mine.get("osl_jitter", 0.0)))
-                from llmplan.calibration.engine_fit import corrected
-
-                p = simulate_case(case, replace(opts), wrap=corrected(float(mine.get("prefill_scale", 1.0))))
+                p = simulate_case(case, opts, wrap=corrected(float(mine.get("prefill_scale", 1.0))))
                 print(f"  simulated mean TTFT {p.ttft_ms:.2f} ms / TPOT {p.tpot_ms:.3f} ms "
                       f"(measured {case.measured_ttft_ms:.2f} / {case.measured_tpot_ms:.3f})")
     except UserError as e:
