@@ -7,6 +7,7 @@ import pytest
 from llmplan.calibration.serving_rows import engine_profiles
 from llmplan.hardware_catalog.loader import get_gpu
 from llmplan.model_catalog.loader import load_model
+from llmplan.sim import step_model
 from llmplan.sim.deployment import Deployment, build
 from llmplan.sim.trtllm_llama_fusions import norms_in_allreduce, rope_in_attention
 from llmplan.sim.types import Parallelism, Precision, StepShape
@@ -14,20 +15,34 @@ from llmplan.sim.types import Parallelism, Precision, StepShape
 GPU = get_gpu("h200_sxm")
 
 
-def _ops(backend: str, model: str, tp: int) -> dict:
+SHAPE = StepShape.build([], [2048] * 4)
+
+
+def _step(backend: str, model: str, tp: int):
     dep = Deployment(load_model(model), GPU, Parallelism(tp=tp), Precision("fp8", "fp8"), engine_profiles()[backend])
-    step, _ = build(dep, None, 4096)
-    return {o.name: o.latency_ms for o in step.breakdown(StepShape.build([], [2048] * 4)).ops}
+    return build(dep, None, 4096)[0]
 
 
-def test_trtllm_llama70b_tp8_runs_no_norm_or_rotary_kernel():
+def _ops(backend: str, model: str, tp: int) -> dict:
+    return {o.name: o.latency_ms for o in _step(backend, model, tp).breakdown(SHAPE).ops}
+
+
+def test_trtllm_llama70b_tp8_runs_no_norm_or_rotary_kernel(monkeypatch):
     trt = _ops("trtllm", "meta-llama/Llama-3.1-70B", 8)
     vllm = _ops("vllm", "meta-llama/Llama-3.1-70B", 8)
     assert trt["norms"] == 0.0 and trt["rotary"] == 0.0
     # vLLM runs both (80 layers x 2 norms, 80 rotary kernels at the launch floor)
     assert vllm["norms"] >= 160 * 0.004 and vllm["rotary"] >= 80 * 0.004
     # same GEMMs and attention otherwise: the decode step is shorter by exactly those kernels
-    assert trt["attn_decode"] == pytest.approx(_ops("trtllm", "meta-llama/Llama-3.1-70B", 8)["attn_decode"])
+    fused_ms = _step("trtllm", "meta-llama/Llama-3.1-70B", 8).step_time_ms(SHAPE)
+    monkeypatch.setattr(step_model, "norms_in_allreduce", lambda *a: 0)
+    monkeypatch.setattr(step_model, "rope_in_attention", lambda *a: False)
+    plain = _step("trtllm", "meta-llama/Llama-3.1-70B", 8)
+    unfused = {o.name: o.latency_ms for o in plain.breakdown(SHAPE).ops}
+    assert unfused["norms"] > 0 and unfused["rotary"] > 0
+    assert {k: v for k, v in unfused.items() if k not in ("norms", "rotary")} == \
+        pytest.approx({k: v for k, v in trt.items() if k not in ("norms", "rotary")})
+    assert plain.step_time_ms(SHAPE) - fused_ms == pytest.approx(unfused["norms"] + unfused["rotary"])
 
 
 def test_fusion_conditions_follow_the_engine_code():
