@@ -192,8 +192,9 @@ def fit_shared_gbt(family: str, parts: list[tuple[pd.DataFrame, GroupModel]], gp
     """One residual ensemble over the rows of every group (each against its own base)."""
     xs, rs = [], []
     total = sum(len(df) for df, _ in parts)
+    caps = opts.caps(family)
     for i, (df, gm) in enumerate(parts):
-        cap = max(1, int(round(opts.caps(family).max_rows_gbt * len(df) / max(total, 1))))
+        cap = max(1, int(round(caps.max_rows_gbt * len(df) / max(total, 1))))
         idx = _subsample(len(df), cap, seed + i)
         sub = df.iloc[idx]
         phys = F.frame_phys(family, sub, gpu)
@@ -201,7 +202,6 @@ def fit_shared_gbt(family: str, parts: list[tuple[pd.DataFrame, GroupModel]], gp
         rs.append(np.log(sub["latency_ms"].to_numpy(dtype=np.float64) * 1e3 / predict_us(gm.base, phys)))
     if total < opts.min_rows_gbt:
         return None
-    caps = opts.caps(family)
     n_trees = int(np.clip(total / caps.rows_per_tree, opts.min_trees, caps.n_trees))
     return fit_gbt(np.vstack(xs), np.concatenate(rs), list(F.FEATURES[family]),
                    replace(opts.gbt, n_trees=n_trees, seed=seed % (2 ** 31))).rounded()
