@@ -453,12 +453,6 @@ REPEAT_LABELS = ("backend", "backend_version", "model_path", "system", "precisio
                  "isl", "osl")
 
 
-def _repeat_label(v: Any) -> Any:
-    """A label of :func:`measurement_repeats`' key: numbers to 1e-6, text lower-cased, a missing
-    value (None / NaN) as "" (a NaN in the key would never equal another row's NaN)."""
-    return round(float(v), 6) if isinstance(v, float) and math.isfinite(v) else _text(v)
-
-
 def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
     """Aggregated rows that repeat an earlier row's measurement -> the index of that first row.
 
@@ -476,7 +470,8 @@ def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
         ttft, tpot = _num(r.get("silicon_ttft_ms")), _num(r.get("silicon_tpot_ms"))
         if not (math.isfinite(ttft) and math.isfinite(tpot)):
             continue
-        key = (*(_repeat_label(r.get(c)) for c in REPEAT_LABELS), round(ttft, 4), round(tpot, 4))
+        key = (*(_text(r.get(c)) if not isinstance(r.get(c), float) else round(float(r.get(c)), 6)
+                 for c in REPEAT_LABELS), round(ttft, 4), round(tpot, 4))
         if key in first:
             out[i] = first[key]
         else:

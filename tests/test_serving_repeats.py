@@ -25,10 +25,3 @@ def test_map_rows_lists_a_repeat_with_the_row_it_repeats_and_does_not_simulate_i
     maps = map_rows(pd.DataFrame([_row("first"), _row("again")]), engine_profiles())
     assert maps[0].reason == "simulated" and maps[0].case is not None
     assert maps[1].reason == "repeat" and maps[1].case is None and "row first" in maps[1].status
-
-
-def test_a_missing_label_does_not_hide_a_repeat():
-    nan = float("nan")
-    rows = [_row("a") | {"gemm_quant_mode": nan, "backend_version": nan}, _row("b") | {"gemm_quant_mode": nan,
-                                                                                       "backend_version": nan}]
-    assert measurement_repeats(rows) == {1: 0}
