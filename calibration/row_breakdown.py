@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmplan.calibration.engine_fit import corrected, load_engine_overrides, overrides_for
-from llmplan.calibration.serving_rows import (SimOptions, engine_profiles, map_row, read_serving_files,
-                                              simulate_case, step_model)
+from llmplan.calibration.engine_fit import corrected, load_engine_overrides
+from llmplan.calibration.serving_rows import SimOptions, read_serving_files, simulate_case, step_model
+from llmplan.calibration.validate_serving import map_row_with_terms
 from llmplan.errors import EXIT_USER_ERROR, UserError
 from llmplan.sim.types import StepShape
 
@@ -119,12 +119,8 @@ def breakdown_case(case: Any, calibration: str | None = None) -> RowBreakdown:
 
 def case_of(df: Any, index: int, profiles: str | None = "default") -> tuple[Any, dict[str, Any]]:
     """(ServingCase, the row's engine terms) of row ``index`` with the shipped (or given) terms."""
-    rows = df.to_dict("records")
-    row = rows[index]
-    backend = str(row.get("backend") or "").strip().lower()
     overrides, _ = load_engine_overrides(profiles)
-    mine = overrides_for(overrides, backend, str(row.get("backend_version") or ""))
-    m = map_row(row, index, engine_profiles({**overrides, backend: mine}))
+    m, mine = map_row_with_terms(df.to_dict("records")[index], index, overrides)   # as the replay maps it
     if m.case is None:
         raise UserError(f"row {index} is not simulated: {m.status}", key="--row", fix="pick an aggregated, simulable row")
     return m.case, mine

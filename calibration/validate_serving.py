@@ -55,10 +55,16 @@ ADDED_COLUMNS = ("predicted_ttft_ms", "predicted_tpot_ms", "tier", "status", "ou
 HELPER_COLUMNS = ("model_key", "dense", "gpu", "ttft_ape", "tpot_ape", "concurrency")
 
 
+def map_row_with_terms(row: dict, index: int, overrides: dict) -> tuple[Any, dict[str, Any]]:
+    """(the row's :func:`map_row` with its engine-version family's terms, those terms)."""
+    backend = str(row.get("backend") or "").strip().lower()
+    mine = overrides_for(overrides, backend, str(row.get("backend_version") or ""))
+    return map_row(row, index, engine_profiles({**overrides, backend: mine})), mine
+
+
 def _predict_task(task: tuple[dict, int, dict, SimOptions, float | None]) -> Prediction:
     row, index, overrides, opts, jitter = task
-    mine = overrides_for(overrides, str(row.get("backend") or "").strip().lower(), str(row.get("backend_version") or ""))
-    m = map_row(row, index, engine_profiles({**overrides, str(row.get("backend") or "").strip().lower(): mine}))
+    m, mine = map_row_with_terms(row, index, overrides)
     if m.case is None:
         return Prediction(math.nan, math.nan, "", m.status)
     from llmplan.calibration.serving_rows import simulate_case
