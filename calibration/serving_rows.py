@@ -453,12 +453,20 @@ REPEAT_LABELS = ("backend", "backend_version", "model_path", "system", "precisio
                  "isl", "osl")
 
 
+def _label(v: Any) -> str | float:
+    """A label as a key part: numbers rounded, text stripped, empty (None/NaN) as ''."""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else round(v, 6)
+    return _text(v)
+
+
 def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
     """Aggregated rows that repeat an earlier row's measurement -> the index of that first row.
 
     The measurement dumps re-export some runs under other ids (and some with the layout written
     as a product, ``serving_rows.product_layout``): same engine, version, model, GPU, precision,
-    lengths, and mean TTFT and TPOT equal to 1e-4 ms, which two distinct runs never are. Each
+    lengths, client concurrency, and mean TTFT and TPOT equal to 1e-4 ms, which two distinct runs never
+    are (an empty label matches an empty label). Each
     measurement is counted once, so a run is neither weighted twice in the fit nor present in
     both deployment halves of the held-out split. Disaggregated rows are matched by
     ``serving_disagg_rows.measurement_key``."""
@@ -470,8 +478,7 @@ def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
         ttft, tpot = _num(r.get("silicon_ttft_ms")), _num(r.get("silicon_tpot_ms"))
         if not (math.isfinite(ttft) and math.isfinite(tpot)):
             continue
-        key = (*(_text(r.get(c)) if not isinstance(r.get(c), float) else round(float(r.get(c)), 6)
-                 for c in REPEAT_LABELS), round(ttft, 4), round(tpot, 4))
+        key = (*(_label(r.get(c)) for c in REPEAT_LABELS), concurrency_of(r), round(ttft, 4), round(tpot, 4))
         if key in first:
             out[i] = first[key]
         else:

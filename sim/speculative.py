@@ -273,8 +273,12 @@ def eagle3_head_of(target: ModelSpec) -> ModelSpec:
 
 
 def _no_host(engine: EngineProfile) -> EngineProfile:
-    """The engine profile with every per-step host term zero (draft forwards inside a step)."""
-    return replace(engine, **{f.name: 0.0 for f in fields(engine) if f.name.startswith("host_")})
+    """The engine profile with every per-step host term zero, the eager-step launch included (draft
+    forwards run inside the step, within its CUDA graph: TensorRT-LLM's one-model speculation "can
+    launch the entire drafting loop as a single CUDA graph",
+    https://nvidia.github.io/TensorRT-LLM/features/speculative-decoding.html)."""
+    return replace(engine, **{f.name: 0.0 for f in fields(engine)
+                              if f.name.startswith("host_") or f.name == "eager_step_ms_per_layer"})
 
 
 #: operator families of attention (and its linear / sparse variants) in the step model's breakdown
@@ -295,7 +299,12 @@ def _multi_query_uniform_ms(sm: AnalyticalStepModel, n: int, q: int, ctx: float)
                       prefill_ctx_tokens=int(round(n * ctx)))
     flat = StepShape(decode_seqs=n * q, decode_kv_tokens=int(round(pairs)))
     a_chunk, a_flat = _attention_ms(sm, chunk), _attention_ms(sm, flat)
-    return sm.step_time_ms(chunk) - a_chunk + min(a_chunk, a_flat)
+    t = sm.step_time_ms(chunk) - a_chunk + min(a_chunk, a_flat)
+    e = sm.engine.eager_step_ms_per_layer
+    if e:  # a verify step is a decode step of n x q tokens for the CUDA graphs (sim/cuda_graphs.eager_step),
+        # not a prompt: the engines capture it (vLLM/SGLang verify graphs, TensorRT-LLM one-model graph)
+        t += e * (sm.eager_layers(flat) - sm.eager_layers(chunk))
+    return t
 
 
 # --------------------------------------------------------------------------- configuration

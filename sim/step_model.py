@@ -200,8 +200,8 @@ class AnalyticalStepModel:
         """Layers whose kernels the host launches one by one in this step: all of them (``layers``
         of one stage) when the step runs without CUDA graphs (``sim.cuda_graphs.eager_step``,
         per attention-DP rank), else 0."""
-        e = self.engine
-        if not eager_step(e.name, e.max_num_seqs, -(-shape.tokens // self.dp), not shape.prefill_seqs):
+        e, rank = self.engine, rank_shape(shape, self.dp)  # the busiest rank's step (sim/dp_layout.py)
+        if not eager_step(e.name, e.max_num_seqs, rank.tokens, not rank.prefill_seqs):
             return 0
         return self.model.num_layers if layers is None else layers
 

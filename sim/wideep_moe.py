@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -104,4 +105,9 @@ def group_moe(kernels: object, gpu: str, engine: str, moe_all2all: str, decode_o
     if getattr(kernels, "measured", False) and (engine != "sglang" or moe_all2all == "deepep"):
         kt = wideep_moe(gpu, engine, decode_only, group_tokens, hidden, inter, top_k, num_experts, moe_tp, ep, dtype,
                         float(getattr(kernels, "moe_skew", 1.01)))
-    return kt if kt is not None else kernels.moe(group_tokens, hidden, inter, top_k, num_experts, moe_tp, ep, dtype)
+    phys = kernels.moe(group_tokens, hidden, inter, top_k, num_experts, moe_tp, ep, dtype)
+    if kt is None:
+        return phys
+    # the measured time with the work it does (FLOPs and bytes of the same query: the power model's
+    # utilisation, sim/power.py, reads them)
+    return replace(kt, flops=phys.flops, bytes=phys.bytes)

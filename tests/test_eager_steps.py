@@ -118,3 +118,36 @@ def test_the_term_travels_from_the_fit_to_the_runtime(tmp_path):
     assert vals["eager_step_ms_per_layer"] == 0.27
     over, _ = ef.load_engine_overrides(str(f))
     assert over["trtllm"]["eager_step_ms_per_layer"] == 0.27
+
+
+def test_attention_dp_step_is_eager_when_its_busiest_rank_is():
+    """vLLM DP8 (DeepSeek-V3): one 2,048-token prompt is computed whole by one rank, above vLLM's
+    512-token capture maximum, so the step launches eagerly although tokens / dp = 256 would fit."""
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.sim.kernels import RooflineKernelModel
+    from llmplan.sim.step_model import AnalyticalStepModel
+
+    gpu = get_gpu("h200_sxm")
+    e = EngineProfile(name="vllm", max_num_seqs=256, eager_step_ms_per_layer=0.2)
+    sm = AnalyticalStepModel(load_model("deepseek-ai/DeepSeek-V3"), gpu, Parallelism(tp=1, dp=8, ep=8),
+                             Precision(weights="fp8", kv_cache="fp8"), e, RooflineKernelModel(gpu))
+    assert sm.eager_layers(StepShape.build([(2048, 0)], [])) == sm.model.num_layers
+    # eight 256-token prompts, one per rank: each rank's step is captured
+    assert sm.eager_layers(StepShape.build([(256, 0)] * 8, [])) == 0
+
+
+def test_speculative_verify_and_draft_steps_pay_no_eager_launch():
+    """A verify step (k + 1 tokens per sequence) is captured like a decode step, and draft forwards
+    run inside it (TensorRT-LLM's one-model speculation launches the drafting loop as one CUDA graph):
+    with TensorRT-LLM, whose prompt steps are eager, the verify of 8 x 4 tokens costs the same with and
+    without the eager term, and the draft profile carries none."""
+    from llmplan.sim.speculative import _multi_query_uniform_ms, _no_host
+
+    with_e, without = _step("trtllm", 0.4), _step("trtllm", 0.0)
+    assert _multi_query_uniform_ms(with_e, 8, 4, 2048.0) == pytest.approx(
+        _multi_query_uniform_ms(without, 8, 4, 2048.0), rel=1e-12)
+    # above the captured maximum (129 x 4 tokens > 128) the verify step is eager like a decode batch
+    assert _multi_query_uniform_ms(with_e, 129, 4, 2048.0) == pytest.approx(
+        _multi_query_uniform_ms(without, 129, 4, 2048.0) + 0.4 * with_e.model.num_layers, rel=1e-9)
+    assert _no_host(with_e.engine).eager_step_ms_per_layer == 0.0

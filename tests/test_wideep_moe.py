@@ -69,18 +69,19 @@ class _Kernels:
 
     def moe(self, *a):
         self.calls.append(a)
-        return KernelTime(1.0)
+        return KernelTime(1.0, 3.0e12, 2.0e9)
 
 
 def test_group_moe_uses_the_table_only_for_the_kernel_the_engine_runs():
     k = _Kernels()
     a = (8192, 7168, 2048, 8, 256, 1, 8, "fp8")
     # TensorRT-LLM: its CUTLASS expert GEMMs under either token exchange -> the shipped wide-EP curve
-    assert group_moe(k, "h200_sxm", "trtllm", "allgather_reducescatter", False, *a).latency_ms > 1.0
-    assert k.calls == []
-    # SGLang's curves are DeepEP + DeepGEMM: without DeepEP it runs its fused triton MoE
-    group_moe(k, "h200_sxm", "sglang", "allgather_reducescatter", False, *a)
+    kt = group_moe(k, "h200_sxm", "trtllm", "allgather_reducescatter", False, *a)
+    # the curve's time, with the work of the same query (the power model reads FLOPs and bytes)
+    assert kt.latency_ms > 1.0 and (kt.flops, kt.bytes) == (3.0e12, 2.0e9) and kt.tier == "measured"
     assert k.calls == [a]
+    # SGLang's curves are DeepEP + DeepGEMM: without DeepEP it runs its fused triton MoE
+    assert group_moe(k, "h200_sxm", "sglang", "allgather_reducescatter", False, *a).latency_ms == 1.0
     assert group_moe(k, "h200_sxm", "sglang", "deepep", False, *a).latency_ms != 1.0
     # a roofline / cross-generation kernel model keeps its own answer
     k.measured = False
