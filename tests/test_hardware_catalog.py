@@ -188,6 +188,9 @@ def test_default_catalog_is_cached_but_copied():
     ("amd instinct mi325x", "mi325x"),
     ("H200_SXM", "h200_sxm"),
     ("  h100_sxm ", "h100_sxm"),
+    # aiconfigurator's system names, as measurement files write them in their `system` column
+    ("b200_sxm", "b200"), ("gb200_sxm", "gb200"), ("gb300_sxm", "gb300"),
+    ("rtxpro6000_blackwell_server", "rtx_pro_6000_server"),
 ])
 def test_alias_resolution(name, key):
     assert get_gpu(name).key == key
