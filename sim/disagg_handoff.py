@@ -3,9 +3,11 @@
 ``sim/data/disagg_handoff.json`` holds, per engine, the fixed per-request delay that the
 disaggregated front end adds between the prefill and the decode worker taking the request
 (router -> prefill -> decode hops, connector handshake), fitted on the training half of the
-disaggregated served rows by ``python -m llmplan.calibration.serving_disagg_rows --fit``
-(docs/DISAGG.md, "Validation against served rows"). An engine without a fitted value gets the
-file's pooled value (the mean of the fitted engines'); no file gives 0.
+disaggregated served rows by ``python -m llmplan.calibration.serving_disagg_rows --measurements
+... --out sim/data/disagg_handoff.json`` (each training row replayed at several hand-offs, the closed
+loop's feedback included: ``calibration/disagg_handoff_fit.py``; docs/DISAGG.md, "Validation
+against served rows"). An engine without a fitted value gets the file's pooled value (the mean of
+the fitted engines'); no file gives 0.
 """
 
 from __future__ import annotations
