@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from llmplan.calibration.reader import gpu_folders
+from llmplan.errors import EXIT_USER_ERROR, UserError
 from llmplan.sim import wideep_moe
 
 #: (engine, phase, file): phase "any" serves every step, else "context" / "generation"
@@ -67,7 +70,7 @@ def extract(measurements: Iterable[str]) -> dict[str, Any]:
     gpus: dict[str, dict[str, Any]] = {}
     versions: dict[str, str] = {}
     for root in measurements:
-        for gdir in sorted(p for p in Path(root).iterdir() if p.is_dir()):
+        for gdir in gpu_folders(Path(root)):   # a missing or empty folder: one clear error
             for engine, phase, name in SOURCES:
                 path = gdir / name
                 if not path.is_file():
@@ -95,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measurements", nargs="+", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    doc = extract(a.measurements)
+    try:
+        doc = extract(a.measurements)
+    except UserError as e:   # one or two lines, no traceback
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
     Path(a.out).write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
     n = sum(len(v) for v in doc["gpus"].values())
     print(f"{n} curves over {len(doc['gpus'])} GPUs -> {a.out}")

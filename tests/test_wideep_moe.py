@@ -107,3 +107,12 @@ def test_attention_dp_prefill_is_not_cheaper_per_prompt_than_tp8():
     adp = _prefill_step_ms(Parallelism(tp=1, ep=8, dp=8), 8, 8192) / 8
     tp8 = _prefill_step_ms(Parallelism(tp=8, ep=8), 1, 8192)
     assert adp / tp8 > 0.85
+
+
+def test_extraction_from_a_missing_folder_exits_2_with_one_clear_message(tmp_path, capsys):
+    from llmplan.calibration.wideep_tables import main
+
+    assert main(["--measurements", str(tmp_path / "nope"), "--out", str(tmp_path / "w.json")]) == 2
+    err = capsys.readouterr().err
+    assert "measurements" in err and "does not exist" in err and "Traceback" not in err
+    assert not (tmp_path / "w.json").exists()
