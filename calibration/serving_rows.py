@@ -449,7 +449,10 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
 
 
 #: labels that, with the lengths and the measured means, identify one aggregated measurement
-REPEAT_LABELS = ("backend", "backend_version", "model_path", "system", "precision", "gemm_quant_mode", "mode",
+# The model label is not part of the key: the 2026-04-27 db dump labels DeepSeek-R1 runs
+# (ids ``dsr1_...``) ``deepseek-ai/DeepSeek-V3`` while the dated exports carry the same
+# measurements as DeepSeek-R1 (same architecture; 30 H200 rows, equal TTFT and TPOT to 1e-4 ms).
+REPEAT_LABELS = ("backend", "backend_version", "system", "precision", "gemm_quant_mode", "mode",
                  "isl", "osl")
 
 
@@ -464,7 +467,7 @@ def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
     """Aggregated rows that repeat an earlier row's measurement -> the index of that first row.
 
     The measurement dumps re-export some runs under other ids (and some with the layout written
-    as a product, ``serving_rows.product_layout``): same engine, version, model, GPU, precision,
+    as a product, ``serving_rows.product_layout``, or under another model label): same engine, version, GPU, precision,
     lengths, client concurrency, and mean TTFT and TPOT equal to 1e-4 ms, which two distinct runs never
     are (an empty label matches an empty label). Each
     measurement is counted once, so a run is neither weighted twice in the fit nor present in

@@ -25,3 +25,11 @@ def test_map_rows_lists_a_repeat_with_the_row_it_repeats_and_does_not_simulate_i
     maps = map_rows(pd.DataFrame([_row("first"), _row("again")]), engine_profiles())
     assert maps[0].reason == "simulated" and maps[0].case is not None
     assert maps[1].reason == "repeat" and maps[1].case is None and "row first" in maps[1].status
+
+
+def test_a_run_relabelled_with_another_model_name_is_a_repeat():
+    # the db dump labels DeepSeek-R1 runs deepseek-ai/DeepSeek-V3: same measurement, counted once
+    relabelled = {**_row("dsr1_cfg"), "model_path": "deepseek-ai/DeepSeek-V3"}
+    dated = {**_row("dated"), "model_path": "deepseek-ai/DeepSeek-R1"}
+    other_gpu = {**_row("h100"), "model_path": "deepseek-ai/DeepSeek-R1", "system": "h100_sxm"}
+    assert measurement_repeats([relabelled, dated, other_gpu]) == {1: 0}
