@@ -30,16 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llmplan.calibration.serving_rows import (_CONC, SIMULATED, Prediction, RowMapping, ServingCase, SimOptions,
-                                              _int, _kernels, _text, benchmark_workload, deployment_key,
-                                              kernel_tier, map_row)
+from llmplan.calibration.disagg_row_labels import (POOL_COLUMNS, POOLS, concurrency_of_source,
+                                                   disagg_deployment_key, is_disagg, label_conflicts, repeat_of)
+from llmplan.calibration.serving_rows import (SIMULATED, Prediction, RowMapping, ServingCase, SimOptions, _int,
+                                              _kernels, _text, benchmark_workload, kernel_tier, map_row)
 from llmplan.sim.types import EngineProfile
 
-#: per-pool columns of a disaggregated row (``prefill_<name>`` / ``decode_<name>``)
-POOL_COLUMNS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "batch_size")
 #: inputs without which a disaggregated row is not replayed
 NEEDED = ("num_workers", "batch_size")
-POOLS = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -83,10 +81,6 @@ class DisaggMapping:
     status: str
 
 
-def is_disagg(row: Mapping[str, Any]) -> bool:
-    return _text(row.get("mode")) == "disagg"
-
-
 def disagg_concurrency(row: Mapping[str, Any]) -> int:
     """Clients of a disaggregated run: ``silicon_concurrency=N`` in the source, else 0 (unknown).
 
@@ -96,12 +90,6 @@ def disagg_concurrency(row: Mapping[str, Any]) -> int:
     is below what that many concurrent decodes can reach (e.g. Qwen3-32B, 2 decode workers of
     TP4 x 224: 8.7 ms measured, ~10 ms for the KV reads alone), so fewer clients were running."""
     return concurrency_of_source(row)
-
-
-def concurrency_of_source(row: Mapping[str, Any]) -> int:
-    """``silicon_concurrency=N`` of ``silicon_data_source`` (0 when absent)."""
-    m = _CONC.search(str(row.get("silicon_data_source") or ""))
-    return int(m.group(1)) if m else 0
 
 
 def pool_row(row: Mapping[str, Any], pool: str) -> dict[str, Any]:
@@ -137,14 +125,6 @@ def measurement_key(row: Mapping[str, Any]) -> tuple:
     return (*key, *pools, disagg_concurrency(row))
 
 
-def disagg_deployment_key(row: Mapping[str, Any]) -> str:
-    """The deployment a disaggregated row measures: the aggregated key plus both pools'
-    parallelism and worker counts (batch sizes and concurrency excluded: they vary per run)."""
-    extra = [f"{p}_{c}={_int(row.get(f'{p}_{c}'), 0)}" for p in POOLS
-             for c in ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")]
-    return deployment_key(row) + "|" + "|".join(extra)
-
-
 def _pool_case(row: Mapping[str, Any], pool: str, index: int,
                engines: Mapping[str, EngineProfile]) -> ServingCase | str:
     m: RowMapping = map_row(pool_row(row, pool), index, engines)
@@ -174,9 +154,15 @@ def single_client_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
     return r
 
 
-def map_disagg_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProfile]) -> DisaggMapping:
-    """One ``mode = disagg`` row -> a case to simulate, or a status saying why not."""
+def map_disagg_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProfile],
+                   unidentified: str = "") -> DisaggMapping:
+    """One ``mode = disagg`` row -> a case to simulate, or a status saying why not. ``unidentified``:
+    why the row's labels do not identify its run (:func:`~calibration.disagg_row_labels.label_conflicts`
+    of its frame): then the layout is a missing input and nothing is filled in."""
     miss = missing_inputs(row)
+    if unidentified:
+        return DisaggMapping(index, None, "missing_input: " + (f"{', '.join(miss)} empty; and " if miss else "")
+                             + unidentified)
     filled = single_client_row(row) if miss else None
     if filled is not None:
         row, miss = filled, []
@@ -276,16 +262,25 @@ def _predict_task(task: tuple[dict, int, dict, SimOptions, float | None, float])
 
 
 def map_disagg_rows(df: Any, overrides: Mapping[str, Mapping[str, Any]]) -> dict[int, DisaggMapping]:
-    """Every ``mode = disagg`` row of a frame, by position."""
+    """Every ``mode = disagg`` row of a frame, by position. Rows whose labels name several runs
+    (:func:`~calibration.disagg_row_labels.label_conflicts`) list the layout as a missing input; a row
+    not replayable whose measurement is that of a replayable row (:func:`~calibration.disagg_row_labels.
+    repeat_of`: the dumps re-export the ``cfg`` runs without worker counts) is a ``repeat`` of it."""
     from llmplan.calibration.engine_fit import overrides_for
     from llmplan.calibration.serving_rows import engine_profiles
 
+    rows = df.to_dict("records")
+    conflicts = label_conflicts(rows)
     out = {}
-    for i, r in enumerate(df.to_dict("records")):
+    for i, r in enumerate(rows):
         if is_disagg(r):
             b = _text(r.get("backend"))
             mine = overrides_for(dict(overrides), b, str(r.get("backend_version") or ""))
-            out[i] = map_disagg_row(r, i, engine_profiles({**overrides, b: mine}))
+            out[i] = map_disagg_row(r, i, engine_profiles({**overrides, b: mine}), conflicts.get(i, ""))
+    for i, j in repeat_of(rows, [k for k, m in out.items() if m.case is not None]).items():
+        out[i] = DisaggMapping(i, None, f"repeat: the measurement of row {_text(rows[j].get('id')) or j} (same engine, "
+                                        "version, GPU, precision, lengths, concurrency and measured TTFT/TPOT), which "
+                                        "carries the worker counts and layout and is replayed; counted once")
     return out
 
 

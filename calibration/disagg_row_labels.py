@@ -1,0 +1,116 @@
+"""What a disaggregated served row's labels identify, and what they cannot.
+
+A ``mode = disagg`` row of ``e2e_serving.csv`` names its deployment by its labels: engine,
+version, model, GPU, precision, lengths and, per pool (``prefill_*`` / ``decode_*``), the
+parallelism columns and worker count. This module reads those labels:
+
+* :func:`disagg_deployment_key`: the deployment the labels name (batch sizes and concurrency
+  excluded: they vary per run of one deployment);
+* :func:`label_conflicts`: labels that name more than one measurement at the same client
+  concurrency. Two different mean TTFT/TPOT pairs for one deployment at one point mean the runs
+  behind those labels differed in something the columns do not record, so no row carrying those
+  labels says which deployment it ran: its layout is a missing input, not something to guess.
+  Evidence in the shared files (docs/DISAGG.md, "Rows whose labels do not identify the run"):
+  the ``2026_03_25_*`` / ``2026_04_06_*`` exports write ``tp_size`` = the worker's GPUs and
+  ``attention_dp_size`` = 1 for runs that the ``db-dump`` rows (ids ``..._cfg<N>``, same
+  measured values) record with attention DP (every one of them: e.g. ``cfg434``, SGLang H200,
+  decode ``attention_dp_size`` 8 and ``moe_ep_size`` 8, exported as ``decode_tp_size`` 8,
+  ``decode_moe_ep_size`` 1);
+* :func:`repeat_of`: rows whose measurement equals that of a replayable row carrying the inputs
+  they lack (the dumps re-export the ``cfg`` runs without worker counts or batch sizes): one
+  measurement, counted once, under the row that says what ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from llmplan.calibration.serving_rows import _CONC, _int, _num, _text, deployment_key
+
+#: per-pool columns of a disaggregated row (``prefill_<name>`` / ``decode_<name>``)
+POOL_COLUMNS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "batch_size")
+POOLS = ("prefill", "decode")
+#: labels that, with the lengths, the concurrency and the measured means, identify one measurement
+#: (the model label is not one: the db dump labels DeepSeek-R1 runs DeepSeek-V3, as for aggregated rows)
+REPEAT_LABELS = ("backend", "backend_version", "system", "precision", "isl", "osl")
+
+
+def is_disagg(row: Mapping[str, Any]) -> bool:
+    return _text(row.get("mode")) == "disagg"
+
+
+def concurrency_of_source(row: Mapping[str, Any]) -> int:
+    """``silicon_concurrency=N`` of ``silicon_data_source`` (0 when absent)."""
+    m = _CONC.search(str(row.get("silicon_data_source") or ""))
+    return int(m.group(1)) if m else 0
+
+
+def disagg_deployment_key(row: Mapping[str, Any]) -> str:
+    """The deployment a disaggregated row measures: the aggregated key plus both pools'
+    parallelism and worker counts (batch sizes and concurrency excluded: they vary per run)."""
+    extra = [f"{p}_{c}={_int(row.get(f'{p}_{c}'), 0)}" for p in POOLS
+             for c in ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")]
+    return deployment_key(row) + "|" + "|".join(extra)
+
+
+def _measured(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    ttft, tpot = _num(row.get("silicon_ttft_ms")), _num(row.get("silicon_tpot_ms"))
+    return (round(ttft, 4), round(tpot, 4)) if math.isfinite(ttft) and math.isfinite(tpot) else None
+
+
+def label_conflicts(rows: list[Mapping[str, Any]]) -> dict[int, str]:
+    """{row position: why its labels do not identify its run} for every disaggregated row whose
+    deployment key names two or more different measurements at one concurrency (rows without a
+    known concurrency are not compared: their point is unknown). Every row of such a key is listed,
+    also at concurrencies measured once: the file does not say which of the runs it belongs to."""
+    points: dict[tuple[str, int], set[tuple[float, float]]] = {}
+    for r in rows:
+        m = _measured(r)
+        if is_disagg(r) and m is not None and concurrency_of_source(r) > 0:
+            points.setdefault((disagg_deployment_key(r), concurrency_of_source(r)), set()).add(m)
+    split: dict[str, list[tuple[int, list[tuple[float, float]]]]] = {}
+    for (key, conc), seen in sorted(points.items()):
+        if len(seen) > 1:
+            split.setdefault(key, []).append((conc, sorted(seen)))
+    out: dict[int, str] = {}
+    for i, r in enumerate(rows):
+        if not is_disagg(r) or disagg_deployment_key(r) not in split:
+            continue
+        where = split[disagg_deployment_key(r)]
+        conc, vals = where[0]
+        out[i] = (f"the layout: these labels name {len(vals)} different measurements at concurrency {conc} "
+                  f"(TTFT {' vs '.join(f'{a:.0f}' for a, _ in vals)} ms, TPOT {' vs '.join(f'{b:.1f}' for _, b in vals)}"
+                  f" ms; {len(where)} such concurrencies), so the runs differed in something the columns do not "
+                  "record (this export writes attention DP as tp_size, docs/DISAGG.md)")
+    return out
+
+
+def repeat_key(row: Mapping[str, Any]) -> tuple | None:
+    """One measurement's identity, pool labels and model label excluded (None without measured means)."""
+    m = _measured(row)
+    if m is None:
+        return None
+    return (*(_text(row.get(c)) if c not in ("isl", "osl") else _int(row.get(c), 0) for c in REPEAT_LABELS),
+            concurrency_of_source(row), *m)
+
+
+def repeat_of(rows: list[Mapping[str, Any]], replayable: Iterable[int]) -> dict[int, int]:
+    """{row position: position of the replayable row with the same measurement} for the disaggregated
+    rows not in ``replayable`` (the first replayable row wins; two distinct runs never agree to 1e-4 ms
+    in both means)."""
+    first: dict[tuple, int] = {}
+    for i in sorted(replayable):
+        k = repeat_key(rows[i])
+        if k is not None:
+            first.setdefault(k, i)
+    done = set(replayable)
+    out: dict[int, int] = {}
+    for i, r in enumerate(rows):
+        if i in done or not is_disagg(r):
+            continue
+        k = repeat_key(r)
+        if k is not None and k in first:
+            out[i] = first[k]
+    return out
