@@ -2,7 +2,7 @@
 
 The engine terms (:mod:`calibration.engine_fit`) describe host time on top of the kernels. A
 row whose latency is set by something else pulls them wherever it enters the fit (e.g. dense
-vLLM TPOT 3.9% -> 9.6% when admission-limited gpt-oss-120b rows were added, issue 9). Three
+vLLM TPOT 3.9% -> 9.6% when admission-limited gpt-oss-120b rows were added, issue 9). Four
 criteria, computed from the measured rows and the simulator's own model only, never from the
 prediction error:
 
@@ -20,6 +20,9 @@ prediction error:
   isl + osl tokens the computed KV capacity holds above the watermark. Measured TTFT then contains queueing set by server
   settings the row does not record (max running requests, memory fraction), which the host
   terms cannot and must not absorb.
+* ``below decode floor`` (:mod:`calibration.decode_floor`): the measured mean TPOT is below the
+  memory-traffic floor of one decode step of N sequences (weights and KV read at peak HBM
+  bandwidth): the server cannot have run N at once, or the outputs ended before ``osl``.
 
 Rows keep being scored by ``llmplan validate serving``, which prints their flag. The engine fit
 leaves them out only with ``--exclude-regimes`` (off in the shipped fit: docs/ACCURACY.md).
@@ -38,13 +41,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from llmplan.calibration.decode_floor import BELOW_DECODE_FLOOR, below_decode_floor
 from llmplan.calibration.serving_rows import ServingCase
 
 CACHE_SERVED = "cache-served prompts"
 ADMISSION_LIMITED = "admission-limited"
 SERVER_QUEUED = "server-queued"
 #: the flags, in the order they are reported
-FLAGS = (CACHE_SERVED, ADMISSION_LIMITED, SERVER_QUEUED)
+FLAGS = (CACHE_SERVED, ADMISSION_LIMITED, SERVER_QUEUED, BELOW_DECODE_FLOOR)
 #: requests waiting at the server (queue_slopes) from which a deployment counts as server-queued
 QUEUED_MIN = 0.5
 
@@ -104,6 +108,8 @@ def regime_flags(case: ServingCase, queued: frozenset[int] = frozenset()) -> tup
         pass
     if case.index in queued and ADMISSION_LIMITED not in out:   # queued for a reason the replay does not model
         out.append(SERVER_QUEUED)
+    if below_decode_floor(case):   # fewer than N ran, or outputs ended early (calibration/decode_floor.py)
+        out.append(BELOW_DECODE_FLOOR)
     return tuple(out)
 
 

@@ -79,7 +79,8 @@ def _basis(index: int, backend: str = "vllm") -> ef.Basis:
 
 def test_fit_leaves_out_flagged_rows_only_when_asked():
     limit = rg.default_max_running("vllm")
-    over = row(id="b", n=limit + 44, batch_size=limit + 44, silicon_ttft_ms=20000.0)
+    # TPOT above the decode floor of N sequences (calibration/decode_floor.py), so only admission flags it
+    over = row(id="b", n=limit + 44, batch_size=limit + 44, silicon_ttft_ms=20000.0, silicon_tpot_ms=40.0)
     df = pd.DataFrame([row(id="a"), over, row(id="c", n=16, batch_size=16)])
     by_j = {0.0: [_basis(0), _basis(1), _basis(2)], 0.02: [_basis(0), _basis(1), _basis(2)]}
     kept, counts = ef.exclude_regimes(by_j, df)
@@ -110,7 +111,7 @@ def test_queue_slopes_count_requests_held_back_at_the_server():
 
 
 def test_server_queued_flag_needs_queueing_the_replay_does_not_model():
-    tpot, recs = 5.0, []
+    tpot, recs = 8.0, []   # above the decode floor of 8 sequences (one H100 reads 16 GB of weights: 4.8 ms)
     for osl in (128, 256, 512):   # one request always held back at N = 8
         ttft = (60.0 + (osl - 1) * tpot / 8) / (1.0 - 1 / 8)
         recs.append(row(n=8, osl=osl, silicon_ttft_ms=ttft, silicon_tpot_ms=tpot))
