@@ -11,7 +11,9 @@ prediction error:
   N / E2E (Little's law) with E2E = TTFT + (osl - 1) x TPOT (the client's TPOT definition),
   so the prefill compute rate is N x isl x flops_per_token(prefill) / E2E; above
   ``gpus x peak`` no GPU could have computed the prompts: they were served from a prefix
-  (radix) cache, which the replay (unique prompts) does not model.
+  (radix) cache, which the replay (unique prompts) does not model. Also flagged when that rate
+  exceeds the replica's best prefill step by the simulator's own kernels, host time left out
+  (:mod:`calibration.prefill_ceiling`: a tighter bound than the spec peak).
 * ``server-queued`` (:func:`queued_rows`): the deployment's measured TTFT, across output
   lengths at this concurrency, shows at least :data:`QUEUED_MIN` requests waiting at the server
   (below) while the replica as replayed admits all N (not admission-limited).
@@ -42,6 +44,7 @@ import math
 from typing import Any
 
 from llmplan.calibration.decode_floor import BELOW_DECODE_FLOOR, below_decode_floor
+from llmplan.calibration.prefill_ceiling import beyond_prefill_ceiling
 from llmplan.calibration.serving_rows import ServingCase
 
 CACHE_SERVED = "cache-served prompts"
@@ -99,7 +102,7 @@ def regime_flags(case: ServingCase, queued: frozenset[int] = frozenset()) -> tup
     """The regimes of :data:`FLAGS` that apply to a row (empty: the replay's regime);
     ``queued``: row indices of :func:`queued_rows`."""
     out = []
-    if prompt_compute_ratio(case) > 1.0:
+    if prompt_compute_ratio(case) > 1.0 or beyond_prefill_ceiling(case):
         out.append(CACHE_SERVED)
     try:
         if case.concurrency > admission_limit(case):
