@@ -68,6 +68,8 @@ from typing import Any
 
 import pandas as pd
 
+from llmplan.calibration.benchmark_clients import length_bounds, length_range_ratio
+from llmplan.calibration.sglang_launch import generator_max_prefill_tokens, generator_mixed_chunk
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
@@ -135,6 +137,8 @@ class ServingCase:
     measured_tpot_ms: float
     version: str = ""          # backend_version as written in the file
     deployment: str = ""       # deployment key: the row without its concurrency (deployment_key)
+    length_ratio: float = 1.0  # the row's client: lengths uniform in [ratio x L, L] (calibration.benchmark_clients)
+    mixed_chunk: bool = False  # SGLang launched with --enable-mixed-chunk (calibration.sglang_launch)
 
     @property
     def dense(self) -> bool:
@@ -444,7 +448,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     rid = row.get("id")
     case = ServingCase(index, str(rid) if rid is not None and _text(rid) else str(index), backend,
                        str(row.get("model_path")), mode, Deployment(model, gpu, par, prec, engine), conc, isl, osl,
-                       ttft, tpot, _text(row.get("backend_version")), deployment_key(row))
+                       ttft, tpot, _text(row.get("backend_version")), deployment_key(row),
+                       length_range_ratio(row, isl, osl), backend == "sglang" and generator_mixed_chunk(row))
     return RowMapping(index, case, SIMULATED)
 
 
@@ -522,6 +527,7 @@ class SimOptions:
     window: str = "all"              # all | steady
     osl_jitter: float = 0.0
     seed: int = 0
+    client_lengths: bool = True      # replay the lengths each row's client drew (calibration.benchmark_clients)
 
     def osl_range(self, osl: int) -> tuple[int, int]:
         """Smallest and largest output length drawn for a run of ``osl`` tokens."""
@@ -597,18 +603,24 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
     return step
 
 
-def benchmark_workload(isl: int, osl: int, concurrency: int, opts: SimOptions) -> tuple[Any, Any]:
+def benchmark_workload(isl: int, osl: int, concurrency: int, opts: SimOptions,
+                       length_ratio: float = 1.0) -> tuple[Any, Any]:
     """(workload, measured window) of a served run's benchmark client: a closed loop of
-    ``concurrency`` clients, fixed prompts, output lengths per :meth:`SimOptions.osl_range`."""
+    ``concurrency`` clients, fixed prompts, output lengths per :meth:`SimOptions.osl_range`;
+    a client with ``length_ratio`` < 1 draws prompt and output lengths uniformly in
+    ``[ratio x L, L]`` instead (:mod:`calibration.benchmark_clients`; no jitter on top)."""
     from llmplan.sim.metrics import MeasureWindow
     from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
-    lo, hi = opts.osl_range(osl)
+    lo, hi = opts.osl_range(osl) if length_ratio >= 1 else length_bounds(osl, length_ratio)
+    ilo, ihi = length_bounds(isl, length_ratio)
     n = num_requests(concurrency, opts)
     out = (LengthSpec(kind="fixed", mean_tokens=osl) if lo == hi
            else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
+    inp = (LengthSpec(kind="fixed", mean_tokens=isl) if ilo == ihi
+           else LengthSpec(kind="uniform", min_tokens=ilo, max_tokens=ihi))
     spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=concurrency, num_requests=n,
-                        input_tokens=LengthSpec(kind="fixed", mean_tokens=isl), output_tokens=out, seed=opts.seed)
+                        input_tokens=inp, output_tokens=out, seed=opts.seed)
     if opts.window == "steady":
         window = MeasureWindow(0.0, concurrency / n, warmup_requests=concurrency)
     else:
@@ -623,10 +635,21 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     from llmplan.sim.memory import plan_memory
     from llmplan.sim.replica import ReplicaSpec
     from llmplan.sim.serving import simulate_serving
+    from llmplan.sim.sglang_scheduling import chunks_prompts
+    from llmplan.sim.sglang_scheduling import mixed_chunk_engine as sglang_mixed_chunk_engine
+    from llmplan.sim.sglang_scheduling import replay_engine as sglang_replay_engine
 
     lo, hi = opts.osl_range(case.osl)
     e = case.dep.engine
-    if not e.chunked_prefill and e.max_num_batched_tokens < case.isl + hi:
+    par = case.dep.par
+    if case.mixed_chunk:
+        # SGLang --enable-mixed-chunk (the generator's launch): chunks next to the decodes
+        e = sglang_mixed_chunk_engine(e, case.dep.gpu.memory_bytes, par.tp, par.pp, par.dp,
+                                      generator_max_prefill_tokens(case.isl))
+    elif chunks_prompts(e):
+        # SGLang: prefill batches of its default chunk size, a longer prompt cut over several
+        e = sglang_replay_engine(e, case.dep.gpu.memory_bytes, par.tp, par.pp, par.dp)
+    elif not e.chunked_prefill and e.max_num_batched_tokens < case.isl + hi:
         # a prefill-first engine must take a whole prompt (plus recomputed output) in one step
         e = replace(e, max_num_batched_tokens=case.isl + hi)
     elif e.chunked_prefill and e.whole_prompts and e.max_num_batched_tokens < case.isl + hi + case.concurrency:
@@ -639,7 +662,8 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     step = step_model(case, opts.calibration)
     tier = kernel_tier(step)
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, case.isl + case.osl)
-    spec, window = benchmark_workload(case.isl, case.osl, case.concurrency, opts)
+    spec, window = benchmark_workload(case.isl, case.osl, case.concurrency, opts,
+                                      case.length_ratio if opts.client_lengths else 1.0)
     replica = ReplicaSpec(wrap(step) if wrap is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + hi)
     try:
         res = simulate_serving(spec, [replica], seed=opts.seed, window=window)

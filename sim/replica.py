@@ -28,6 +28,7 @@ from llmplan.sim.events import PRIORITY_STEP, PRIORITY_WAKE, EventLoop
 from llmplan.sim.kv_cache import unit_keys, unit_tokens_for
 from llmplan.sim.metrics import LogHistogram
 from llmplan.sim.scheduler import EngineState, Seq
+from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.types import EngineProfile, StepCostModel, StepShape
 
 #: run several identical decode steps per event when nothing can change the batch
@@ -66,7 +67,7 @@ def validate_replica(spec: ReplicaSpec, i: int) -> None:
     need(e.max_num_batched_tokens >= e.max_num_seqs,
          f"max_num_batched_tokens ({e.max_num_batched_tokens}) must be >= max_num_seqs ({e.max_num_seqs})",
          "engine.max_num_batched_tokens", "as vLLM requires; raise the budget or lower max_num_seqs")
-    if not e.chunked_prefill or e.whole_prompts:
+    if (not e.chunked_prefill and not chunks_prompts(e)) or e.whole_prompts:
         need(e.max_num_batched_tokens >= spec.max_model_len,
              f"without chunked prefill (or with whole_prompts) the token budget ({e.max_num_batched_tokens}) "
              f"must cover max_model_len "

@@ -12,7 +12,10 @@ Three policies, chosen by ``EngineProfile.chunked_prefill`` and ``whole_prompts`
   only if all of it fits in the token budget left after the decodes; otherwise it waits.
 * **prefill-first** (vLLM v0 default without chunking): if waiting prompts fit (whole
   prompts only, within the token budget), the step is prefill-only and decodes wait;
-  otherwise the step decodes every running sequence.
+  otherwise the step decodes every running sequence. SGLang (:mod:`sim.sglang_scheduling`)
+  fills its prefill batch to the budget instead: the prompt left unfinished by the last
+  prefill batch goes first, then whole prompts, and the first prompt that does not fit is cut
+  to the tokens left and finished by the next prefill batches, before any decode.
 
 KV blocks are allocated per step for the tokens computed (v1 ``allocate_slots``); new
 requests are admitted only while ``free - needed >= watermark`` blocks (v0
@@ -44,6 +47,7 @@ import math
 from collections import deque
 
 from llmplan.sim.kv_cache import KVBlockPool
+from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.types import EngineProfile
 from llmplan.sim.workload import Request
 
@@ -105,6 +109,7 @@ class EngineState:
         self.max_seqs = max_seqs
         self.chunked = engine.chunked_prefill
         self.whole = engine.whole_prompts
+        self.chunk_prompts = chunks_prompts(engine)   # SGLang: prefill-first batches cut the last prompt
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
         self.reserved = 0                      # blocks reserved by running requests (no_evict)
@@ -284,15 +289,24 @@ class EngineState:
         pool, B = self.pool, self.B
         chunks: list[tuple[Seq, int, int]] = []
         budget = self.budget
+        if self.chunk_prompts:   # the prompts cut by earlier prefill batches continue first
+            for seq in self.prefilling:
+                if budget <= 0:
+                    break
+                n = min(seq.target - seq.computed, budget)
+                chunks.append((seq, n, seq.computed))
+                budget -= n
         waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
-        while waiting and len(running) < self.max_seqs:
+        while waiting and budget > 0 and len(running) < self.max_seqs:
             seq = waiting[0]
             hit_units, evict_blocks = self._match(seq)
             reuse = self._reusable(seq, hit_units)
             hit = hit_units * U + reuse * B
             n = seq.target - hit
             if n > budget:
-                break
+                if not self.chunk_prompts:
+                    break
+                n = budget   # cut to the tokens left; its KV blocks are taken whole below
             new_blocks = -(-seq.target // B) - hit_units * ub - reuse
             if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks or self._no_room(seq):
                 break

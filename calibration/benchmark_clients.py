@@ -1,0 +1,58 @@
+"""The benchmark client behind a served row: which prompt and output lengths it sent.
+
+The served rows record one prompt length ``isl`` and one output length ``osl``, but the clients
+that produced them did not all send exactly those lengths:
+
+* **Sweep rows** (the CI sweeps of the aiconfigurator database dump: ``db-dump/...``,
+  ``source_file=<date>.csv``, ``...-gap-analysis.csv``) run InferenceMAX's three scenarios,
+  isl/osl 1024/1024, 1024/8192 and 8192/1024, at client concurrency 4-64 (up to 256-512 for some
+  engines). InferenceMAX launches every such run with ``--random-range-ratio 0.8``
+  (``.github/workflows/full-sweep-tmpl.yml`` and ``benchmark-tmpl.yml``, concurrency matrix
+  ``[4, 8, 16, 32, 64]``; read in the fork github.com/jyothisambolu/InferenceMAX of SemiAnalysis'
+  InferenceMAX, 2025), and its client (github.com/kimbochen/bench_serving ``benchmark_serving.py``,
+  ``sample_random_requests``, a copy of vLLM's ``benchmarks/benchmark_serving.py``) draws each
+  request's lengths as ``np.random.randint(int(L x ratio), L + 1)``: uniform integers in
+  ``[0.8 L, L]``, mean 0.9 L, for the prompt and the output alike, with ``--ignore-eos`` and
+  ``--num-prompts 10 x concurrency``.
+* **Collection rows** (``source_file=.../data/<gpu>/<backend>/<version>/<model>.csv``: the
+  per-engine-version collection files) and every other shape: fixed lengths, as recorded.
+
+Why it matters: with fixed lengths the closed-loop clients of a deterministic replay finish
+together and re-send together forever (lock-step), so every prompt queues behind the other
+N - 1 at each cycle; with lengths drawn per request they drift apart as real clients do. The
+sweep rows show the drift: their measured TTFT grows slowly with N (DeepSeek-V3 SGLang 0.5.9,
+isl 8,192: 447 / 503 / 700 / 994 ms at N = 4 / 8 / 16 / 32), while the fixed-length replay
+queues the burst (763 / 1,322 / 2,439 / 4,675 ms); replayed with this client the predicted /
+measured TTFT is flat in N (0.81-0.96 there, before any refit). The rows do not name their
+client: this mapping is inferred from their shapes, their concurrency sweep and their
+``workflow_run_id`` provenance, and it is documented in docs/ACCURACY.md ("SGLang scheduling
+(2026-11-24 late)").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+#: InferenceMAX's isl/osl scenarios (1k1k, 1k8k, 8k1k)
+SWEEP_SHAPES = frozenset({(1024, 1024), (1024, 8192), (8192, 1024)})
+#: InferenceMAX's ``--random-range-ratio`` for those scenarios (full-sweep-tmpl.yml)
+INFERENCEMAX_RANGE_RATIO = 0.8
+#: a per-engine-version collection file: ``.../data/<gpu>/<backend>/<version>/<model>.csv``
+_COLLECTION_FILE = re.compile(r"/data/[^/;]+/[^/;]+/[^/;]+/[^/;]+\.csv")
+
+
+def length_range_ratio(row: Mapping[str, Any], isl: int, osl: int) -> float:
+    """The row's client range ratio: lengths uniform in ``[ratio x L, L]``; 1.0 = fixed lengths."""
+    source = str(row.get("silicon_data_source") or "")
+    if (isl, osl) in SWEEP_SHAPES and not _COLLECTION_FILE.search(source):
+        return INFERENCEMAX_RANGE_RATIO
+    return 1.0
+
+
+def length_bounds(tokens: int, ratio: float) -> tuple[int, int]:
+    """(smallest, largest) length the client draws for a recorded length ``tokens``
+    (``randint(int(tokens x ratio), tokens + 1)``)."""
+    if ratio >= 1.0:
+        return tokens, tokens
+    return max(1, int(tokens * ratio)), tokens
