@@ -5,7 +5,9 @@ weights every token needs (all non-expert weights; of the routed experts at leas
 each MoE layer: every token picks top-k distinct experts) and the KV cache of the N sequences
 (sliding-window layers capped at the window). Spread perfectly over all ``gpus`` at the
 catalog's peak HBM bandwidth, that is a lower bound of one decode step, and the mean TPOT of a
-closed loop whose N clients all run is at least that step (prefill chunks and host time only add).
+closed loop whose N clients all run is at least that step (prefill chunks and host time only add;
+one token per sequence and step: the served rows replay no speculative decoding, which would
+divide the floor by its accepted tokens per step).
 
 A measured mean TPOT below the floor of N sequences at the mean decode context ``isl + osl/2``
 means the server did not run N sequences at once (it admitted fewer, or the outputs ended
