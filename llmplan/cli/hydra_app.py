@@ -28,6 +28,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from llmplan.cli.compose_errors import explain
+from llmplan.cli.gc_tuning import few_collections
 from llmplan.cli.overrides import Job, expand, group_options, groups
 from llmplan.errors import EXIT_INFEASIBLE, EXIT_OK, EXIT_USER_ERROR, ConfigError, UserError, suggest
 from llmplan.paths import conf_dir
@@ -335,7 +336,7 @@ def run(command: str, config_name: str, argv: list[str], task: Callable[[DictCon
         return EXIT_OK
     jobs = expand(args.overrides, args.multirun)
     check_launcher(list(jobs[0].hydra))
-    with _hydra(command):
+    with _hydra(command), few_collections():  # speed only (llmplan/cli/gc_tuning.py)
         if not args.multirun:
             cfg = _compose(config_name, list(jobs[0].hydra), hydra_config=True)
             if args.cfg:
