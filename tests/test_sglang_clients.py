@@ -25,7 +25,12 @@ COLLECTION = ("source_file=/home/u/aic/data/h200_sxm/sglang/0.5.6.post2/meta-lla
     (COLLECTION, 1024, 1024, 1.0),       # a per-engine-version collection file: fixed lengths
 ])
 def test_the_client_is_read_from_the_rows_shape_and_provenance(source, isl, osl, ratio):
-    assert bc.length_range_ratio({"silicon_data_source": source}, isl, osl) == ratio
+    assert bc.length_range_ratio({"silicon_data_source": source, "backend": "sglang"}, isl, osl) == ratio
+
+
+def test_other_engines_keep_fixed_lengths_until_the_chain_refit_decides():
+    for backend in ("vllm", "trtllm"):
+        assert bc.length_range_ratio({"silicon_data_source": SWEEP, "backend": backend}, 1024, 1024) == 1.0
 
 
 def test_length_bounds_follow_the_clients_randint():
