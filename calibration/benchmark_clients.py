@@ -38,19 +38,21 @@ from typing import Any, Mapping
 SWEEP_SHAPES = frozenset({(1024, 1024), (1024, 8192), (8192, 1024)})
 #: InferenceMAX's ``--random-range-ratio`` for those scenarios (full-sweep-tmpl.yml)
 INFERENCEMAX_RANGE_RATIO = 0.8
-#: engines whose sweep rows are replayed with their client's lengths. The client is the same for
-#: every engine; it is switched on for SGLang only until the chain refit decides for the others:
-#: scratch refits (median APE TTFT / TPOT %, training half -> held-out half) moved vLLM from
-#: 9.6 / 6.9 -> 12.4 / 6.4 to 10.6 / 7.2 -> 11.7 / 7.3 and TensorRT-LLM from 23.4 / 6.9 -> 26.8 / 7.9
-#: to 21.9 / 7.0 -> 25.8 / 8.0 (docs/ACCURACY.md, "SGLang scheduling (2026-11-24 late)")
-CLIENT_MODEL_ENGINES = frozenset({"sglang"})
+#: engines whose sweep rows are replayed with their client's lengths: all three. The client is a
+#: property of the harness that drove the run, not of the engine, so it is not chosen per engine
+#: by how well each engine's refit scores (that would tune the mapping to the outcome); scratch
+#: refits before the chain refit moved vLLM (median APE TTFT / TPOT %, training half -> held-out
+#: half) from 9.6 / 6.9 -> 12.4 / 6.4 to 10.6 / 7.2 -> 11.7 / 7.3 and TensorRT-LLM from
+#: 23.4 / 6.9 -> 26.8 / 7.9 to 21.9 / 7.0 -> 25.8 / 8.0 (docs/ACCURACY.md, "SGLang scheduling
+#: (2026-11-24 late)"); the chain refit's figures are in docs/ACCURACY.md
+CLIENT_MODEL_ENGINES = frozenset({"sglang", "vllm", "trtllm"})
 #: a per-engine-version collection file: ``.../data/<gpu>/<backend>/<version>/<model>.csv``
 _COLLECTION_FILE = re.compile(r"/data/[^/;]+/[^/;]+/[^/;]+/[^/;]+\.csv")
 
 
 def length_range_ratio(row: Mapping[str, Any], isl: int, osl: int) -> float:
     """The row's client range ratio: lengths uniform in ``[ratio x L, L]``; 1.0 = fixed lengths
-    (also for engines outside :data:`CLIENT_MODEL_ENGINES`)."""
+    (also for an engine outside :data:`CLIENT_MODEL_ENGINES`)."""
     source = str(row.get("silicon_data_source") or "")
     if str(row.get("backend") or "").strip().lower() not in CLIENT_MODEL_ENGINES:
         return 1.0

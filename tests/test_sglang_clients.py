@@ -28,9 +28,10 @@ def test_the_client_is_read_from_the_rows_shape_and_provenance(source, isl, osl,
     assert bc.length_range_ratio({"silicon_data_source": source, "backend": "sglang"}, isl, osl) == ratio
 
 
-def test_other_engines_keep_fixed_lengths_until_the_chain_refit_decides():
-    for backend in ("vllm", "trtllm"):
-        assert bc.length_range_ratio({"silicon_data_source": SWEEP, "backend": backend}, 1024, 1024) == 1.0
+def test_the_client_is_the_harness_s_whatever_the_engine():
+    for backend in ("vllm", "trtllm", "sglang"):
+        assert bc.length_range_ratio({"silicon_data_source": SWEEP, "backend": backend}, 1024, 1024) == 0.8
+    assert bc.length_range_ratio({"silicon_data_source": SWEEP, "backend": "other"}, 1024, 1024) == 1.0
 
 
 def test_length_bounds_follow_the_clients_randint():
