@@ -9,7 +9,8 @@ from llmplan.sim.deployment import Deployment, build
 from llmplan.sim.kernels import LAUNCH_FLOOR_US, MEM_ETA, RooflineKernelModel, waves
 from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
 
-NO_HOST = EngineProfile(host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0)
+# no host time at all: the fitted defaults' eager-step launch (sim/cuda_graphs.eager_step) included
+NO_HOST = EngineProfile(host_overhead_ms=0.0, host_overhead_per_seq_ms=0.0, eager_step_ms_per_layer=0.0)
 
 
 def _step(model="llama3_1_8b", gpu="h100_sxm", par=Parallelism(), prec=Precision(), engine=NO_HOST):
