@@ -16,14 +16,30 @@ measured row and the simulator's kernel model only, never from a prediction of t
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 
+def request_rate_per_s(case: Any) -> float:
+    """Requests per second the measured closed loop implies: N / E2E (Little's law), with
+    E2E = TTFT + (osl - 1) x TPOT; NaN when E2E is not positive and finite."""
+    e2e_s = (case.measured_ttft_ms + max(0, case.osl - 1) * case.measured_tpot_ms) / 1e3
+    return case.concurrency / e2e_s if e2e_s > 0 and math.isfinite(e2e_s) else math.nan
+
+
 def prompt_rate_tps(case: Any) -> float:
     """Prompt tokens per second the measured closed loop implies (0 when not finite)."""
-    e2e_s = (case.measured_ttft_ms + max(0, case.osl - 1) * case.measured_tpot_ms) / 1e3
-    return case.concurrency * case.isl / e2e_s if e2e_s > 0 else 0.0
+    rate = request_rate_per_s(case)
+    return rate * case.isl if math.isfinite(rate) else 0.0
+
+
+#: engine host terms set to zero: the ceiling counts kernel time only (errs fast)
+_NO_HOST = {"host_overhead_ms": 0.0, "host_overhead_per_seq_ms": 0.0, "host_overlap_per_seq_ms": 0.0,
+            "ttft_per_request_ms": 0.0, "ttft_per_prompt_token_ms": 0.0, "eager_step_ms_per_layer": 0.0}
+#: kernel-only step models by (model, GPU, layout, precision, kernel backend, engine)
+_STEPS: dict[tuple, Any] = {}
 
 
 def prefill_capacity_tps(case: Any) -> float:
@@ -31,12 +47,15 @@ def prefill_capacity_tps(case: Any) -> float:
     from llmplan.calibration.serving_rows import step_model
 
     dep = case.dep
-    return _capacity(case, dep.model.key, dep.gpu.key, dep.par, dep.prec, case.isl,
-                     dep.engine.max_num_batched_tokens, dep.engine.kernel_backend, step_model)
+    key = (dep.model.key, dep.gpu.key, dep.par, dep.prec, dep.engine.kernel_backend, case.backend)
+    if key not in _STEPS:
+        bare = replace(dep.engine, **_NO_HOST)
+        _STEPS[key] = step_model(replace(case, dep=replace(dep, engine=bare)), None)
+    return _capacity_tps(key, case.isl, dep.engine.max_num_batched_tokens, max(1, dep.par.dp), max(1, dep.par.pp))
 
 
 @lru_cache(maxsize=4096)
-def _capacity_cached(key: tuple, isl: int, budget: int, dp: int, pp: int, step: Any) -> float:
+def _capacity_tps(key: tuple, isl: int, budget: int, dp: int, pp: int) -> float:
     from llmplan.sim.types import StepShape
 
     per_rank = max(1, budget // dp)
@@ -44,25 +63,8 @@ def _capacity_cached(key: tuple, isl: int, budget: int, dp: int, pp: int, step: 
         prompts = [(isl, 0)] * (per_rank // isl * dp)
     else:
         prompts = [(per_rank, 0)] * dp
-    ms = step.breakdown(StepShape.build(prompts, [])).latency_ms
+    ms = _STEPS[key].breakdown(StepShape.build(prompts, [])).latency_ms
     return sum(p for p, _ in prompts) / ms * 1e3 * pp if ms > 0 else float("inf")
-
-
-#: engine host terms set to zero: the ceiling counts kernel time only (errs fast)
-_NO_HOST = {"host_overhead_ms": 0.0, "host_overhead_per_seq_ms": 0.0, "host_overlap_per_seq_ms": 0.0,
-            "ttft_per_request_ms": 0.0, "ttft_per_prompt_token_ms": 0.0, "eager_step_ms_per_layer": 0.0}
-_STEPS: dict[tuple, Any] = {}
-
-
-def _capacity(case: Any, model: str, gpu: str, par: Any, prec: Any, isl: int, budget: int, backend: str,
-              step_model: Any) -> float:
-    from dataclasses import replace
-
-    key = (model, gpu, par, prec, backend, case.backend)
-    if key not in _STEPS:
-        bare = replace(case.dep.engine, **_NO_HOST)
-        _STEPS[key] = step_model(replace(case, dep=replace(case.dep, engine=bare)), None)
-    return _capacity_cached(key, isl, budget, max(1, par.dp), max(1, par.pp), _STEPS[key])
 
 
 def beyond_prefill_ceiling(case: Any) -> bool:

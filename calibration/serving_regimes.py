@@ -44,7 +44,7 @@ import math
 from typing import Any
 
 from llmplan.calibration.decode_floor import BELOW_DECODE_FLOOR, below_decode_floor
-from llmplan.calibration.prefill_ceiling import beyond_prefill_ceiling
+from llmplan.calibration.prefill_ceiling import beyond_prefill_ceiling, request_rate_per_s
 from llmplan.calibration.serving_rows import ServingCase
 
 CACHE_SERVED = "cache-served prompts"
@@ -68,10 +68,9 @@ def prompt_compute_ratio(case: ServingCase) -> float:
     """Prompt FLOP/s the measured run implies / the replica's peak (> 1: not computable)."""
     from llmplan.model_catalog.derived import flops_per_token
 
-    e2e_s = (case.measured_ttft_ms + max(0, case.osl - 1) * case.measured_tpot_ms) / 1e3
-    if not (e2e_s > 0 and math.isfinite(e2e_s)):
+    rate = request_rate_per_s(case)   # Little's law, shared with the prefill ceiling
+    if math.isnan(rate):
         return math.nan
-    rate = case.concurrency / e2e_s
     need = rate * case.isl * flops_per_token(case.dep.model, case.isl, "prefill")
     return need / peak_flops(case)
 
