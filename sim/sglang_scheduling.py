@@ -23,8 +23,12 @@ GPUs (H100, H200), 16,384 above, 2,048-4,096 below. Sources: SGLang server argum
 tokens too; it is above the chunk size on every GPU this rule covers, so the chunk binds.
 
 Before this module the replay raised the token budget to the whole prompt for SGLang rows and
-never split a prompt over two prefill batches; the planner still does that
-(:func:`llmplan.sim.deployment.replica_limits`), so only served-row replays chunk.
+never split a prompt over two prefill batches. The cut applies to every SGLang profile without
+chunked prefill (:func:`chunks_prompts`), the planner's and ``llmplan simulate``'s too: there the
+budget is still raised to cover the longest request (:func:`llmplan.sim.deployment.replica_limits`),
+so a prompt alone is never cut, but the last prompt of a full prefill batch is cut to the tokens
+left instead of waiting for the next batch. Only served-row replays use SGLang's chunk size
+(:func:`replay_engine`, :func:`mixed_chunk_engine`).
 """
 
 from __future__ import annotations
