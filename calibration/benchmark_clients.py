@@ -47,16 +47,22 @@ INFERENCEMAX_RANGE_RATIO = 0.8
 #: (2026-11-24 late)"); the chain refit's figures are in docs/ACCURACY.md
 CLIENT_MODEL_ENGINES = frozenset({"sglang", "vllm", "trtllm"})
 #: a per-engine-version collection file: ``.../data/<gpu>/<backend>/<version>/<model>.csv``
-_COLLECTION_FILE = re.compile(r"/data/[^/;]+/[^/;]+/[^/;]+/[^/;]+\.csv")
+_COLLECTION_FILE = re.compile(r"/data/[^/;]+/([^/;]+)/([^/;]+)/[^/;]+\.csv")
+
+
+def collection_file(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(backend, version) of the per-engine-version collection file the row came from
+    (``silicon_data_source``); None for every other source."""
+    m = _COLLECTION_FILE.search(str(row.get("silicon_data_source") or ""))
+    return (m.group(1), m.group(2)) if m else None
 
 
 def length_range_ratio(row: Mapping[str, Any], isl: int, osl: int) -> float:
     """The row's client range ratio: lengths uniform in ``[ratio x L, L]``; 1.0 = fixed lengths
     (also for an engine outside :data:`CLIENT_MODEL_ENGINES`)."""
-    source = str(row.get("silicon_data_source") or "")
     if str(row.get("backend") or "").strip().lower() not in CLIENT_MODEL_ENGINES:
         return 1.0
-    if (isl, osl) in SWEEP_SHAPES and not _COLLECTION_FILE.search(source):
+    if (isl, osl) in SWEEP_SHAPES and collection_file(row) is None:
         return INFERENCEMAX_RANGE_RATIO
     return 1.0
 

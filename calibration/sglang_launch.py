@@ -24,11 +24,12 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from llmplan.calibration.benchmark_clients import collection_file
+
 #: aiconfigurator's generator: ``max_prefill_tokens = isl + 1500`` for aggregated SGLang workers
 GENERATOR_PREFILL_EXTRA_TOKENS = 1500
 #: first SGLang version whose generator template passes ``--enable-mixed-chunk``
 GENERATOR_MIXED_CHUNK_FROM = (0, 5, 6)
-_COLLECTION = re.compile(r"/data/[^/;]+/sglang/([^/;]+)/[^/;]+\.csv")
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -38,8 +39,8 @@ def _version(text: str) -> tuple[int, ...]:
 def generator_mixed_chunk(row: Mapping[str, Any]) -> bool:
     """True when the row's SGLang server ran with ``--enable-mixed-chunk`` (aiconfigurator's generator,
     version with the flag in its template)."""
-    m = _COLLECTION.search(str(row.get("silicon_data_source") or ""))
-    return bool(m) and _version(m.group(1)) >= GENERATOR_MIXED_CHUNK_FROM
+    source = collection_file(row)
+    return source is not None and source[0] == "sglang" and _version(source[1]) >= GENERATOR_MIXED_CHUNK_FROM
 
 
 def generator_max_prefill_tokens(isl: int) -> int:
