@@ -23,11 +23,10 @@ parallelism columns and worker count. This module reads those labels:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from llmplan.calibration.serving_rows import _CONC, _int, _num, _text, deployment_key
+from llmplan.calibration.serving_rows import _CONC, _int, _text, deployment_key, measured_means
 
 #: per-pool columns of a disaggregated row (``prefill_<name>`` / ``decode_<name>``)
 POOL_COLUMNS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "batch_size")
@@ -55,11 +54,6 @@ def disagg_deployment_key(row: Mapping[str, Any]) -> str:
     return deployment_key(row) + "|" + "|".join(extra)
 
 
-def _measured(row: Mapping[str, Any]) -> tuple[float, float] | None:
-    ttft, tpot = _num(row.get("silicon_ttft_ms")), _num(row.get("silicon_tpot_ms"))
-    return (round(ttft, 4), round(tpot, 4)) if math.isfinite(ttft) and math.isfinite(tpot) else None
-
-
 def label_conflicts(rows: list[Mapping[str, Any]]) -> dict[int, str]:
     """{row position: why its labels do not identify its run} for every disaggregated row whose
     deployment key names two or more different measurements at one concurrency (rows without a
@@ -67,7 +61,7 @@ def label_conflicts(rows: list[Mapping[str, Any]]) -> dict[int, str]:
     also at concurrencies measured once: the file does not say which of the runs it belongs to."""
     points: dict[tuple[str, int], set[tuple[float, float]]] = {}
     for r in rows:
-        m = _measured(r)
+        m = measured_means(r)
         if is_disagg(r) and m is not None and concurrency_of_source(r) > 0:
             points.setdefault((disagg_deployment_key(r), concurrency_of_source(r)), set()).add(m)
     split: dict[str, list[tuple[int, list[tuple[float, float]]]]] = {}
@@ -89,7 +83,7 @@ def label_conflicts(rows: list[Mapping[str, Any]]) -> dict[int, str]:
 
 def repeat_key(row: Mapping[str, Any]) -> tuple | None:
     """One measurement's identity, pool labels and model label excluded (None without measured means)."""
-    m = _measured(row)
+    m = measured_means(row)
     if m is None:
         return None
     return (*(_text(row.get(c)) if c not in ("isl", "osl") else _int(row.get(c), 0) for c in REPEAT_LABELS),

@@ -468,6 +468,13 @@ def _label(v: Any) -> str | float:
     return _text(v)
 
 
+def measured_means(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(mean TTFT, mean TPOT) in ms rounded to 1e-4 ms, the precision at which two rows are one
+    measurement; None when either is not a finite number."""
+    ttft, tpot = _num(row.get("silicon_ttft_ms")), _num(row.get("silicon_tpot_ms"))
+    return (round(ttft, 4), round(tpot, 4)) if math.isfinite(ttft) and math.isfinite(tpot) else None
+
+
 def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
     """Aggregated rows that repeat an earlier row's measurement -> the index of that first row.
 
@@ -483,10 +490,10 @@ def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
     for i, r in enumerate(rows):
         if _text(r.get("mode")).lower() == "disagg":
             continue
-        ttft, tpot = _num(r.get("silicon_ttft_ms")), _num(r.get("silicon_tpot_ms"))
-        if not (math.isfinite(ttft) and math.isfinite(tpot)):
+        means = measured_means(r)
+        if means is None:
             continue
-        key = (*(_label(r.get(c)) for c in REPEAT_LABELS), concurrency_of(r), round(ttft, 4), round(tpot, 4))
+        key = (*(_label(r.get(c)) for c in REPEAT_LABELS), concurrency_of(r), *means)
         if key in first:
             out[i] = first[key]
         else:
