@@ -37,6 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmplan.sim.kv_budget import sglang_default_fraction
+
 #: TensorRT-LLM trtllm-bench caps (tuning.py): decoder buffers and activation buffers
 TRTLLM_MAX_BATCH = 4096
 TRTLLM_MAX_TOKENS = 32768
@@ -47,8 +49,6 @@ TRTLLM_TOKEN_TIERS = ((4096, 256), (8192, 512), (math.inf, 1024))
 VLLM_BIG_GPU_GIB = 70.0
 VLLM_OFFLINE_BIG = (1024, 16384)
 VLLM_OFFLINE_SMALL = (256, 8192)
-#: SGLang chunked_prefill_size by device memory (server_args.py), GiB upper bounds
-SGLANG_CHUNK_BY_MEMORY_GIB = ((35.0, 2048), (160.0, 8192), (math.inf, 16384))
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,8 @@ def offline_batch_limits(engine_name: str, kv_tokens: int, mean_input_tokens: fl
         return OfflineLimits(bs, tok, "trtllm-bench heuristic (KV-fit batch at the mean ISL+OSL, rounded up)")
     if engine_name == "sglang":
         reqs = int(min(max(kv_tokens / max(1, context_tokens) * 512, 2048), 4096))
-        chunk = next(c for lim, c in SGLANG_CHUNK_BY_MEMORY_GIB if gpu_memory_gib < lim)
+        # chunked_prefill_size by device memory: the one rule (kv_budget, ServerArgs._handle_gpu_memory_settings)
+        chunk = sglang_default_fraction(round(gpu_memory_gib * 2**30), 1, pp)[1]
         return OfflineLimits(reqs, chunk, "SGLang defaults (max_running_requests from the KV pool, "
                                           "chunked_prefill_size from device memory)")
     big = gpu_memory_gib >= VLLM_BIG_GPU_GIB and "a100" not in gpu_key.lower()

@@ -38,6 +38,8 @@ def test_vllm_and_sglang_offline_defaults():
     sg = offline_batch_limits("sglang", 2_000_000, 1000, 200, 178.0, "b200", 131072)
     assert (sg.max_num_seqs, sg.max_num_batched_tokens) == (4096, 16384)  # 7812 -> at most 4096
     assert offline_batch_limits("sglang", 100_000, 1, 1, 22.0, "l4", 131072).max_num_batched_tokens == 2048
+    # 35-60 GiB (L40S 44.99 GiB, A100 40GB): 4,096, the same rule the KV budget uses
+    assert offline_batch_limits("sglang", 100_000, 1, 1, 44.99, "l40s", 131072).max_num_batched_tokens == 4096
     assert "trtllm-bench" in offline_batch_limits("trtllm", 100_000, 1000, 1000, 79.6, "h100_sxm", 131072).source
 
 
