@@ -118,9 +118,10 @@ MEASUREMENT_COLUMNS = ("backend", "backend_version", "model_path", "system", "pr
 
 
 def measurement_key(row: Mapping[str, Any]) -> tuple:
-    """One measurement's identity (ids and dump names excluded): repeated rows share it."""
-    key = [_text(row.get(c)) if c in ("backend", "backend_version", "model_path", "system", "precision")
-           else round(float(row.get(c) or 0.0), 6) for c in MEASUREMENT_COLUMNS]
+    """One measurement's identity (ids, dump names and the model label excluded, as for the
+    aggregated repeats, ``serving_rows.REPEAT_LABELS``: the dumps relabel runs): repeated rows share it."""
+    key = [_text(row.get(c)) if c in ("backend", "backend_version", "system", "precision")
+           else round(float(row.get(c) or 0.0), 6) for c in MEASUREMENT_COLUMNS if c != "model_path"]
     pools = [_int(row.get(f"{p}_{c}"), 0) for p in POOLS for c in POOL_COLUMNS + ("num_workers",)]
     return (*key, *pools, disagg_concurrency(row))
 

@@ -23,6 +23,8 @@ def test_a_run_repeated_under_another_id_is_one_measurement():
     assert measurement_key(a) == measurement_key(b)
     assert measurement_key(a) != measurement_key(row(silicon_ttft_ms=301.0))
     assert measurement_key(a) != measurement_key(row(decode_num_workers=3))
+    # the dumps relabel runs (DeepSeek-R1 as -V3): the model label is not part of a measurement's identity
+    assert measurement_key(a) == measurement_key({**a, "model_path": "deepseek-ai/DeepSeek-V3"})
 
 
 def test_targets_score_a_repeated_measurement_once():
