@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
         shape = (model.hidden_size, e.expert_intermediate_size, e.top_k, e.num_experts)
         df = moe_table(a.measurements, a.gpu)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(exc.render(), file=sys.stderr)   # the key and the fix too, as every other tool
         return EXIT_USER_ERROR
     pd.set_option("display.width", 200)
     print(f"{a.model} fused MoE (hidden {shape[0]}, inter {shape[1]}, top-{shape[2]} of {shape[3]}) on {a.gpu}, ms per layer")

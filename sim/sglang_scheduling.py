@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from llmplan.sim.kv_budget import sglang_default_fraction
 from llmplan.sim.types import EngineProfile
 
 #: engines whose prefill-first batches chunk a prompt that does not fit (SGLang ``PrefillAdder``)
@@ -51,8 +52,6 @@ def chunks_prompts(engine: EngineProfile) -> bool:
 def sglang_chunk_tokens(device_bytes: int, tp: int, pp: int) -> int:
     """SGLang's default prefill batch size in tokens: ``min(chunked_prefill_size, max_prefill_tokens)``
     for a GPU of ``device_bytes`` (the CUDA-visible total) at this TP and PP."""
-    from llmplan.sim.kv_budget import sglang_default_fraction
-
     _, chunk, _ = sglang_default_fraction(device_bytes, tp, pp)
     return min(chunk, SGLANG_MAX_PREFILL_TOKENS)
 
