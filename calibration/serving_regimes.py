@@ -27,7 +27,8 @@ prediction error:
   bandwidth): the server cannot have run N at once, or the outputs ended before ``osl``.
 
 Rows keep being scored by ``llmplan validate serving``, which prints their flag. The engine fit
-leaves them out only with ``--exclude-regimes`` (off in the shipped fit: docs/ACCURACY.md).
+leaves them out with ``--exclude-regimes`` (on in the shipped fit since the late refit of
+2026-11-24: docs/ACCURACY.md, "Held-out results").
 
 Queued requests seen in the measurements alone (:func:`queue_slopes`): at a fixed deployment and
 concurrency N, a run's request rate is N / E2E (Little's law), so a request that finds ``q``
