@@ -35,3 +35,21 @@ def _gemm_dtypes(spec: ModelSpec, precision: str) -> tuple[tuple[str, str], ...]
         best = spec.quant.main_part(c)
         out.append((c, gemm_dtype(best.fmt) if best is not None and best.fmt.precision == d else d))
     return tuple(out)
+
+
+#: the MoE query dtype of routed experts stored as OCP MXFP4 (e2m1 values, one e8m0 scale per 32):
+#: their fused-MoE kernels are the MXFP4 ones (``sim.calibrated.mxfp4_moe_group``), not the NVFP4
+#: (W4A4, 16-value blocks) kernels that an ``fp4`` query reaches on Blackwell
+MXFP4_MOE_DTYPE = "mxfp4"
+
+
+def moe_query_dtype(spec: ModelSpec, precision: str) -> str:
+    """The dtype the fused routed-expert kernel is queried with: :func:`gemm_dtypes`'
+    ``routed_experts``, or :data:`MXFP4_MOE_DTYPE` when those weights are an MXFP4 checkpoint's
+    own format (gpt-oss: ``quantization_config.quant_method = mxfp4``)."""
+    d = gemm_dtypes(spec, precision)["routed_experts"]
+    if d == "fp4" and spec.quant is not None and precision == spec.quant.precision:
+        part = spec.quant.main_part("routed_experts")
+        if part is not None and part.fmt.name == "mxfp4":
+            return MXFP4_MOE_DTYPE
+    return d

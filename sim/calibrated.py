@@ -99,6 +99,22 @@ MOE_FP4_DTYPES = frozenset({"fp4", "nvfp4", "mxfp4", "w4a16_mxfp4", "w4a8_mxfp4"
 #: SGLang's ``fused_moe_triton`` w4a16 kernel, 2.4x slower at the gpt-oss-120b decode shape
 #: (H200, 64 tokens: 0.90 ms against 0.37 ms for the OpenAI kernel).
 MOE_FP4_STAND_IN = {"trtllm": "vllm"}
+#: engine -> the fused-MoE dtype group an MXFP4 checkpoint (gpt-oss) runs on GPUs with fp4 tensor
+#: cores (Blackwell); the step model asks ``mxfp4`` for those experts (model_catalog.gemm_dtypes.
+#: moe_query_dtype), never the NVFP4 ``fp4`` group, which is a W4A4 kernel for 16-value-block
+#: NVFP4 checkpoints (on B200 vLLM's NVFP4 group times the gpt-oss-120b MoE at 0.35 ms for 1,024
+#: tokens, its own gpt-oss MXFP4 kernel measures 0.88 ms). TensorRT-LLM: "For Blackwell, the
+#: default MoE backend is TRTLLM", MXFP8 activations x MXFP4 weights (support matrix of
+#: https://nvidia.github.io/TensorRT-LLM/deployment-guide/deployment-guide-for-gpt-oss-on-trtllm.html,
+#: 1.1-1.3) = its measured ``w4a8_mxfp4_mxfp8`` table. vLLM: Blackwell runs "a new MoE kernel from
+#: FlashInfer" (https://blog.vllm.ai/2025/08/05/gpt-oss.html), with BF16 activations by default
+#: (MXFP8 activations only with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) = the
+#: ``vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16`` kernel of its B200 table (``w4a16_mxfp4``).
+#: SGLang: its gpt-oss MXFP4 path was measured on B200 only with MXFP8 activations
+#: (``sglang_mxfp4_flashinfer_trtllm_moe``, ``w4a8_mxfp4_mxfp8``). GPUs without fp4 tensor cores
+#: (Hopper) run MXFP4 weights with BF16 activations (TensorRT-LLM TRITON on H200, same guide;
+#: vLLM's Triton matmul_ogs, same blog): ``w4a16_mxfp4``, the group an ``fp4`` query reached there.
+MXFP4_MOE_GROUP = {"trtllm": "w4a8_mxfp4", "sglang": "w4a8_mxfp4", "vllm": "w4a16_mxfp4"}
 #: engines that run an MLA prefill in the MHA form (kv_b_proj expands the latent to per-head K/V,
 #: then ordinary attention with qk head dim nope + rope = 192 and v head dim 128 over bf16 K/V)
 #: while the ``mla_context`` table that would answer them measures the absorbed form (MQA over
@@ -236,6 +252,10 @@ class CalibratedKernelModel:
         rs = {k: float(v) for k, v in q.items() if k not in ("dtype", "skew")}
         if dtype in ("fp8", "fp8_block"):   # shipped fp8 MoE checkpoints are block-scaled (see MOE_FP8_GROUP)
             kt = self._predict("moe", MOE_FP8_GROUP, q, rs, also_exact=frozenset({"fp8", "fp8_block"}))
+        elif dtype == "mxfp4":
+            # weights bytes of any 4-bit float (q dtype fp4); the kernel group per engine and GPU
+            kt = self._predict("moe", self.mxfp4_moe_group(), {**q, "dtype": "fp4"}, rs,
+                               prefer=MOE_FP4_STAND_IN.get(self.backend))
         else:
             prefer = MOE_FP4_STAND_IN.get(self.backend) if dtype in MOE_FP4_DTYPES else None
             kt = self._predict("moe", dtype, q, rs, prefer=prefer)
@@ -243,6 +263,12 @@ class CalibratedKernelModel:
             return kt
         return self._roof.moe(num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep,
                               roofline_dtype(self.gpu, dtype))
+
+    def mxfp4_moe_group(self) -> str:
+        """The fused-MoE dtype group of an MXFP4 checkpoint on this GPU and engine (:data:`MXFP4_MOE_GROUP`)."""
+        if not self.gpu.supports("fp4"):
+            return "w4a16_mxfp4"
+        return MXFP4_MOE_GROUP.get(self.backend, "w4a16_mxfp4")
 
     def mla_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, kv_lora_rank: int, qk_nope_dim: int,
                     qk_rope_dim: int, v_head_dim: int, kv_dtype: str) -> KernelTime:

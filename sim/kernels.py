@@ -155,9 +155,14 @@ def waves(m: int, n: int, sm_count: int, k: int = 4096, tile_n: int = GEMM_TILE_
     return max(1.0, wave_pad * m_pad * n_pad)
 
 
+#: kernel dtype groups the roofline times as their storage precision
+_ROOF_DTYPE = {"fp8_block": "fp8", "mxfp4": "fp4"}
+
+
 def _bytes(dtype: str) -> float:
-    # block-scaled fp8 ("fp8_block", model_catalog.gemm_dtypes) is fp8 to the roofline
-    return BYTES_PER_ELEMENT.get("fp8" if dtype == "fp8_block" else dtype, 2.0)
+    # block-scaled fp8 ("fp8_block", model_catalog.gemm_dtypes) is fp8 to the roofline, MXFP4
+    # experts ("mxfp4", model_catalog.gemm_dtypes.moe_query_dtype) fp4
+    return BYTES_PER_ELEMENT.get(_ROOF_DTYPE.get(dtype, dtype), 2.0)
 
 
 class RooflineKernelModel:
@@ -173,7 +178,7 @@ class RooflineKernelModel:
     def _roof(self, flops: float, nbytes: float, dtype: str, eta_c: float, eta_m: float,
               quant: float = 1.0) -> KernelTime:
         # low-precision compute where the GPU has it; else weight-only (bf16 tensor cores)
-        dtype = "fp8" if dtype == "fp8_block" else dtype
+        dtype = _ROOF_DTYPE.get(dtype, dtype)
         peak = self.gpu.peak_tflops(dtype if dtype in ("fp8", "fp4", "int8") and self.gpu.supports(dtype) else "bf16") * 1e12
         tc = flops * quant / (peak * eta_c) * 1e3 if flops else 0.0
         tm = nbytes / (self._bw * eta_m) * 1e3 if nbytes else 0.0

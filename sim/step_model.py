@@ -23,7 +23,7 @@ import math
 from functools import lru_cache
 
 from llmplan.hardware_catalog.spec import GPUSpec
-from llmplan.model_catalog.gemm_dtypes import gemm_dtypes
+from llmplan.model_catalog.gemm_dtypes import gemm_dtypes, moe_query_dtype
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.sim.cuda_graphs import eager_step, padded_tokens
 from llmplan.sim.dp_layout import rank_shape
@@ -74,6 +74,7 @@ class AnalyticalStepModel:
         # unquantized components (often attention) in bf16
         # (block-scaled fp8 as "fp8_block": its own GEMM kernels, model_catalog.gemm_dtypes)
         self._wd = gemm_dtypes(m, prec.weights)
+        self._moe_dtype = moe_query_dtype(m, prec.weights)  # MXFP4 experts: their own kernels
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
         self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
@@ -380,7 +381,7 @@ class AnalyticalStepModel:
             fused = 0 if group_tokens is not None else fused_shared_experts(
                 self.engine.kernel_backend, m, par, wd["routed_experts"], wd["shared_experts"])
             moe_kt = k.moe(T_moe, eh, e_inter, e.top_k + fused, e.num_experts + fused, par.moe_tp, par.ep,
-                           wd["routed_experts"]) \
+                           self._moe_dtype) \
                 if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
                     e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])

@@ -206,7 +206,7 @@ def roofline_dtype(spec: Any, dtype: str) -> str:
     """A dtype the specification roofline can time on this GPU (fp8_block -> fp8, 4-bit
     formats -> fp4 where the GPU has fp4 tensor cores; what it lacks runs in bf16)."""
     d = {"fp8_block": "fp8", "int4_wo": "int4", "w4a16_mxfp4": "fp4", "w4a8_mxfp4_mxfp8": "fp4",
-         "nvfp4": "fp4"}.get(dtype, dtype)
+         "w4a8_mxfp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4"}.get(dtype, dtype)
     return d if spec.supports(d) else "bf16"
 
 
