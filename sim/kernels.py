@@ -131,6 +131,11 @@ GDN_DECODE_FLOOR_US = 6.0
 #    ~128 sequences and the top-k kernel ~10 us once it runs, in the H100 glm5_dsa_attn_module
 #    and glm5_topk_module rows of ../shared/measurements/h100_sxm.
 DSA_ATTN_FLOOR_US = 60.0
+#    Blackwell (sm100) runs the same kernel in about half that: the B200 glm5_dsa_attn_module rows
+#    of ../shared/measurements/b200_sxm take 29-43 us (median 33.6) at 1-64 sequences in decode,
+#    where H100 / H200 take 55-73 us (median 62.9 / 65.0). GB200, B300 and GB300 (same sm100 SMs,
+#    no table) take the B200 figure; other GPUs the H100 one.
+DSA_ATTN_FLOOR_US_BY_GPU = {"b200": 34.0, "gb200": 34.0, "b300": 34.0, "gb300": 34.0}
 DSA_TOPK_FLOOR_US = 10.0
 #    The top-k select reads each score row ~3 times (multi-pass radix select; median
 #    measured/one-read ratio 3.3 over the H100 prefill rows of glm5_topk_module).
@@ -300,7 +305,7 @@ class RooflineKernelModel:
         nbytes = min(gathered, batch * max(kv_len, keys)) * (kv_lora_rank + qk_rope_dim) * _bytes(kv_dtype) \
             + tokens * num_heads * (kv_lora_rank + qk_rope_dim) * 2.0 * 2
         t = self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)
-        return self._floored(t, DSA_ATTN_FLOOR_US)
+        return self._floored(t, DSA_ATTN_FLOOR_US_BY_GPU.get(self.gpu.key, DSA_ATTN_FLOOR_US))
 
     def _floored(self, t: KernelTime, floor_us: float) -> KernelTime:
         floor_ms = floor_us / 1e3

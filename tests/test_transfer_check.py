@@ -121,3 +121,17 @@ def test_vllm_mxfp4_on_b200_is_not_timed_with_the_nvfp4_kernel():
     mx, nv = k.moe(*args, "mxfp4"), k.moe(*args, "fp4")
     # the W4A16 MXFP4 kernel reads the same weight bytes but computes in bf16: slower than W4A4 NVFP4
     assert mx.tier == "measured" and mx.latency_ms > 1.5 * nv.latency_ms
+
+
+# ----------------------------------------------------------------------------- DSA floor
+
+
+def test_sparse_mla_floor_is_blackwells_own_on_b200():
+    from llmplan.sim.kernels import DSA_ATTN_FLOOR_US, DSA_ATTN_FLOOR_US_BY_GPU, RooflineKernelModel
+
+    args = (4, 1, 2048, 2048, 8, 512, 64, "bf16")   # GLM-5 decode, 4 sequences, 8 heads per GPU
+    b200 = RooflineKernelModel(get_gpu("b200")).dsa_attention(*args)
+    h100 = RooflineKernelModel(get_gpu("h100_sxm")).dsa_attention(*args)
+    assert b200.latency_ms == pytest.approx(DSA_ATTN_FLOOR_US_BY_GPU["b200"] / 1e3)
+    assert h100.latency_ms == pytest.approx(DSA_ATTN_FLOOR_US / 1e3)   # H100/H200 unchanged
+    assert b200.bound == h100.bound == "latency"
