@@ -155,9 +155,36 @@ def kv_capacity_tokens(df: pd.DataFrame, overrides: dict) -> np.ndarray:
     return out
 
 
+#: columns that, with the client concurrency, identify one run apart from its GPU
+PAIR_COLUMNS = ("backend", "backend_version", "model_path", "precision", "gemm_quant_mode", "moe_quant_mode",
+                "mode", "isl", "osl", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+def measured_on_target(df: pd.DataFrame, target: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``df`` measured on another GPU, the measured mean (TTFT, TPOT) of the same run
+    (engine, version, model, precision, layout, lengths, concurrency: :data:`PAIR_COLUMNS`) in
+    ``df`` measured on ``target`` (NaN where ``df`` has none): the replay's ratio can then be set
+    against a measured one (e.g. H100 -> H200 rows of the shared files)."""
+    def key(r: dict[str, Any]) -> tuple:
+        return (*(str(r.get(c)).strip().lower() for c in PAIR_COLUMNS), concurrency_of(r))
+
+    rows = df.to_dict("records")
+    there = [_known(str(r.get("system"))) and _gpu(str(r["system"])).key == target for r in rows]
+    on_target: dict[tuple, tuple[float, float]] = {}
+    for r, t in zip(rows, there):
+        if t:
+            on_target.setdefault(key(r), (float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])))
+    ttft, tpot = np.full(len(df), np.nan), np.full(len(df), np.nan)
+    for i, (r, t) in enumerate(zip(rows, there)):
+        hit = None if t else on_target.get(key(r))
+        if hit is not None:
+            ttft[i], tpot[i] = hit
+    return ttft, tpot
+
+
 def compare(df: pd.DataFrame, src: pd.DataFrame, tgt: pd.DataFrame, target: str,
             kv_source: np.ndarray | None = None, kv_target: np.ndarray | None = None) -> pd.DataFrame:
-    """One line per input row: both replays, their ratios, the row's expected range and the KV
+    """One line per input row not measured on ``target``: both replays, their ratios, the row's expected range and the KV
     capacities of both replays (``kv_source`` / ``kv_target``, tokens per replica). A row whose
     clients need more KV than the source GPU holds (``concurrency x (isl + osl)``) queues or
     preempts there; a target with more memory removes that wait, so its TTFT ratio may fall below
@@ -189,6 +216,11 @@ def compare(df: pd.DataFrame, src: pd.DataFrame, tgt: pd.DataFrame, target: str,
         e = expected_range(_gpu(sg), tg, weights_label(r))
         lo.append(e.lo), hi.append(e.hi), mem.append(e.memory)
     out["expected_lo"], out["expected_hi"], out["memory_ratio"] = lo, hi, mem
+    mt, mp = measured_on_target(df, tg.key)
+    out["target_measured_ttft_ms"], out["target_measured_tpot_ms"] = mt, mp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["measured_ratio_ttft"] = mt / df["silicon_ttft_ms"].to_numpy(float)
+        out["measured_ratio_tpot"] = mp / df["silicon_tpot_ms"].to_numpy(float)
     demand = out["concurrency"].to_numpy(float) * (df["isl"].to_numpy(float) + df["osl"].to_numpy(float))
     nan = np.full(len(df), np.nan)
     out["kv_tokens_source"] = kv_source if kv_source is not None else nan
@@ -197,7 +229,7 @@ def compare(df: pd.DataFrame, src: pd.DataFrame, tgt: pd.DataFrame, target: str,
     out["kv_limited"] = out["kv_tokens_source"].to_numpy(float) < demand
     both = (out["source_status"] == SIMULATED) & (out["target_status"] == SIMULATED)
     out["flag"] = [_flag(r) if b else "" for r, b in zip(out.to_dict("records"), both)]
-    return out
+    return out[out["source_gpu"] != tg.key]   # rows measured on the target are the pairs, not moved
 
 
 def _known(key: str) -> bool:
@@ -238,6 +270,11 @@ def groups(cmp: pd.DataFrame) -> pd.DataFrame:
             rec[f"ratio_{m}_min"] = float(both[f"ratio_{m}"].min()) if len(both) else math.nan
             rec[f"ratio_{m}_max"] = float(both[f"ratio_{m}"].max()) if len(both) else math.nan
             rec[f"ratio_{m}_vs_measured"] = float(both[f"ratio_{m}_vs_measured"].median()) if len(both) else math.nan
+        paired = both[both["measured_ratio_tpot"].notna()]
+        rec["paired_rows"] = len(paired)
+        for m in ("ttft", "tpot"):
+            rec[f"measured_ratio_{m}"] = float(paired[f"measured_ratio_{m}"].median()) if len(paired) else math.nan
+            rec[f"paired_ratio_{m}"] = float(paired[f"ratio_{m}"].median()) if len(paired) else math.nan
         rec["expected_lo"] = float(g["expected_lo"].min())
         rec["expected_hi"] = float(g["expected_hi"].max())
         rec["memory_ratio"] = float(g["memory_ratio"].median())
@@ -293,6 +330,17 @@ def print_report(cmp: pd.DataFrame, grp: pd.DataFrame, console: Any, seconds: fl
                       _f(r["memory_ratio"]), f"{_f(r['expected_lo'])}-{_f(r['expected_hi'])}",
                       ("[red]" + r["flag"] + "[/]") if r["flag"] else "")
         console.print(t)
+        pg = g[g["paired_rows"] > 0]
+        if len(pg):
+            t = Table(title=f"Rows also measured on {target} (same run, other GPU): median ratio target / own GPU, "
+                            "measured and replayed")
+            for col in ("from", "engine", "model", "rows", "TTFT meas", "TTFT pred", "TPOT meas", "TPOT pred"):
+                t.add_column(col, justify="left" if col in ("from", "engine", "model") else "right")
+            for r in pg.to_dict("records"):
+                t.add_row(str(r["source_gpu"]), str(r["backend"]), str(r["model_key"])[:22], str(r["paired_rows"]),
+                          _f(r["measured_ratio_ttft"]), _f(r["paired_ratio_ttft"]), _f(r["measured_ratio_tpot"]),
+                          _f(r["paired_ratio_tpot"]))
+            console.print(t)
         flagged = c[c["flag"].astype(str) != ""]
         if len(flagged):
             kv = int(flagged["kv_limited"].sum())
