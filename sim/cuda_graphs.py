@@ -14,7 +14,8 @@ cost GEMM rows like real ones) or run eagerly. Each engine's documented default:
 * **SGLang** (0.5.x, ``cuda_graph_runner.get_batch_sizes_to_capture``; "larger batches fall back
   to normal execution", https://docs.sglang.ai/advanced_features/cuda_graphs.html): decode batches only, sizes
   ``1, 2, 4, 8`` then multiples of 8 up to ``cuda_graph_max_bs`` (its default depends on GPU
-  memory and TP; :data:`SGLANG_MAX_BS` = 256 is taken here for 80-141 GB GPUs); a decode
+  memory and TP: :func:`sglang_graph_max_bs`, 256 / 512 on H100-H200 below / from TP4, 512 on
+  B200; the step model passes its GPU's); a decode
   batch is padded to the next captured size, larger batches and prefill/mixed batches run
   without graphs.
 * **TensorRT-LLM** (PyTorch backend, ``CudaGraphConfig`` / ``DecodeCudaGraphConfig``,
@@ -56,7 +57,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from functools import lru_cache
 
-#: SGLang's cuda_graph_max_bs assumed (its default is picked from GPU memory and TP size)
+#: SGLang's cuda_graph_max_bs where the caller does not give the GPU's own (its default is picked
+#: from GPU memory and TP size: :func:`sglang_graph_max_bs`)
 SGLANG_MAX_BS = 256
 #: vLLM's cap on the largest captured size
 VLLM_MAX_CAPTURE = 512
@@ -64,15 +66,26 @@ VLLM_MAX_CAPTURE = 512
 TRTLLM_MAX_CAPTURE = 128
 
 
+def sglang_graph_max_bs(device_bytes: int, tp: int, pp: int = 1) -> int:
+    """SGLang's default ``cuda_graph_max_bs`` on a GPU of ``device_bytes`` at TP ``tp``
+    (``ServerArgs._handle_gpu_memory_settings``, v0.5.x: 256 below TP4 and 512 from TP4 on 60-160 GiB
+    GPUs such as H100/H200, 512 on B200-class GPUs above 160 GiB; :func:`sim.kv_budget.sglang_default_fraction`)."""
+    from llmplan.sim.kv_budget import sglang_default_fraction
+
+    return sglang_default_fraction(int(device_bytes), max(1, tp), max(1, pp))[2]
+
+
 @lru_cache(maxsize=64)
-def capture_sizes(engine: str, max_num_seqs: int) -> tuple[int, ...]:
-    """Batch sizes (tokens) the engine captures by default; () = no padding."""
+def capture_sizes(engine: str, max_num_seqs: int, graph_max_bs: int | None = None) -> tuple[int, ...]:
+    """Batch sizes (tokens) the engine captures by default; () = no padding. ``graph_max_bs``:
+    SGLang's largest captured batch on the GPU (:func:`sglang_graph_max_bs`; default
+    :data:`SGLANG_MAX_BS`)."""
     if engine == "vllm":
         top = min(2 * max(1, max_num_seqs), VLLM_MAX_CAPTURE)
         sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
         return tuple(s for s in sizes if s <= top)
     if engine == "sglang":
-        return tuple([1, 2, 4, 8] + list(range(16, SGLANG_MAX_BS + 1, 8)))
+        return tuple([1, 2, 4, 8] + list(range(16, (graph_max_bs or SGLANG_MAX_BS) + 1, 8)))
     return ()
 
 
@@ -81,17 +94,19 @@ def pads_mixed_steps(engine: str) -> bool:
     return engine == "vllm"
 
 
-def padded_tokens(engine: str, max_num_seqs: int, tokens: int, decode_only: bool) -> int:
+def padded_tokens(engine: str, max_num_seqs: int, tokens: int, decode_only: bool,
+                  graph_max_bs: int | None = None) -> int:
     """Token rows a step of ``tokens`` real tokens computes under the engine's CUDA graphs."""
     if tokens <= 0 or not (decode_only or pads_mixed_steps(engine)):
         return tokens
-    sizes = capture_sizes(engine, max_num_seqs)
+    sizes = capture_sizes(engine, max_num_seqs, graph_max_bs)
     if not sizes or tokens > sizes[-1]:
         return tokens
     return sizes[bisect_left(sizes, tokens)]
 
 
-def eager_step(engine: str, max_num_seqs: int, tokens: int, decode_only: bool) -> bool:
+def eager_step(engine: str, max_num_seqs: int, tokens: int, decode_only: bool,
+               graph_max_bs: int | None = None) -> bool:
     """Whether a step of ``tokens`` tokens (``decode_only``: every token a decoding sequence's)
     runs without CUDA graphs under the engine's defaults (module docstring); False for an
     empty step and for engines without a documented graph policy."""
@@ -100,7 +115,7 @@ def eager_step(engine: str, max_num_seqs: int, tokens: int, decode_only: bool) -
     if engine == "trtllm":
         return not decode_only or tokens > TRTLLM_MAX_CAPTURE
     if engine == "sglang":
-        return not decode_only or tokens > SGLANG_MAX_BS
+        return not decode_only or tokens > (graph_max_bs or SGLANG_MAX_BS)
     if engine == "vllm":
         return tokens > capture_sizes(engine, max_num_seqs)[-1]
     return False

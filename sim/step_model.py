@@ -25,7 +25,7 @@ from functools import lru_cache
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.gemm_dtypes import gemm_dtypes, moe_query_dtype
 from llmplan.model_catalog.spec import ModelSpec
-from llmplan.sim.cuda_graphs import eager_step, padded_tokens
+from llmplan.sim.cuda_graphs import eager_step, padded_tokens, sglang_graph_max_bs
 from llmplan.sim.dp_layout import rank_shape
 from llmplan.sim.engine_terms import request_ttft_ms
 from llmplan.sim.ep_comm import moe_exchange
@@ -75,6 +75,9 @@ class AnalyticalStepModel:
         # (block-scaled fp8 as "fp8_block": its own GEMM kernels, model_catalog.gemm_dtypes)
         self._wd = gemm_dtypes(m, prec.weights)
         self._moe_dtype = moe_query_dtype(m, prec.weights)  # MXFP4 experts: their own kernels
+        # SGLang's largest captured decode batch follows the GPU's memory and TP (sim/cuda_graphs.py)
+        self._graph_bs = (sglang_graph_max_bs(gpu.memory_bytes, par.tp, par.pp)
+                          if self.engine.name == "sglang" and gpu.memory_bytes > 0 else None)
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
         self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
@@ -202,7 +205,7 @@ class AnalyticalStepModel:
         of one stage) when the step runs without CUDA graphs (``sim.cuda_graphs.eager_step``,
         per attention-DP rank), else 0."""
         e, rank = self.engine, rank_shape(shape, self.dp)  # the busiest rank's step (sim/dp_layout.py)
-        if not eager_step(e.name, e.max_num_seqs, rank.tokens, not rank.prefill_seqs):
+        if not eager_step(e.name, e.max_num_seqs, rank.tokens, not rank.prefill_seqs, self._graph_bs):
             return 0
         return self.model.num_layers if layers is None else layers
 
@@ -214,7 +217,8 @@ class AnalyticalStepModel:
 
     def _rows(self, shape: StepShape) -> int:
         """Token rows of the linear operators: CUDA-graph padding (sim/cuda_graphs.py)."""
-        return padded_tokens(self.engine.name, self.engine.max_num_seqs, shape.tokens, not shape.prefill_seqs)
+        return padded_tokens(self.engine.name, self.engine.max_num_seqs, shape.tokens, not shape.prefill_seqs,
+                             self._graph_bs)
 
     @staticmethod
     def _logit_rows(shape: StepShape) -> int:

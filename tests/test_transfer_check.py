@@ -135,3 +135,17 @@ def test_sparse_mla_floor_is_blackwells_own_on_b200():
     assert b200.latency_ms == pytest.approx(DSA_ATTN_FLOOR_US_BY_GPU["b200"] / 1e3)
     assert h100.latency_ms == pytest.approx(DSA_ATTN_FLOOR_US / 1e3)   # H100/H200 unchanged
     assert b200.bound == h100.bound == "latency"
+
+
+# ----------------------------------------------------------------------------- SGLang graphs per GPU
+
+
+@pytest.mark.parametrize("gpu, tp, eager", [("h200_sxm", 1, True), ("h200_sxm", 4, False), ("b200", 1, False)])
+def test_sglang_graph_max_bs_follows_gpu_memory_and_tp(gpu, tp, eager):
+    from llmplan.sim.cuda_graphs import eager_step, sglang_graph_max_bs
+
+    bs = sglang_graph_max_bs(get_gpu(gpu).memory_bytes, tp)
+    assert bs == (256 if eager else 512)
+    # a decode batch of 384 replays a graph where SGLang captured up to 512, else it runs eagerly
+    assert eager_step("sglang", 512, 384, True, bs) is eager
+    assert eager_step("sglang", 512, 513, True, bs)                 # above any capture: eager
