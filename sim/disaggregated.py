@@ -294,6 +294,9 @@ class _Run:
         P, D = spec.prefill.workers, spec.decode.workers
         self.pre = [Replica(i, spec.prefill.replica, loop, self.itl, self._prefilled, wl.prefix_block_tokens, interval)
                     for i in range(P)]
+        for r in self.pre:   # context servers run without the overlap scheduler (sim.trtllm_scheduling)
+            for ve in r.ves:
+                ve.overlap = False
         self.dec = [DecodeWorker(P + j, spec.decode.replica, loop, self.itl, self._finished, wl.prefix_block_tokens,
                                  interval, self._reserved, self._joined, spec.reserve_decode_kv) for j in range(D)]
         _check_requests(wl, self.pre, self.dec)

@@ -29,6 +29,7 @@ from llmplan.sim.kv_cache import unit_keys, unit_tokens_for
 from llmplan.sim.metrics import LogHistogram
 from llmplan.sim.scheduler import EngineState, Seq
 from llmplan.sim.sglang_scheduling import chunks_prompts
+from llmplan.sim.trtllm_scheduling import first_schedulable_step
 from llmplan.sim.types import EngineProfile, StepCostModel, StepShape
 
 #: run several identical decode steps per event when nothing can change the batch
@@ -160,6 +161,8 @@ class Replica:
         seq.replica = self.index
         if self.spec_steps is not None:
             seq.O = self.spec_steps(seq)
+        if ve.overlap and ve.in_flight:   # the next step is already scheduled (sim.trtllm_scheduling)
+            seq.not_before = first_schedulable_step(ve.steps + ve.plan_steps - 1)
         ve.waiting.append(seq)
         self.outstanding += 1
         if not ve.in_flight:

@@ -48,7 +48,9 @@ from collections import deque
 
 from llmplan.sim.kv_cache import KVBlockPool
 from llmplan.sim.sglang_scheduling import chunks_prompts
+from llmplan.sim.trtllm_scheduling import overlap_scheduler
 from llmplan.sim.types import EngineProfile
+from llmplan.sim.vllm_scheduling import async_scheduling as vllm_async_scheduling
 from llmplan.sim.workload import Request
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -63,7 +65,7 @@ class Seq:
     __slots__ = ("idx", "req", "P", "O", "measured", "replica", "state", "target", "computed", "g", "blocks",
                  "shared_blocks", "keys", "refkeys", "nreg", "c0", "phase", "kvb", "gen", "arrival",
                  "first_sched", "first_token", "last_token", "finish", "preemptions", "cached_tokens", "client",
-                 "park_from", "resv")
+                 "park_from", "resv", "not_before")
 
     def __init__(self, idx: int, req: Request, measured: bool):
         self.idx = idx
@@ -95,6 +97,7 @@ class Seq:
         self.client = -1          # closed loop: the client that sent it
         self.park_from = -1       # preempted with cached blocks: token where its parked blocks start
         self.resv = 0             # blocks reserved for its whole sequence (GUARANTEED_NO_EVICT engines)
+        self.not_before = 0       # first step index it may join (overlap scheduler, sim.trtllm_scheduling)
 
 
 class EngineState:
@@ -112,6 +115,9 @@ class EngineState:
         self.chunk_prompts = chunks_prompts(engine)   # SGLang: prefill-first batches cut the last prompt
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
+        # arrivals while busy skip the step already scheduled (TensorRT-LLM overlap, vLLM async scheduling)
+        self.overlap = overlap_scheduler(engine.name) or vllm_async_scheduling(engine)
+        self.held = False                      # the planned step left a waiting request for a later step
         self.reserved = 0                      # blocks reserved by running requests (no_evict)
         self.pool = KVBlockPool(total_blocks, engine.block_size, self.ub, engine.enable_prefix_caching)
         self.watermark_blocks = int(engine.watermark * total_blocks)
@@ -164,7 +170,7 @@ class EngineState:
         else:
             chunks, preempted = self._plan_prefill_first(now)
         self.plan_chunks = chunks
-        self.plan_stable = not chunks and not preempted
+        self.plan_stable = not chunks and not preempted and not self.held
         self.plan_steps = 1
         return bool(chunks) or self.plan_dec > 0
 
@@ -235,8 +241,17 @@ class EngineState:
         self.prompt_tokens_queried += seq.target
         self.prompt_tokens_hit += hit
 
+    def _not_yet(self, seq: Seq) -> bool:
+        """Overlap scheduler: the request arrived after the step being planned was scheduled (it
+        waits while other requests run; an engine with nothing running takes it at once)."""
+        if seq.not_before > self.steps and self.running:
+            self.held = True
+            return True
+        return False
+
     def _plan_chunked(self, now: float) -> tuple[list[tuple[Seq, int, int]], bool]:
         pool, B = self.pool, self.B
+        self.held = False
         budget = self.budget
         preempted = False
         if self.n_dec:
@@ -270,6 +285,8 @@ class EngineState:
             waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
             while waiting and budget > 0 and len(running) < self.max_seqs:
                 seq = waiting[0]
+                if self.overlap and self._not_yet(seq):
+                    break
                 hit_units, evict_blocks = self._match(seq)
                 reuse = self._reusable(seq, hit_units)
                 hit = hit_units * U + reuse * B
@@ -289,6 +306,7 @@ class EngineState:
         pool, B = self.pool, self.B
         chunks: list[tuple[Seq, int, int]] = []
         budget = self.budget
+        self.held = False
         if self.chunk_prompts:   # the prompts cut by earlier prefill batches continue first
             for seq in self.prefilling:
                 if budget <= 0:
@@ -299,6 +317,8 @@ class EngineState:
         waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
         while waiting and budget > 0 and len(running) < self.max_seqs:
             seq = waiting[0]
+            if self.overlap and self._not_yet(seq):
+                break
             hit_units, evict_blocks = self._match(seq)
             reuse = self._reusable(seq, hit_units)
             hit = hit_units * U + reuse * B
