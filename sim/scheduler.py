@@ -50,7 +50,6 @@ from llmplan.sim.kv_cache import KVBlockPool
 from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.trtllm_scheduling import overlap_scheduler
 from llmplan.sim.types import EngineProfile
-from llmplan.sim.vllm_scheduling import async_scheduling as vllm_async_scheduling
 from llmplan.sim.workload import Request
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -115,8 +114,7 @@ class EngineState:
         self.chunk_prompts = chunks_prompts(engine)   # SGLang: prefill-first batches cut the last prompt
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
-        # arrivals while busy skip the step already scheduled (TensorRT-LLM overlap, vLLM async scheduling)
-        self.overlap = overlap_scheduler(engine.name) or vllm_async_scheduling(engine)
+        self.overlap = overlap_scheduler(engine.name)   # arrivals while busy skip the step already scheduled
         self.held = False                      # the planned step left a waiting request for a later step
         self.reserved = 0                      # blocks reserved by running requests (no_evict)
         self.pool = KVBlockPool(total_blocks, engine.block_size, self.ub, engine.enable_prefix_caching)
