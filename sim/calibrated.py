@@ -52,6 +52,7 @@ from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelMod
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS, ring_steps
+from llmplan.sim.kernel_calibration.features import MOE_GATED_MATRICES, MOE_PLAIN_MATRICES
 from llmplan.sim.kernel_calibration.family_model import scalar_phys
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
 from llmplan.sim.kernel_calibration.tiers import choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
@@ -239,17 +240,19 @@ class CalibratedKernelModel:
                                                                      kv_dtype)
 
     def moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
-            dtype: str) -> KernelTime:
+            dtype: str, gated: bool = True) -> KernelTime:
         return self._c_moe(int(num_tokens), int(hidden), int(inter), int(topk), int(num_experts), int(moe_tp),
-                           int(moe_ep), str(dtype))
+                           int(moe_ep), str(dtype), bool(gated))
 
     def _moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
-             dtype: str) -> KernelTime:
+             dtype: str, gated: bool = True) -> KernelTime:
         if num_tokens <= 0:
             return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
         q = {"num_tokens": num_tokens, "hidden": hidden, "inter": inter, "topk": topk, "num_experts": num_experts,
              "moe_tp": max(moe_tp, 1), "moe_ep": max(moe_ep, 1), "dtype": dtype, "skew": self.moe_skew}
         rs = {k: float(v) for k, v in q.items() if k not in ("dtype", "skew")}
+        # the expert MLP's weight matrices (features.moe_matrices: the tables' kernels say which they ran)
+        q["matrices"] = MOE_GATED_MATRICES if gated else MOE_PLAIN_MATRICES
         if dtype in ("fp8", "fp8_block"):   # shipped fp8 MoE checkpoints are block-scaled (see MOE_FP8_GROUP)
             kt = self._predict("moe", MOE_FP8_GROUP, q, rs, also_exact=frozenset({"fp8", "fp8_block"}))
         elif dtype == "mxfp4":
@@ -262,7 +265,7 @@ class CalibratedKernelModel:
         if kt is not None:
             return kt
         return self._roof.moe(num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep,
-                              roofline_dtype(self.gpu, dtype))
+                              roofline_dtype(self.gpu, dtype), gated)
 
     def mxfp4_moe_group(self) -> str:
         """The fused-MoE dtype group of an MXFP4 checkpoint on this GPU and engine (:data:`MXFP4_MOE_GROUP`)."""

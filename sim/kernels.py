@@ -55,8 +55,9 @@ class KernelModel(Protocol):
                          head_dim: int, kv_dtype: str) -> KernelTime: ...
 
     def moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int,
-            moe_tp: int, moe_ep: int, dtype: str) -> KernelTime:
-        """Fused routed-expert computation (gate/up + down) for ``num_tokens`` tokens."""
+            moe_tp: int, moe_ep: int, dtype: str, gated: bool = True) -> KernelTime:
+        """Fused routed-expert computation for ``num_tokens`` tokens: gated experts (``gated``:
+        SwiGLU gate/up + down, three h x I matrices) or plain ones (relu^2 up + down, two)."""
         ...
 
     def mla_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, kv_lora_rank: int,
@@ -212,14 +213,15 @@ class RooflineKernelModel:
         nbytes = batch * (2 * kv_len * num_kv_heads * head_dim * _bytes(kv_dtype) + 2 * num_heads * head_dim * 2.0)
         return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)
 
-    def moe(self, num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep, dtype):
+    def moe(self, num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep, dtype, gated=True):
         local_experts = max(1, num_experts // moe_ep)
         inter_local = inter / moe_tp
+        mats = 3.0 if gated else 2.0    # h x I weight matrices per expert (gate, up, down / up, down)
         # expected number of distinct local experts touched by num_tokens*topk routed tokens
         assignments = num_tokens * topk / moe_ep
         touched = local_experts * (1.0 - (1.0 - 1.0 / local_experts) ** max(assignments, 0.0))
-        flops = 2.0 * assignments * hidden * inter_local * 3.0
-        nbytes = touched * 3.0 * hidden * inter_local * _bytes(dtype) + 2 * assignments * hidden * 2.0 * 2
+        flops = 2.0 * assignments * hidden * inter_local * mats
+        nbytes = touched * mats * hidden * inter_local * _bytes(dtype) + 2 * assignments * hidden * 2.0 * 2
         return self._roof(flops, nbytes, dtype, MOE_ETA_COMPUTE, MEM_ETA)
 
     def mla_prefill(self, batch, q_len, kv_len, num_heads, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim, kv_dtype):

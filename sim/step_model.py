@@ -374,8 +374,8 @@ class AnalyticalStepModel:
         if n_moe > 0 and m.moe is not None:
             e = m.moe
             eh = e.latent_size or h  # Nemotron-3 experts work in a latent width
-            # the fused-MoE kernel times gated experts; a plain (relu2) expert of width I has the
-            # FLOPs and bytes of a gated one of width 2I/3
+            # the fused-MoE query says gated (SwiGLU, 3 matrices) or plain (relu2, 2); the wide-EP
+            # curves time gated experts, where a plain one of width I is a gated one of width 2I/3
             e_inter = e.expert_intermediate_size if m.gated_mlp else e.expert_intermediate_size * 2 // 3
             ops.append(self._op("router", "gemm", k.gemm(T, e.num_experts, h, "bf16"), n_moe))
             if e.latent_size:
@@ -384,8 +384,8 @@ class AnalyticalStepModel:
             # SGLang folds DeepSeek-V3/R1's shared expert into the fused MoE (sim/shared_experts.py)
             fused = 0 if group_tokens is not None else fused_shared_experts(
                 self.engine.kernel_backend, m, par, wd["routed_experts"], wd["shared_experts"])
-            moe_kt = k.moe(T_moe, eh, e_inter, e.top_k + fused, e.num_experts + fused, par.moe_tp, par.ep,
-                           self._moe_dtype) \
+            moe_kt = k.moe(T_moe, eh, e.expert_intermediate_size, e.top_k + fused, e.num_experts + fused,
+                           par.moe_tp, par.ep, self._moe_dtype, gated=m.gated_mlp) \
                 if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
                     e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])

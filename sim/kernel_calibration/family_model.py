@@ -226,7 +226,8 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any]) ->
         return F.moe(q["num_tokens"], q["hidden"], q["inter"], q["topk"], q["num_experts"], q["moe_tp"],
                      q["moe_ep"], wb, 1.0 if fmt == "fp8_block" else 0.0,
                      1.0 if fmt in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
-                     gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops)
+                     gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops,
+                     q.get("matrices", F.MOE_GATED_MATRICES))
     if family == "mla_prefill":
         return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
                              gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),

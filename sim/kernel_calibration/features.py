@@ -272,16 +272,32 @@ def attention_decode(batch: Any, kv_len: Any, heads: Any, kv_heads: Any, head_di
     return Phys(t_c, t_m, 1.0 + 0.0 * t_c, ws, _l2_unit(nbytes, gpu), waves, flops, nbytes, x)
 
 
+#: weight matrices of one expert MLP: gated (SwiGLU: gate and up, h x I each, fused as h x 2I,
+#: then down I x h) or plain (relu^2, Nemotron-3: up h x I, down I x h)
+MOE_GATED_MATRICES = 3.0
+MOE_PLAIN_MATRICES = 2.0
+
+
+def moe_matrices(kernel_source: Any) -> Any:
+    """Expert weight matrices of each measured MoE row, from its ``kernel_source``: aiconfigurator's
+    TensorRT-LLM collector (collector/trtllm/collect_moe.py, ai-dynamo/aiconfigurator) labels the
+    relu^2 experts of the Nemotron-3 models ``moe_torch_flow_nongated`` (``ActivationType.Relu2``,
+    ``is_gated=False``); every other collector and kernel source times SwiGLU experts."""
+    plain = kernel_source.astype(str).str.contains("nongated", regex=False).to_numpy()
+    return np.where(plain, MOE_PLAIN_MATRICES, MOE_GATED_MATRICES)
+
+
 def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
         w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-        ops: Any = NP) -> Phys:
+        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES) -> Phys:
     local = ops.maximum(experts / moe_ep, 1.0)
     inter_l = inter / moe_tp
     assign = tokens * topk / moe_ep                       # expected routed (token, expert) pairs here
     touched = local * (1.0 - (1.0 - 1.0 / local) ** assign)
     touched = ops.maximum(touched, ops.minimum(local, 1.0))
-    flops = 2.0 * assign * hidden * inter_l * 3.0
-    nbytes = touched * 3.0 * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
+    # ``matrices`` weight matrices of h x I per expert (3 gated, 2 plain: :func:`moe_matrices`)
+    flops = 2.0 * assign * hidden * inter_l * matrices
+    nbytes = touched * matrices * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
     t_c = _us_compute(flops, peak)
     t_m = _us_memory(nbytes, gpu)
     per = assign / touched
@@ -420,7 +436,8 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures) -> Phys:
                    c("moe_ep"), _map(df, "dtype", DTYPE_BYTES, 2.0),
                    (dt == "fp8_block").to_numpy(np.float64),
                    dt.isin(["int4_wo", "w4a16_mxfp4"]).to_numpy(np.float64), c("skew"),
-                   _peak(df, "dtype", gpu), gpu)
+                   _peak(df, "dtype", gpu), gpu,
+                   matrices=moe_matrices(df["kernel_source"]) if "kernel_source" in df else MOE_GATED_MATRICES)
     if family == "mla_prefill":
         return mla_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"),
                            _map(df, "kv_dtype", DTYPE_BYTES, 2.0), gpu.peak("bf16"), gpu)
