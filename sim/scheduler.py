@@ -25,7 +25,9 @@ requests are admitted only while ``free - needed >= watermark`` blocks (v0
 ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``, its default
 (https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/useful-runtime-flags.html,
 ``SchedulerConfig.capacity_scheduler_policy``), so it
-queues requests instead of preempting them. When a running step cannot get its blocks, the
+queues requests instead of preempting them. TensorRT-LLM's overlap scheduler
+(:mod:`sim.trtllm_scheduling`): a request that arrived while a step was in flight is not admitted
+before the step after the one already scheduled (``Seq.not_before``). When a running step cannot get its blocks, the
 newest running request is preempted by recompute: its blocks are freed and it goes
 back to the *front* of the waiting queue, to recompute prompt plus generated tokens.
 With prefix caching on, its full blocks stay cached (evictable, ``KVBlockPool.park``) and
