@@ -111,8 +111,9 @@ OVERLAP_GRID = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 SCHEDULER: dict[str, dict[str, Any]] = {"sglang": {"chunked_prefill": False}, "trtllm": {"whole_prompts": True}}
 #: scheduler fields a profile file may set
 SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
-#: bumped whenever the simulated coefficients change meaning (invalidates --bases-cache files)
-BASIS_VERSION = 4
+#: bumped whenever the simulated coefficients change meaning (invalidates --bases-cache files);
+#: 5: TensorRT-LLM overlap scheduler (sim/trtllm_scheduling.py) changes the replayed steps
+BASIS_VERSION = 5
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per
