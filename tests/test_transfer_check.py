@@ -149,3 +149,12 @@ def test_sglang_graph_max_bs_follows_gpu_memory_and_tp(gpu, tp, eager):
     # a decode batch of 384 replays a graph where SGLang captured up to 512, else it runs eagerly
     assert eager_step("sglang", 512, 384, True, bs) is eager
     assert eager_step("sglang", 512, 513, True, bs)                 # above any capture: eager
+
+
+def test_breakdown_prints_the_row_on_both_gpus(tmp_path, capsys):
+    src = tmp_path / "e2e_serving.csv"
+    pd.DataFrame([row()]).to_csv(src, index=False)
+    assert tc.main(["--measurements", str(src), "--to", "b200", "--breakdown", "r0", "--calibration", "spec",
+                    "--engine-profiles", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "on h200_sxm" in out and "on b200" in out and out.count("decode step") == 2
