@@ -32,19 +32,13 @@ from llmplan.calibration.validate_serving import map_row_with_terms
 from llmplan.errors import EXIT_USER_ERROR, UserError
 from llmplan.sim.types import StepShape
 
-#: kernel-model family answering each step-model operator family ("" = no table: roofline)
-_TABLE_FAMILY = {"gemm": "gemm", "moe": "moe", "attn_prefill": "attention_prefill", "attn_decode": "attention_decode",
-                 "comm": "collective", "dsa_mqa_logits": "dsa_mqa_logits", "dsa_topk": "dsa_topk",
-                 "dsa_attention": "dsa_attention", "gdn_prefill": "gdn_prefill", "gdn_decode": "gdn_decode"}
-
-
 @dataclass(frozen=True)
 class OpLine:
     """One operator of a step."""
 
     name: str
     family: str
-    engine_table: str   # engine whose fitted table answered the family ("" when unknown / roofline)
+    engine_table: str   # engine whose fitted table answered the query ("" for roofline / cross-gen)
     tier: str
     extrapolated: bool
     latency_ms: float
@@ -80,28 +74,13 @@ def find_row(df: Any, row: str) -> int:
     return i
 
 
-def _family_of(op_family: str, op_name: str, mha_prefill: bool = False) -> str:
-    """Kernel-model family of a step operator; ``mha_prefill``: the engine times its MLA
-    prefill with its context-attention table (sim.calibrated.MLA_PREFILL_MHA)."""
-    if op_family == "mla":
-        if "prefill" in op_name:
-            return "attention_prefill" if mha_prefill else "mla_prefill"
-        return "mla_decode"
-    return _TABLE_FAMILY.get(op_family, "")
-
-
 def _lines(step: Any, shape: StepShape) -> tuple[tuple[OpLine, ...], float]:
-    km = step.kernels
-    used = getattr(km, "backend_used", {})
-    is_mha = getattr(km, "mla_prefill_is_mha", None)
-    mha = bool(is_mha and shape.prefill_seqs and is_mha(shape.prefill_seqs, shape.prefill_tokens // shape.prefill_seqs,
-                                                         shape.prefill_tokens // shape.prefill_seqs))
+    # each operator carries the engine whose table answered its own query (OpTime.table), so
+    # the column does not depend on what the cached kernel model answered before
     timing = step.breakdown(shape)
-    out = []
-    for o in timing.ops:
-        fam = _family_of(o.family, o.name, mha)
-        out.append(OpLine(o.name, o.family, used.get(fam, ""), o.tier, bool(o.extrapolated), float(o.latency_ms)))
-    return tuple(out), float(timing.latency_ms)
+    out = tuple(OpLine(o.name, o.family, o.table, o.tier, bool(o.extrapolated), float(o.latency_ms))
+                for o in timing.ops)
+    return out, float(timing.latency_ms)
 
 
 def breakdown_case(case: Any, calibration: str | None = None) -> RowBreakdown:

@@ -106,7 +106,8 @@ def fitted_at_shape(gpu_key: str, hidden: int, inter: int, topk: int, experts: i
         km = kernel_model_for(gpu, engine)
         for tp, ep in LAYOUTS:
             times = [km.moe(t, hidden, inter, topk, experts, tp, ep, dtype) for t in TOKENS]
-            rows.append({"engine": engine, "moe_tp": tp, "ep": ep, "table": km.backend_used.get("moe", "-"),
+            tables = "/".join(sorted({k.table for k in times if k.table})) or "-"
+            rows.append({"engine": engine, "moe_tp": tp, "ep": ep, "table": tables,
                          "extrapolated": any(k.extrapolated for k in times),
                          **{t: k.latency_ms for t, k in zip(TOKENS, times)}})
     return pd.DataFrame(rows)

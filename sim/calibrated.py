@@ -160,7 +160,6 @@ class CalibratedKernelModel:
         self.source_gpu: str | None = self.choice.source_gpu
         self._feat = self.choice.features
         self._roof = RooflineKernelModel(gpu)
-        self.backend_used: dict[str, str] = {}
         self._coll = self.choice.collectives
         for name in ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
                      "mla_bmm", "gated_delta_net", "collective"):
@@ -177,14 +176,15 @@ class CalibratedKernelModel:
             if group is None:
                 continue
             exact = exact or group in also_exact
-            if tier != "cross-gen":
-                self.backend_used.setdefault(family, cand.backend)
+            # which engine's table answered travels with the answer (KernelTime.table): no
+            # per-model record that the first query of a family would fix for all later ones
+            table = cand.backend if tier != "cross-gen" else ""
             gm = fm.groups[group]
             phys = scalar_phys(family, feat, group, q)
             alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
             ms, bound = gm.predict_one(phys, alt)
             extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)
-            return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap)
+            return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap, table)
         return None
 
     # -- KernelModel protocol ----------------------------------------------------------------

@@ -24,6 +24,9 @@ class KernelTime:
     bound: str = "memory"     # compute | memory | latency | comm
     tier: str = "spec"        # measured | cross-gen | spec
     extrapolated: bool = False  # query lies outside the fitted shape range
+    #: the engine whose measured table answered this query ("" for the spec tier and the
+    #: cross-gen pool): part of the answer, so it never depends on earlier queries
+    table: str = ""
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ class AnalyticalStepModel:
         ops += self._attn(*self._attn_key(rank))
         n_stage = self.pp
         ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier,
-                      o.extrapolated) for o in ops]
+                      o.extrapolated, o.table) for o in ops]
         _, comm = self._stage_and_comm(shape)
         if comm:
             ops.append(OpTime("pp_send_recv", "comm", comm, "comm"))
@@ -280,7 +280,7 @@ class AnalyticalStepModel:
 
     def _op(self, name: str, family: str, kt: KernelTime, count: float) -> OpTime:
         return OpTime(name, family, kt.latency_ms * count, kt.bound, kt.flops * count, kt.bytes * count, kt.tier,
-                      kt.extrapolated)
+                      kt.extrapolated, kt.table)
 
     def _linear_sum(self, tokens: int, logit_rows: int, group_tokens: int | None = None,
                     decode_only: bool = False) -> float:

@@ -86,6 +86,7 @@ class OpTime:
     bytes: float = 0.0
     tier: str = "spec"    # measured | cross-gen | spec  (calibration tier of its efficiency)
     extrapolated: bool = False  # the kernel query lies outside the fitted shape range
+    table: str = ""       # engine whose measured kernel table answered (sim.kernels.KernelTime.table)
 
 
 @dataclass(frozen=True)

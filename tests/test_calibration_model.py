@@ -47,7 +47,7 @@ def test_tiers_measured_cross_gen_and_what_if(synth):
     assert t_fast < m.attention_decode(64, 8000, 32, 8, 128, "bf16").latency_ms * 1.5
     # an engine not measured on this GPU falls back to the GPU's measured engine
     sg = CalibratedKernelModel(h100, "sglang", cal)
-    assert sg.gemm(64, 4096, 4096, "bf16").tier == "measured" and sg.backend_used["gemm"] == "vllm"
+    assert sg.gemm(64, 4096, 4096, "bf16").tier == "measured" and sg.gemm(64, 4096, 4096, "bf16").table == "vllm"
     # never-measured families use the roofline
     assert m.memory_op(1e8).tier == "spec"
     assert m.moe(64, 4096, 1024, 8, 64, 1, 1, "bf16").tier == "spec"

@@ -17,10 +17,9 @@ GPT_OSS = (2880, 2880, 4, 128, 1, 1)
 @pytest.mark.parametrize("tokens", [4, 64, 1024])
 def test_trtllm_fp4_moe_on_hopper_uses_the_openai_triton_kernel(gpu, tokens):
     g = get_gpu(gpu)
-    # fresh models: backend_used records the first answer per family (shared cached models differ)
     trt, vllm, sgl = (CalibratedKernelModel(g, b) for b in ("trtllm", "vllm", "sglang"))
     t = trt.moe(tokens, *GPT_OSS, "fp4")
-    assert trt.backend_used["moe"] == MOE_FP4_STAND_IN["trtllm"] == "vllm"
+    assert t.table == MOE_FP4_STAND_IN["trtllm"] == "vllm"
     assert t.tier == "measured"
     assert t.latency_ms == pytest.approx(vllm.moe(tokens, *GPT_OSS, "fp4").latency_ms, rel=1e-12)
     # the cached model the simulator uses answers the same
@@ -31,9 +30,8 @@ def test_trtllm_fp4_moe_on_hopper_uses_the_openai_triton_kernel(gpu, tokens):
 
 def test_stand_in_does_not_touch_other_dtypes_or_engines():
     g = get_gpu("h200_sxm")
-    trt = CalibratedKernelModel(g, "trtllm")  # fresh: backend_used records the first answer per family
-    trt.moe(64, 2048, 5120, 22, 512, 1, 1, "fp8")  # TensorRT-LLM's own measured fp8 group
-    assert trt.backend_used["moe"] == "trtllm"
-    sgl = CalibratedKernelModel(g, "sglang")
-    sgl.moe(64, *GPT_OSS, "fp4")  # SGLang has its own w4a16 mxfp4 group
-    assert sgl.backend_used["moe"] == "sglang"
+    trt = kernel_model_for(g, "trtllm")
+    # TensorRT-LLM's own measured fp8 group
+    assert trt.moe(64, 2048, 5120, 22, 512, 1, 1, "fp8").table == "trtllm"
+    sgl = kernel_model_for(g, "sglang")
+    assert sgl.moe(64, *GPT_OSS, "fp4").table == "sglang"  # SGLang has its own w4a16 mxfp4 group
