@@ -205,39 +205,41 @@ class CalibratedKernelModel:
         return kt if kt is not None else self._roof.gemm(m, n, k, roofline_dtype(self.gpu, dtype))
 
     def attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, num_kv_heads: int,
-                          head_dim: int, kv_dtype: str) -> KernelTime:
+                          head_dim: int, kv_dtype: str, window: int = 0) -> KernelTime:
         return self._c_attention_prefill(int(batch), int(q_len), int(kv_len), int(num_heads), int(num_kv_heads),
-                                         int(head_dim), str(kv_dtype))
+                                         int(head_dim), str(kv_dtype), max(int(window), 0))
 
     def _attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, num_kv_heads: int,
-                           head_dim: int, kv_dtype: str) -> KernelTime:
+                           head_dim: int, kv_dtype: str, window: int = 0) -> KernelTime:
         if batch <= 0 or q_len <= 0:
             return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
         kv_len = max(kv_len, q_len)
+        # the window travels in the query like the tables' ``window_size`` column: the fitted
+        # model's window terms (features.attention_prefill) answer from the engine's window rows
         q = {"batch": batch, "q_len": q_len, "kv_len": kv_len, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
-             "head_dim": head_dim, "kv_dtype": kv_dtype}
+             "head_dim": head_dim, "kv_dtype": kv_dtype, "window": window}
         rs = {"batch": batch, "q_len": q_len, "ctx": kv_len - q_len, "num_heads": num_heads,
               "num_kv_heads": num_kv_heads, "head_dim": head_dim}
         kt = self._predict("attention_prefill", None, q, rs)
         return kt if kt is not None else self._roof.attention_prefill(batch, q_len, kv_len, num_heads, num_kv_heads,
-                                                                      head_dim, kv_dtype)
+                                                                      head_dim, kv_dtype, window)
 
     def attention_decode(self, batch: int, kv_len: float, num_heads: int, num_kv_heads: int, head_dim: int,
-                         kv_dtype: str) -> KernelTime:
+                         kv_dtype: str, window: int = 0) -> KernelTime:
         return self._c_attention_decode(int(batch), float(kv_len), int(num_heads), int(num_kv_heads), int(head_dim),
-                                        str(kv_dtype))
+                                        str(kv_dtype), max(int(window), 0))
 
     def _attention_decode(self, batch: int, kv_len: float, num_heads: int, num_kv_heads: int, head_dim: int,
-                          kv_dtype: str) -> KernelTime:
+                          kv_dtype: str, window: int = 0) -> KernelTime:
         if batch <= 0:
             return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
         kv = max(kv_len, 1.0)
         q = {"batch": batch, "kv_len": kv, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
-             "head_dim": head_dim, "kv_dtype": kv_dtype}
+             "head_dim": head_dim, "kv_dtype": kv_dtype, "window": window}
         rs = {"batch": batch, "kv_len": kv, "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
         kt = self._predict("attention_decode", None, q, rs)
         return kt if kt is not None else self._roof.attention_decode(batch, kv, num_heads, num_kv_heads, head_dim,
-                                                                     kv_dtype)
+                                                                     kv_dtype, window)
 
     def moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
             dtype: str, gated: bool = True) -> KernelTime:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.model_catalog.spec import BYTES_PER_ELEMENT
+from llmplan.sim.kernel_calibration.features import PY, causal_pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +50,17 @@ class KernelModel(Protocol):
     def gemm(self, m: int, n: int, k: int, dtype: str) -> KernelTime: ...
 
     def attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int,
-                          num_kv_heads: int, head_dim: int, kv_dtype: str) -> KernelTime:
+                          num_kv_heads: int, head_dim: int, kv_dtype: str, window: int = 0) -> KernelTime:
         """``batch`` sequences each computing ``q_len`` new tokens against ``kv_len`` total
-        keys (kv_len >= q_len; > q_len for chunked prefill after earlier context)."""
+        keys (kv_len >= q_len; > q_len for chunked prefill after earlier context). ``window``:
+        sliding-window layer, each query attends to at most ``window`` keys (0 = full)."""
         ...
 
     def attention_decode(self, batch: int, kv_len: float, num_heads: int, num_kv_heads: int,
-                         head_dim: int, kv_dtype: str) -> KernelTime: ...
+                         head_dim: int, kv_dtype: str, window: int = 0) -> KernelTime:
+        """One new token per sequence against ``kv_len`` keys (the sequence's context; a
+        sliding-window layer, ``window`` > 0, reads at most ``window`` of them)."""
+        ...
 
     def moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int,
             moe_tp: int, moe_ep: int, dtype: str, gated: bool = True) -> KernelTime:
@@ -203,15 +208,17 @@ class RooflineKernelModel:
         nbytes = (m * k) * 2.0 + (k * n) * b + (m * n) * 2.0
         return self._roof(flops, nbytes, dtype, GEMM_ETA_COMPUTE, MEM_ETA, waves(m, n, self.gpu.sm_count, k))
 
-    def attention_prefill(self, batch, q_len, kv_len, num_heads, num_kv_heads, head_dim, kv_dtype):
-        # causal: the new block attends to kv_len - q_len earlier keys fully and to itself causally
-        pairs = q_len * (kv_len - q_len) + q_len * (q_len + 1) / 2
+    def attention_prefill(self, batch, q_len, kv_len, num_heads, num_kv_heads, head_dim, kv_dtype, window=0):
+        # causal: the new block attends to kv_len - q_len earlier keys fully and to itself causally;
+        # a sliding window caps every query's keys at ``window`` (features.causal_pairs)
+        pairs = causal_pairs(q_len, max(kv_len - q_len, 0), window, PY)
         flops = 4.0 * batch * num_heads * head_dim * pairs
         nbytes = batch * (2 * q_len * num_heads * head_dim * 2.0
                           + 2 * kv_len * num_kv_heads * head_dim * _bytes(kv_dtype))
         return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, MEM_ETA)
 
-    def attention_decode(self, batch, kv_len, num_heads, num_kv_heads, head_dim, kv_dtype):
+    def attention_decode(self, batch, kv_len, num_heads, num_kv_heads, head_dim, kv_dtype, window=0):
+        kv_len = min(kv_len, window) if window > 0 else kv_len
         flops = 4.0 * batch * num_heads * head_dim * kv_len
         nbytes = batch * (2 * kv_len * num_kv_heads * head_dim * _bytes(kv_dtype) + 2 * num_heads * head_dim * 2.0)
         return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)

@@ -78,6 +78,7 @@ class AnalyticalStepModel:
         # SGLang's largest captured decode batch follows the GPU's memory and TP (sim/cuda_graphs.py)
         self._graph_bs = (sglang_graph_max_bs(gpu.memory_bytes, par.tp, par.pp)
                           if self.engine.name == "sglang" and gpu.memory_bytes > 0 else None)
+        self._graph_pads = True  # False: every decode batch up to _graph_bs captured (capture_every_batch)
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
         self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
@@ -215,8 +216,18 @@ class AnalyticalStepModel:
         device = stage * self.pp + comm
         return self._with_host(device, shape) - device
 
+    def capture_every_batch(self, max_bs: int) -> None:
+        """SGLang launched with ``--cuda-graph-bs 1 2 ... max_bs`` (``calibration.sglang_launch``):
+        every decode batch of at most ``max_bs`` sequences replays its own graph (no padding),
+        larger ones run eagerly. Call before the first step is timed."""
+        if self.engine.name != "sglang":
+            raise ValueError(f"capture_every_batch is SGLang's --cuda-graph-bs, not {self.engine.name}'s")
+        self._graph_bs, self._graph_pads = max(1, int(max_bs)), False
+
     def _rows(self, shape: StepShape) -> int:
         """Token rows of the linear operators: CUDA-graph padding (sim/cuda_graphs.py)."""
+        if not self._graph_pads:
+            return shape.tokens
         return padded_tokens(self.engine.name, self.engine.max_num_seqs, shape.tokens, not shape.prefill_seqs,
                              self._graph_bs)
 
@@ -441,9 +452,11 @@ class AnalyticalStepModel:
 
         if pf_seqs:
             if m.mla is None:
+                # sliding layers: the kernel is told the window (each query sees at most ``win``
+                # keys) and reads no key older than win + pf_q
                 layers("attn_prefill", "attn_prefill", lambda win: k.attention_prefill(
                     pf_seqs, pf_q, int(round(min(pf_kv, win + pf_q) if win else pf_kv)), self.heads,
-                    *(self._swa_geom if win else self._full_geom), kvd))
+                    *(self._swa_geom if win else self._full_geom), kvd, *((win,) if win else ())))
             else:
                 a = m.mla
                 layers("mla_prefill", "mla", lambda win: k.mla_prefill(
@@ -452,8 +465,8 @@ class AnalyticalStepModel:
         if dc_seqs:
             if m.mla is None:
                 layers("attn_decode", "attn_decode", lambda win: k.attention_decode(
-                    dc_seqs, min(dc_kv, win) if win else dc_kv, self.heads,
-                    *(self._swa_geom if win else self._full_geom), kvd))
+                    dc_seqs, dc_kv, self.heads, *(self._swa_geom if win else self._full_geom), kvd,
+                    *((win,) if win else ())))
             else:
                 a = m.mla
                 layers("mla_decode", "mla", lambda win: k.mla_decode(

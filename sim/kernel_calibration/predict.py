@@ -111,10 +111,10 @@ def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
             out[i] = call(rm.gemm, r["m"], r["n"], r["k"], roofline_dtype(spec, r["dtype"]))
         elif family == "attention_prefill":
             out[i] = call(rm.attention_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"],
-                          r["num_kv_heads"], r["head_dim"], r["kv_dtype"])
+                          r["num_kv_heads"], r["head_dim"], r["kv_dtype"], int(r.get("window", 0)))
         elif family == "attention_decode":
             out[i] = call(rm.attention_decode, r["batch"], r["kv_len"], r["num_heads"], r["num_kv_heads"],
-                          r["head_dim"], r["kv_dtype"])
+                          r["head_dim"], r["kv_dtype"], int(r.get("window", 0)))
         elif family == "moe":
             out[i] = call(rm.moe, r["num_tokens"], r["hidden"], r["inter"], r["topk"], r["num_experts"],
                           r["moe_tp"], r["moe_ep"], roofline_dtype(spec, r["dtype"]))
