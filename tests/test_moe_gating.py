@@ -19,6 +19,7 @@ from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration.family_model import scalar_phys
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import BaseParams, predict_us
+from llmplan.sim.kernel_calibration.predict import roofline_predict
 from llmplan.sim.kernels import RooflineKernelModel
 from llmplan.sim.types import Parallelism, Precision, StepShape
 
@@ -120,3 +121,13 @@ def test_the_step_model_queries_a_relu2_model_with_plain_experts():
     plain = k.moe(*args, gated=False)
     assert op.latency_ms == pytest.approx(plain.latency_ms * m.num_moe_layers)
     assert plain.latency_ms < k.moe(*args).latency_ms
+
+
+def test_the_spec_tier_scores_plain_rows_as_plain():
+    """The roofline residuals (`calibrate`'s spec-tier bands) time each table row with its gating."""
+    df = _rows(["moe_torch_flow_nongated", "moe_torch_flow_cutlass"], [64, 64])
+    plain, gated = roofline_predict("moe", df, H100)
+    roof = RooflineKernelModel(H100)
+    assert plain == pytest.approx(roof.moe(64, 2048, 5120, 22, 512, 1, 1, "bf16", gated=False).latency_ms)
+    assert gated == pytest.approx(roof.moe(64, 2048, 5120, 22, 512, 1, 1, "bf16").latency_ms)
+    assert plain < gated

@@ -117,7 +117,8 @@ def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
                           r["head_dim"], r["kv_dtype"], int(r.get("window", 0)))
         elif family == "moe":
             out[i] = call(rm.moe, r["num_tokens"], r["hidden"], r["inter"], r["topk"], r["num_experts"],
-                          r["moe_tp"], r["moe_ep"], roofline_dtype(spec, r["dtype"]))
+                          r["moe_tp"], r["moe_ep"], roofline_dtype(spec, r["dtype"]),
+                          "nongated" not in str(r.get("kernel_source", "")))   # features.moe_matrices
         elif family == "mla_prefill":
             out[i] = call(rm.mla_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"], 512, 128, 64,
                           128, r["kv_dtype"])
