@@ -113,7 +113,8 @@ SCHEDULER: dict[str, dict[str, Any]] = {"sglang": {"chunked_prefill": False}, "t
 SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: bumped whenever the simulated coefficients change meaning (invalidates --bases-cache files);
 #: 5: TensorRT-LLM overlap scheduler (sim/trtllm_scheduling.py) changes the replayed steps
-BASIS_VERSION = 5
+#: 6: SGLang generator rows capture every decode batch up to N (calibration/sglang_launch.py)
+BASIS_VERSION = 6
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per

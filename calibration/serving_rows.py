@@ -69,7 +69,8 @@ from typing import Any
 import pandas as pd
 
 from llmplan.calibration.benchmark_clients import length_bounds, length_range_ratio
-from llmplan.calibration.sglang_launch import generator_max_prefill_tokens, generator_mixed_chunk
+from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
+                                                generator_mixed_chunk)
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
@@ -139,6 +140,8 @@ class ServingCase:
     deployment: str = ""       # deployment key: the row without its concurrency (deployment_key)
     length_ratio: float = 1.0  # the row's client: lengths uniform in [ratio x L, L] (calibration.benchmark_clients)
     mixed_chunk: bool = False  # SGLang launched with --enable-mixed-chunk (calibration.sglang_launch)
+    # SGLang launched with --cuda-graph-bs 1..max_batch_size (calibration.sglang_launch)
+    graph_every_batch: bool = False
 
     @property
     def dense(self) -> bool:
@@ -449,7 +452,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     case = ServingCase(index, str(rid) if rid is not None and _text(rid) else str(index), backend,
                        str(row.get("model_path")), mode, Deployment(model, gpu, par, prec, engine), conc, isl, osl,
                        ttft, tpot, _text(row.get("backend_version")), deployment_key(row),
-                       length_range_ratio(row, isl, osl), backend == "sglang" and generator_mixed_chunk(row))
+                       length_range_ratio(row, isl, osl), backend == "sglang" and generator_mixed_chunk(row),
+                       backend == "sglang" and generator_cuda_graph_every_batch(row))
     return RowMapping(index, case, SIMULATED)
 
 
@@ -607,6 +611,8 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
 
     km = _kernels(case.dep.gpu.key, case.dep.engine.kernel_backend, calibration)
     step, _ = build(case.dep, calibration, case.isl + case.osl, kernels=km)
+    if case.graph_every_batch:  # --cuda-graph-bs 1..max_batch_size (= max_num_seqs)
+        step.capture_every_batch(case.dep.engine.max_num_seqs)
     return step
 
 

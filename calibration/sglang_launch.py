@@ -17,6 +17,21 @@ SGLang 0.5.1.post1 Qwen3-32B on H100 (78 rows) fits prefill-first (8.0 / 5.4%) a
 chunks (60.4 / 22.4%). Rows of other sources (the CI sweeps of the database dump) keep SGLang's
 defaults; their launch scripts (InferenceMAX ``benchmarks/dsr1_fp8_h200_slurm.sh``) pass no
 ``--enable-mixed-chunk``.
+
+**CUDA graphs for every batch up to N.** The same rule captures a graph for every decode batch from 1
+to the worker's ``max_batch_size`` (``agg_prefill_decode cuda_graph_batch_sizes = range(1,
+max_batch_size + 1)``; in ``rule_plugin/sglang.rule`` since the generator's SGLang support, commit
+95ddf241 of 2025-12-04, PR #144, and in ``rule_plugin/benchmark/sglang.rule`` from 71bb3d00 of
+2026-01-30, PR #290, unchanged at 095f58a5 of 2026-08-21), ``max_batch_size`` being the row's batch size
+(the rule keeps it, also as ``--max-running-requests``), and every SGLang template, 0.5.1.post1 included,
+passes it as ``--cuda-graph-bs`` (``backend_config_mapping.yaml``: ``cuda_graph_batch_sizes`` ->
+``cuda-graph-bs``). SGLang captures exactly the listed sizes, clipped to the request pool
+(``cuda_graph_runner.get_batch_sizes_to_capture``: ``capture_bs = server_args.cuda_graph_bs``, v0.5.x),
+and replays a decode batch up to the largest: so no decode batch of these runs is padded or eager,
+where SGLang's default list (:func:`llmplan.sim.cuda_graphs.capture_sizes`) stops at 256 below TP4 on
+H100/H200 and pads to multiples of 8. Applies to every generator version (the flag is in every
+template); only the Llama-3.1-8B 0.5.6.post2 runs at TP1/TP2 with N > 256 have decode batches beyond
+the default capture.
 """
 
 from __future__ import annotations
@@ -46,3 +61,10 @@ def generator_mixed_chunk(row: Mapping[str, Any]) -> bool:
 def generator_max_prefill_tokens(isl: int) -> int:
     """``--max-prefill-tokens`` the generator passes for a run of ``isl``-token prompts."""
     return isl + GENERATOR_PREFILL_EXTRA_TOKENS
+
+
+def generator_cuda_graph_every_batch(row: Mapping[str, Any]) -> bool:
+    """True when the row's SGLang server captured a CUDA graph for every decode batch from 1 to its
+    ``max_batch_size`` (aiconfigurator's generator, every version: ``--cuda-graph-bs 1 2 ... bs``)."""
+    source = collection_file(row)
+    return source is not None and source[0] == "sglang"
