@@ -192,6 +192,7 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
     ins = np.fromiter((q.input_tokens for q in wl.requests), float, asked)
     est = estimate_service(replicas, rate, float(ins.mean()), float(outs.mean()))
     synthetic = isinstance(workload, WorkloadSpec) and workload.arrival in ("poisson", "gamma")
+    wl_asked = wl
     for attempt in range(first_warmup_doublings(est, near_capacity, len(replicas), min_warmup_doublings),
                          MAX_WARMUP_DOUBLINGS + 1):
         plan = plan_run(rate, est, outs, asked, warmup_factor=2.0 ** attempt)
@@ -203,9 +204,28 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
         res = (simulate or _simulate)(wl, replicas, rng, picked_rate, rate, **run)
         rep = _window_report(res.requests, steady, plan, rate, asked, res.stopped_early)
         rep["warmup_doublings"] = attempt
-        if rep["stationary"] or not (synthetic and est.stable) \
+        # the estimate sizes the run but does not decide the verdict (it can put a load the
+        # simulator serves steadily above capacity): a run it calls unstable is lengthened and
+        # settled like any other, and the queue limit stops one that really is overloaded
+        if rep["stationary"] or not synthetic \
                 or res.stopped_early or plan.capped or steady[1] <= steady[0]:
             break
+    if res.stopped_early and rep["requests_measured"] == 0 and len(wl.requests) > asked:
+        # the queue limit stopped the lengthened run before its window: overloaded. Its measured
+        # set is empty, so the latencies reported are those of the requests asked (first and
+        # last 5% left out), the run a workload without a steady window gets
+        lengthened = len(wl.requests)
+        res = (simulate or _simulate)(wl_asked, replicas, MeasureWindow().measured_range(asked), picked_rate, rate,
+                                      **run)
+        res.stopped_early = True   # the verdict is the lengthened run's
+        rep = _window_report(res.requests, (0, 0), plan, rate, asked, True)
+        rep.update(warmup_doublings=attempt, lengthened_run_requests=lengthened)
+    if steady[1] <= steady[0] and not res.stopped_early:
+        # no steady window (a given workload shorter than a warm-up and a drain of one request
+        # lifetime each): requests in the system grow while a stable system fills, so their
+        # growth over the arrival period cannot tell filling from overload: no verdict
+        rep["too_short_to_judge"] = True
+        rep["overloaded_by_growth"] = False
     if rep["window_kind"] == "steady":  # throughput of the window, not diluted by the drain
         _window_throughput(res.summary, res.requests, rep["window_start_ms"], rep["window_end_ms"])
     res.overloaded = bool(res.overloaded or rep["overloaded_by_growth"])

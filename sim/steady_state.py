@@ -34,9 +34,11 @@ at least 1) scale the count's variance by about ``c^2`` (renewal-process counts)
 stable run is not flagged by chance. Equivalently: the served (completed) rate fell more
 than 5% below the offered rate, beyond noise. The window is **stationary** when
 ``|Q1 - Q0|`` is within that noise; a synthetic run that is not stationary, and not
-overloaded, is repeated with a doubled warm-up. Without a
-steady window (too few requests, or the offered rate is above the estimated capacity so
-no steady state exists) the window is the arrival period, first to last arrival.
+overloaded, is repeated with a doubled warm-up. The estimate only sizes the run: one it puts
+above capacity is lengthened and settled the same way (a run that is overloaded stops at the
+queue guard). Without a steady window (a given workload too short, or a run the queue guard
+stopped) the window is the arrival period, first to last arrival; growth there is no verdict
+unless the queue guard stopped the run (sim.serving: ``too_short_to_judge``).
 """
 
 from __future__ import annotations
@@ -163,14 +165,13 @@ def plan_run(rate_rps: float, est: ServiceEstimate, output_tokens: np.ndarray, a
     """Run length for a steady window at ``rate_rps``; never fewer than ``asked_requests``.
 
     The warm-up is ``warmup_factor`` x D (the caller doubles it while the system still
-    fills). Without a steady state (``est.stable`` false) the run is not extended: more
-    requests would only lengthen the queue."""
+    fills). An estimate above capacity (``est.stable`` false) is sized the same way: the
+    estimate is approximate (it can put a load the simulator serves steadily above capacity),
+    and only a steady window tells a system that fills from one that is overloaded."""
     d = float(np.percentile(lifetimes_ms(est, output_tokens), LIFETIME_QUANTILE)) if len(output_tokens) else 0.0
     warmup = warmup_factor * d
     window = max(min_measured / rate_rps * 1000.0, WINDOW_LIFETIMES * d)
     need = int(math.ceil(rate_rps * (warmup + d + window) / 1000.0)) + 1
-    if not est.stable:
-        need = asked_requests
     n = max(asked_requests, min(need, MAX_REQUESTS))
     return RunPlan(n, warmup, d, window, need > MAX_REQUESTS, est)
 

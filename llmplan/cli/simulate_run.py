@@ -121,9 +121,19 @@ def window_notes(w: dict | None, res, throughput_rps: float | None) -> list[str]
             notes.append(f"workload.num_requests={w['requests_asked']} is too short for a steady-state window at this "
                          f"load: simulated {w['requests_simulated']} requests (warm-up {w['warmup_ms'] / 1e3:.1f} s, "
                          f"drain {w['drain_ms'] / 1e3:.1f} s excluded)")
-        if w["window_kind"] != "steady":
-            notes.append("no steady-state window (too few requests, or the offered rate is above the estimated "
-                         "capacity): overload judged over the arrival period")
+        if w.get("lengthened_run_requests"):
+            notes.append(f"the run lengthened to {w['lengthened_run_requests']} requests for a steady-state window hit "
+                         f"the queue limit before its window; latencies are those of the {w['requests_asked']} requests "
+                         f"asked (first and last 5% left out)")
+        if w.get("too_short_to_judge"):
+            notes.append(f"TOO SHORT TO JUDGE overload: the {w['requests_simulated']} requests arrive within "
+                         f"{(w['window_end_ms'] - w['window_start_ms']) / 1e3:.1f} s, less than a warm-up and a drain "
+                         f"of one request lifetime each ({w['drain_ms'] / 1e3:.1f} s); requests in the system grow while "
+                         f"a stable system fills, so no overload verdict and the latencies include the filling; "
+                         f"use a longer trace or a synthetic workload (lengthened automatically)")
+        elif w["window_kind"] != "steady":
+            notes.append("no steady-state window (the queue limit stopped the run): overload judged over the "
+                         "arrival period")
         elif not w["stationary"] and not res.overloaded:
             notes.append(f"the system was still filling at the end of the warm-up (requests in the system "
                          f"{w['queue_start']} -> {w['queue_end']}): latencies may be understated")
@@ -264,7 +274,8 @@ def render_summary(console: Console, summary: dict, slos: list[SLOTarget]) -> No
             console.print(f"  {off['note']}")
     w = summary.get("window")
     if w is not None:
-        state = "[red]OVERLOADED[/red]" if summary.get("overloaded") else "stable"
+        state = "[red]OVERLOADED[/red]" if summary.get("overloaded") else (
+            "[yellow]not judged (run too short)[/yellow]" if w.get("too_short_to_judge") else "stable")
         served = w.get("served_rate_rps") if w["window_kind"] == "steady" else summary.get("requests_per_s")
         console.print(f"load: offered {f(w.get('offered_rate_rps'), '{:.4g}')} req/s, served "
                       f"{f(served, '{:.4g}')} req/s over the {w['window_kind']} window "
