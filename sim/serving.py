@@ -217,7 +217,7 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
         lengthened = len(wl.requests)
         res = (simulate or _simulate)(wl_asked, replicas, MeasureWindow().measured_range(asked), picked_rate, rate,
                                       **run)
-        res.stopped_early = True   # the verdict is the lengthened run's
+        res.stopped_early = res.overloaded = True   # the verdict is the lengthened run's
         rep = _window_report(res.requests, (0, 0), plan, rate, asked, True)
         rep.update(warmup_doublings=attempt, lengthened_run_requests=lengthened)
     if steady[1] <= steady[0] and not res.stopped_early:

@@ -61,3 +61,13 @@ def test_a_short_overloaded_synthetic_run_is_still_overloaded():
     # lengthened for the verdict; when the queue limit stopped that run before its window, the
     # latencies are those of the requests asked (never an empty measured set)
     assert max(w["requests_simulated"], w.get("lengthened_run_requests", 0)) > 60 and w["requests_measured"] > 0
+
+
+def test_a_run_whose_lengthened_run_hit_the_queue_limit_is_overloaded():
+    # 20 requests at 2.5x capacity: the lengthened run hits the queue limit before its window,
+    # while the 20 asked requests alone (whose latencies are reported) barely grow the queue
+    rate = 2.5 * estimate_capacity_rps(REPS, 256, 512)
+    res = simulate_serving(_spec(20, rate), REPS, steady_state=True)
+    w = res.summary["window"]
+    assert w["lengthened_run_requests"] > 20 and w["stopped_by_queue_limit"]
+    assert res.overloaded and res.summary["overloaded"] is True
