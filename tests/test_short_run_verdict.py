@@ -71,3 +71,6 @@ def test_a_run_whose_lengthened_run_hit_the_queue_limit_is_overloaded():
     w = res.summary["window"]
     assert w["lengthened_run_requests"] > 20 and w["stopped_by_queue_limit"]
     assert res.overloaded and res.summary["overloaded"] is True
+    notes = window_notes(w, res, res.summary.get("request_throughput_rps"))
+    assert any(n.startswith(f"the run lengthened to {w['lengthened_run_requests']} requests") for n in notes)
+    assert not any("judged over the arrival period" in n for n in notes)  # judged by the lengthened run

@@ -131,7 +131,7 @@ def window_notes(w: dict | None, res, throughput_rps: float | None) -> list[str]
                          f"of one request lifetime each ({w['drain_ms'] / 1e3:.1f} s); requests in the system grow while "
                          f"a stable system fills, so no overload verdict and the latencies include the filling; "
                          f"use a longer trace or a synthetic workload (lengthened automatically)")
-        elif w["window_kind"] != "steady":
+        elif w["window_kind"] != "steady" and not w.get("lengthened_run_requests"):
             notes.append("no steady-state window (the queue limit stopped the run): overload judged over the "
                          "arrival period")
         elif not w["stationary"] and not res.overloaded:
