@@ -17,7 +17,7 @@ import pandas as pd
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.family_model import predict_family_frame
-from llmplan.sim.kernel_calibration.features import COMPUTE_FAMILIES
+from llmplan.sim.kernel_calibration.features import COMPUTE_FAMILIES, MOE_GATED_MATRICES, moe_matrices
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.tiers import TierChoice, choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
 
@@ -106,6 +106,9 @@ def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
             return fn(*args).latency_ms
 
     out = np.full(len(df), np.nan)
+    # gated (3 matrices) or plain (2) experts, as the fit reads each row (features.moe_matrices)
+    gated = (moe_matrices(df["kernel_source"]) == MOE_GATED_MATRICES if family == "moe" and "kernel_source" in df
+             else np.ones(len(df), bool))
     for i, r in enumerate(df.to_dict("records")):
         if family == "gemm":
             out[i] = call(rm.gemm, r["m"], r["n"], r["k"], roofline_dtype(spec, r["dtype"]))
@@ -117,8 +120,7 @@ def roofline_predict(family: str, df: pd.DataFrame, spec: Any) -> np.ndarray:
                           r["head_dim"], r["kv_dtype"], int(r.get("window", 0)))
         elif family == "moe":
             out[i] = call(rm.moe, r["num_tokens"], r["hidden"], r["inter"], r["topk"], r["num_experts"],
-                          r["moe_tp"], r["moe_ep"], roofline_dtype(spec, r["dtype"]),
-                          "nongated" not in str(r.get("kernel_source", "")))   # features.moe_matrices
+                          r["moe_tp"], r["moe_ep"], roofline_dtype(spec, r["dtype"]), bool(gated[i]))
         elif family == "mla_prefill":
             out[i] = call(rm.mla_prefill, r["batch"], r["q_len"], r["kv_len"], r["num_heads"], 512, 128, 64,
                           128, r["kv_dtype"])
