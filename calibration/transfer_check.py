@@ -430,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.breakdown is not None:
             print(breakdown(df, a.breakdown, targets, a.engine_profiles, a.calibration))
             return 0
+        for t in targets:   # rows measured on the target are its pairs, never moved (compare)
+            if all(_known(str(s)) and _gpu(str(s)).key == t for s in df["system"]):
+                raise UserError(f"every selected row was measured on {t}: nothing to move there", key="--to",
+                                fix="give a GPU the rows were not measured on, or widen --model/--backend/--mode")
         opts, note = sim_options(a)
         if note:
             console.print(f"[yellow]note:[/] {note}")

@@ -85,6 +85,14 @@ def test_unknown_target_is_a_user_error(tmp_path, capsys):
     assert "--to" in capsys.readouterr().out
 
 
+def test_a_target_every_row_was_measured_on_is_a_user_error(tmp_path, capsys):
+    src = tmp_path / "e2e_serving.csv"
+    pd.DataFrame([row()]).to_csv(src, index=False)   # measured on the H200
+    assert tc.main(["--measurements", str(src), "--to", "h200", "--no-progress"]) == 2
+    out = capsys.readouterr().out
+    assert "--to" in out and "measured on h200_sxm" in out and "Traceback" not in out
+
+
 def test_relabel_changes_only_the_gpu():
     df = pd.DataFrame([row(), row(id="r1", system="h100_sxm")])
     moved = tc.relabel(df, "b200")
