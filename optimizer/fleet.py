@@ -126,9 +126,10 @@ def _capacity_estimate(snap: tuple, rate: float) -> float | None:
 
 #: first lower rate tried: this share of the run planner's capacity estimate (else x0.9 the failing rate)
 SETTLE_ESTIMATE_SHARE = 0.95
-#: a bisection midpoint above the capacity estimate is replaced by this multiple of it: at or above the
-#: estimate a run has no steady state to wait for and is not lengthened (sim/steady_state.py plan_run),
-#: so this probe costs a short run and brackets the rate most tightly among the probes that cheap
+#: a bisection midpoint above the capacity estimate is replaced by this multiple of it: the probe that
+#: brackets the rate most tightly at the estimate. Since the estimate only sizes a run (sim/steady_state.py
+#: plan_run lengthens every synthetic run and the queue limit stops an overloaded one early), this probe
+#: is a full steady-state run like the others, not a short unextended one
 SETTLE_ESTIMATE_PROBE = 1.0001
 
 
@@ -144,7 +145,7 @@ def settle_rate(res: PlanResult, simulate: Callable[[PlanResult], bool]) -> None
     the failing rate, down to :data:`SETTLE_FLOOR` x the
     ILP's rate; then the rate is bisected between the passing and the failing one to
     :data:`SETTLE_REL_TOL` (a midpoint above the capacity estimate is replaced by the estimate,
-    x :data:`SETTLE_ESTIMATE_PROBE`: a short, unextended run there; the estimate is the same for
+    x :data:`SETTLE_ESTIMATE_PROBE`, a steady-state run like the others; the estimate is the same for
     every run, computed from the asked requests). At most :data:`SETTLE_RUNS` further simulations. The results
     attached to ``res`` are those of the reported rate; ``res.fleet`` records the ILP's rate,
     every run (rate, met, warm-up doublings) and the reported rate. The runs are recorded as they
