@@ -18,7 +18,8 @@ prediction error:
   lengths at this concurrency, shows at least :data:`QUEUED_MIN` requests waiting at the server
   (below) while the replica as replayed admits all N (not admission-limited).
 * ``admission-limited``: the concurrency exceeds what the replica can run at once: the
-  engine profile's default ``max_num_seqs`` (:func:`default_max_running`) or the sequences of
+  engine profile's default ``max_num_seqs`` (:func:`default_max_running`; for SGLang its own
+  rule instead, :func:`sglang_running_limit`, at least 2,048 requests) or the sequences of
   isl + osl tokens the computed KV capacity holds above the watermark. Measured TTFT then contains queueing set by server
   settings the row does not record (max running requests, memory fraction), which the host
   terms cannot and must not absorb.
@@ -85,7 +86,26 @@ def admission_limit(case: ServingCase) -> int:
     e = dep.engine
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, e, case.isl + case.osl)
     kv_seqs = int(mem.kv_capacity_tokens * (1.0 - e.watermark) // max(1, case.isl + case.osl))
+    if case.backend == "sglang":
+        return min(int(e.max_num_seqs), sglang_running_limit(case, mem.kv_capacity_tokens), kv_seqs)
     return min(int(e.max_num_seqs), default_max_running(case.backend), kv_seqs)
+
+
+def sglang_running_limit(case: ServingCase, kv_capacity_tokens: int) -> int:
+    """Requests an SGLang replica of this row runs at once by SGLang's own rule
+    (:func:`llmplan.sim.sglang_scheduling.sglang_max_running_requests`, per attention-DP rank):
+    the generator's launches pass ``--max-running-requests`` = the row's batch size = N
+    (calibration/sglang_launch.py; ``graph_every_batch`` marks those rows), every other launch
+    leaves SGLang's default, at least 2,048 requests unless the KV pool is tiny. Not the engine
+    profile's ``max_num_seqs`` (256, a planning default): a server started with SGLang's
+    defaults does not hold back the 257th client."""
+    from llmplan.sim.sglang_scheduling import sglang_max_running_requests
+
+    dp = max(1, case.dep.par.dp)
+    requested = -(-case.concurrency // dp) if case.graph_every_batch else None
+    per_rank = sglang_max_running_requests(int(kv_capacity_tokens) // dp,
+                                           int(case.dep.model.max_position_embeddings), requested)
+    return per_rank * dp
 
 
 def default_max_running(backend: str) -> int:

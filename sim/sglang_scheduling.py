@@ -78,3 +78,33 @@ def replay_engine(engine: EngineProfile, device_bytes: int, tp: int, pp: int, dp
         return engine
     tokens = max(sglang_chunk_tokens(device_bytes, tp, pp) * max(dp, 1), engine.max_num_seqs)
     return replace(engine, max_num_batched_tokens=tokens)
+
+
+#: SGLang's request-slot pool when ``--max-running-requests`` is not given: ``pool tokens /
+#: context length x 512``, clamped to [2048, 4096] (``ModelRunner.init_memory_pool``, v0.5.x)
+SGLANG_REQ_POOL_MIN = 2048
+SGLANG_REQ_POOL_MAX = 4096
+SGLANG_REQ_POOL_PER_CONTEXT = 512
+
+
+def sglang_max_running_requests(pool_tokens: int, context_len: int, requested: int | None = None) -> int:
+    """Requests one SGLang (v0.5.x) scheduler runs at once, per attention-DP rank.
+
+    Without ``--max-running-requests`` (``requested`` None) the request-slot pool is sized from the
+    KV pool, ``min(max(int(pool_tokens / context_len x 512), 2048), 4096)``
+    (``ModelRunner.init_memory_pool``), and the limit is ``min(pool_tokens // 2, that pool)``
+    (``TpModelWorker.__init__``: ``max_total_num_tokens // 2`` when the flag is unset, capped by
+    ``req_to_token_pool.size``); with the flag, ``min(requested, pool_tokens // 2)``
+    (sgl-project/sglang ``python/sglang/srt/managers/tp_worker.py`` and
+    ``model_executor/model_runner.py``, v0.5.x; the ``--max-running-requests`` server argument,
+    https://docs.sglang.io/advanced_features/server_arguments.html). So, unlike vLLM's
+    ``max_num_seqs`` (256 by default), SGLang's default never holds back fewer than 2,048 requests
+    unless the KV pool is below 4,096 tokens: the binding limit is the KV pool itself, which
+    ``PrefillAdder`` checks per request (prompt + reserved output tokens of the running requests).
+    """
+    pool = max(0, int(pool_tokens))
+    if requested is not None:
+        return max(0, min(int(requested), pool // 2))
+    slots = int(pool / max(1, int(context_len)) * SGLANG_REQ_POOL_PER_CONTEXT)
+    slots = min(max(slots, SGLANG_REQ_POOL_MIN), SGLANG_REQ_POOL_MAX)
+    return min(pool // 2, slots)
