@@ -267,18 +267,62 @@ def simulate_phase(fleet: Fleet, rate_rps: float, replica_of: Callable[[str], Re
                         duration_s)
 
 
+def _schedule_phases(profile: LoadProfile, serving, gpu_of, tiers, scale_up_s: float, cyclic: bool,
+                     settings: AttainmentSettings) -> tuple[list[list[Phase]], int]:
+    """:func:`phases` of one schedule with its own seeded draw of spot interruptions."""
+    rng = np.random.default_rng([settings.seed, 11])
+    return phases(profile, serving, gpu_of, tiers, scale_up_s, settings.lead, cyclic, rng)
+
+
+def phase_keys(profile: LoadProfile, schedules: list, gpu_of, tiers, scale_up_s: float, cyclic: bool,
+               settings: AttainmentSettings) -> list[tuple[Fleet, float]]:
+    """The distinct (fleet, rate) phases :func:`simulate_schedule` simulates for each schedule of
+    ``schedules`` in turn, in the order it first meets them."""
+    keys: dict[tuple[Fleet, float], None] = {}
+    idx, _ = sampled_intervals(len(profile.rate_rps), settings.max_intervals)
+    for serving in schedules:
+        per_interval, _ = _schedule_phases(profile, serving, gpu_of, tiers, scale_up_s, cyclic, settings)
+        for t in idx:
+            rate = profile.rate_rps[t]
+            for ph in per_interval[t]:
+                if rate * (ph.end_s - ph.start_s) > 0:
+                    keys[(ph.fleet, rate)] = None
+    return list(keys)
+
+
+def simulate_phases(keys: list[tuple[Fleet, float]], replica_of: Callable[[str], ReplicaSpec], wl_spec: WorkloadSpec,
+                    slos: list[SLOTarget], settings: AttainmentSettings,
+                    progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """(fleet, rate) -> :func:`run_phase` for every key, the independent simulations spread over
+    worker processes (:mod:`llmplan.optimizer.parallel`; the results do not depend on it). The
+    busiest phases (highest rate per replica, the longest runs near capacity) start first."""
+    from llmplan.optimizer.parallel import map_jobs
+
+    order = sorted(range(len(keys)), key=lambda i: (-keys[i][1] / max(1, sum(n for _, n in keys[i][0])), i))
+    for name in sorted({name for fleet, _ in keys for name, _ in fleet}):
+        replica_of(name)  # built once here, inherited by the workers
+    jobs = [lambda f=keys[i][0], r=keys[i][1]: run_phase(f, r, replica_of, wl_spec, slos, settings.requests_per_phase,
+                                                          settings.seed) for i in order]
+    tick = (lambda done, total: progress("attain phases", done, total)) if progress else None
+    results = map_jobs(jobs, tick)
+    return {keys[i]: res for i, res in zip(order, results)}
+
+
 def simulate_schedule(label: str, profile: LoadProfile, serving: Mapping[tuple[str, str], tuple[int, ...]],
                       gpu_of: Mapping[str, str], tiers: Mapping[str, PriceTiers], scale_up_s: float, cyclic: bool,
                       replica_of: Callable[[str], ReplicaSpec], wl_spec: WorkloadSpec, slos: list[SLOTarget],
                       settings: AttainmentSettings = AttainmentSettings(),
                       cache: dict | None = None,
-                      progress: Callable[[str, int, int], None] | None = None) -> ScheduleAttainment:
-    """Simulated attainment of one schedule (``serving``: (candidate, tier) -> replicas per interval)."""
+                      progress: Callable[[str, int, int], None] | None = None,
+                      precomputed: dict | None = None) -> ScheduleAttainment:
+    """Simulated attainment of one schedule (``serving``: (candidate, tier) -> replicas per interval).
+    ``precomputed``: (fleet, rate) -> :func:`run_phase` result of that phase, simulated ahead
+    (:func:`simulate_phases`); taken instead of simulating, and counted as this schedule's simulation."""
     check_settings(settings)
-    rng = np.random.default_rng([settings.seed, 11])
-    per_interval, interrupted = phases(profile, serving, gpu_of, tiers, scale_up_s, settings.lead, cyclic, rng)
+    per_interval, interrupted = _schedule_phases(profile, serving, gpu_of, tiers, scale_up_s, cyclic, settings)
     idx, stride = sampled_intervals(len(profile.rate_rps), settings.max_intervals)
     cache = {} if cache is None else cache
+    precomputed = {} if precomputed is None else precomputed
     out = ScheduleAttainment(label, [s.label for s in slos], spot_interruptions=interrupted)
     tot_w, tot_within, tot_all = 0.0, [0.0] * len(slos), 0.0
     for k, t in enumerate(idx):
@@ -290,8 +334,8 @@ def simulate_schedule(label: str, profile: LoadProfile, serving: Mapping[tuple[s
                 continue
             key = (ph.fleet, rate)
             if key not in cache:
-                cache[key] = run_phase(ph.fleet, rate, replica_of, wl_spec, slos, settings.requests_per_phase,
-                                       settings.seed)
+                cache[key] = precomputed[key] if key in precomputed else run_phase(
+                    ph.fleet, rate, replica_of, wl_spec, slos, settings.requests_per_phase, settings.seed)
                 out.simulations += 1
             shares, share_all, ok, overloaded = phase_shares(cache[key], slos, rate, ph.end_s - ph.start_s)
             over |= overloaded
@@ -331,7 +375,11 @@ def day_attainment(day: DayPlan, replica_of: Callable[[str], ReplicaSpec], wl_sp
     n = len(day.profile.rate_rps)
     static = {k: (v,) * n for k, v in day.static_fleet.items()}
     cache: dict = {}
-    common = (gpu_of, day.tiers, day.scale_up_s, day.cyclic, replica_of, wl_spec, slos, settings, cache, progress)
+    # every distinct phase of both schedules simulated up front, in parallel where cores allow; the
+    # schedules then take them in their own order (counting each where the sequential walk would)
+    keys = phase_keys(day.profile, [day.serving, static], gpu_of, day.tiers, day.scale_up_s, day.cyclic, settings)
+    ahead = simulate_phases(keys, replica_of, wl_spec, slos, settings, progress)
+    common = (gpu_of, day.tiers, day.scale_up_s, day.cyclic, replica_of, wl_spec, slos, settings, cache, progress, ahead)
     plan = simulate_schedule("day", day.profile, day.serving, *common)
     peak = simulate_schedule("static", day.profile, static, *common)
     idx, stride = sampled_intervals(n, settings.max_intervals)

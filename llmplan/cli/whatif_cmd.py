@@ -24,6 +24,7 @@ from llmplan.progress import make_console
 from llmplan.cli.resolve import to_app
 from llmplan.cli.whatif_scenario import describe, scenario
 from llmplan.optimizer import report
+from llmplan.optimizer.parallel import map_jobs
 
 __all__ = ["run_whatif", "main", "scenario", "describe"]  # scenario/describe: llmplan.cli.whatif_scenario
 
@@ -47,16 +48,13 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
 
         return run_curve(app, out_dir or output_dir(), console)
     new = scenario(app)
-    base_res, model = plan_from_app(app, console)
-    new_res, _ = plan_from_app(new, console)
-    ctx = {"model": model.key, "engine": app.engine.name}
-    d0, d1 = report.plan_dict(base_res, ctx), report.plan_dict(new_res, ctx)
-    for d, res in ((d0, base_res), (d1, new_res)):  # the chosen deployment's mode and J/token (PUE 1)
-        d["mode"], d["joules_per_output_token"] = plan_mode(d), joules_per_output_token(res)
+    # the two plans are independent: planned side by side where cores allow (optimizer/parallel.py;
+    # each a pure function of its config, so the same dicts as planning them one after the other)
+    (d0, key), (d1, _) = map_jobs([lambda: _plan_dict(app, console), lambda: _plan_dict(new, console)])
     out = out_dir or output_dir()
     out.mkdir(parents=True, exist_ok=True)
     (out / "whatif.json").write_text(json.dumps({"scenario": describe(app.whatif), "baseline": d0, "whatif": d1}, indent=2) + "\n")
-    t = Table(title=f"What if: {describe(app.whatif)}  ({model.key})", title_justify="left")
+    t = Table(title=f"What if: {describe(app.whatif)}  ({key})", title_justify="left")
     for c in ("", "baseline", "what-if", "change"):
         t.add_column(c, justify="left" if not c or c == "" else "right")
 
@@ -121,6 +119,15 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
             console.print(f"{name}: no deployment meets the targets: {d['binding_constraint']}")
     console.print(f"Wrote {out / 'whatif.json'}\n[dim]compared in {time.perf_counter() - t0:.1f} s[/dim]")
     return EXIT_OK
+
+
+def _plan_dict(app, console) -> tuple[dict, str]:
+    """(plan.json's dict of ``app``'s plan with the chosen deployment's mode and J/token (PUE 1),
+    the model key). A scenario changes GPUs, prices, SLOs or the rate, never the model or engine."""
+    res, model = plan_from_app(app, console)
+    d = report.plan_dict(res, {"model": model.key, "engine": app.engine.name})
+    d["mode"], d["joules_per_output_token"] = plan_mode(d), joules_per_output_token(res)
+    return d, model.key
 
 
 def _split_capacity(d: dict) -> str:

@@ -196,13 +196,18 @@ def _cell(v, fmt: str) -> str:
 
 def run_curve(app, out: Path, console: Console) -> int:
     from llmplan.cli.plan_cmd import plan_from_app
+    from llmplan.optimizer.parallel import map_jobs
 
     figure, scales, gpus = check_curve(app)
-    rows, model_key = [], app.model.name
-    for s in scales:
+
+    def point(s: float) -> tuple[dict, str]:
         res, model = plan_from_app(scaled_app(app, figure, s, gpus), console)
-        model_key = model.key
-        rows.append(point_row(res, figure, s, app.engine.name, float(app.search.max_load)))
+        return point_row(res, figure, s, app.engine.name, float(app.search.max_load)), model.key
+
+    # one independent plan per scale, side by side where cores allow (optimizer/parallel.py), in scale order
+    points = map_jobs([lambda s=s: point(s) for s in scales])
+    rows = [r for r, _ in points]
+    model_key = points[-1][1] if points else app.model.name
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "whatif_curve.csv", index=False, float_format="%.6g")

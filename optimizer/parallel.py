@@ -1,0 +1,92 @@
+"""Independent, deterministic jobs on forked worker processes (docs/PERFORMANCE.md).
+
+:func:`map_jobs` runs a list of zero-argument callables and returns their results in the
+list's order, on up to :func:`worker_count` processes started with ``fork`` (a worker sees
+the parent's memory as it was: catalogs, kernel models, the step models' caches). Only the
+results travel back (pickled over the pool's pipe, never written anywhere). The answer does
+not depend on how many workers run or in which order the jobs finish: a job must be a pure
+function of its inputs (a simulation seeded by its own spec and seed is), and every result
+is placed by its index.
+
+Sequential in this process (the same code path as before) when one worker is asked or
+available, when ``fork`` is not a start method of the platform, or inside a daemonic process
+(a multiprocessing worker cannot start its own). A job that raises in a worker is run again
+here, so the caller sees the exception it would have seen sequentially (a ``UserError`` with
+its key and fix, not a pickled copy). ``LLMPLAN_WORKERS=N`` sets the number of workers
+(``1``: sequential).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+#: environment variable: number of worker processes (1 = sequential)
+WORKERS_ENV = "LLMPLAN_WORKERS"
+#: at most this many workers by default (the target machines have 2 cores)
+DEFAULT_MAX_WORKERS = 4
+
+_JOBS: Sequence[Callable[[], Any]] | None = None  # the jobs of the running map, inherited by forked workers
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_count(jobs: int) -> int:
+    """Workers for ``jobs`` jobs: ``LLMPLAN_WORKERS`` if set (an integer >= 1), else the CPUs
+    available up to :data:`DEFAULT_MAX_WORKERS`; never more than the jobs; 1 where forking a
+    pool is not possible (no ``fork`` start method, or this is a daemonic process)."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            from llmplan.errors import UserError
+
+            raise UserError(f"must be an integer >= 1, got {raw!r}", key=WORKERS_ENV, fix="e.g. LLMPLAN_WORKERS=2")
+        n = int(raw)
+    else:
+        n = min(available_cpus(), DEFAULT_MAX_WORKERS)
+    if "fork" not in mp.get_all_start_methods() or mp.current_process().daemon:
+        return 1
+    return max(1, min(n, jobs))
+
+
+def _run_job(i: int) -> tuple[bool, Any]:
+    """In a worker: (True, result) of job ``i``, or (False, None) when it raised."""
+    try:
+        return True, _JOBS[i]()
+    except BaseException:  # noqa: BLE001 - re-run in the parent, which raises it as the caller expects
+        return False, None
+
+
+def map_jobs(jobs: Sequence[Callable[[], Any]], on_result: Callable[[int, int], None] | None = None,
+             workers: int | None = None) -> list[Any]:
+    """``[job() for job in jobs]``, on forked workers when more than one is available.
+    ``on_result(done, total)`` is called in this process as results arrive (progress).
+    ``workers``: override :func:`worker_count`."""
+    global _JOBS
+    jobs = list(jobs)
+    n = worker_count(len(jobs)) if workers is None else max(1, min(int(workers), len(jobs)))
+    out: list[Any] = []
+    if n <= 1 or _JOBS is not None:  # sequential (also a map started from inside a job)
+        for i, job in enumerate(jobs):
+            out.append(job())
+            if on_result:
+                on_result(i + 1, len(jobs))
+        return out
+    _JOBS = jobs
+    try:
+        with mp.get_context("fork").Pool(n) as pool:
+            for i, (ok, value) in enumerate(pool.imap(_run_job, range(len(jobs)), chunksize=1)):
+                out.append(value if ok else jobs[i]())
+                if on_result:
+                    on_result(i + 1, len(jobs))
+    finally:
+        _JOBS = None
+    return out
