@@ -20,7 +20,7 @@ import numpy as np
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import AlphaBeta, pooled_alpha_beta
-from llmplan.sim.kernel_calibration import crossgen_gemm
+from llmplan.sim.kernel_calibration import crossgen_gemm, crossgen_prior
 from llmplan.sim.kernel_calibration.crossgen_blend import BlendGroupModel
 from llmplan.sim.kernel_calibration.family_model import FamilyModel, GroupModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
@@ -61,6 +61,13 @@ def _log_figures(g: GPUFeatures) -> np.ndarray:
     return np.log([max(g.peak_bf16_tflops, 1e-3), max(g.hbm_bw_gbps, 1e-3), max(g.sm_count, 1), max(g.l2_mb, 1e-3)])
 
 
+def similarities(target: GPUFeatures, sources: list[GPUFeatures], scale: float | None = None) -> list[float]:
+    """Unnormalised similarities exp(-(d / scale)**2) of ``sources`` to ``target``."""
+    scale = SIMILARITY_SCALE if scale is None else scale
+    t = _log_figures(target)
+    return [math.exp(-float(np.sum((_log_figures(s) - t) ** 2)) / scale ** 2) for s in sources]
+
+
 def similarity_weights(target: GPUFeatures | None, sources: list[GPUFeatures],
                        scale: float | None = None) -> list[float]:
     """Pool weights of ``sources`` for ``target`` (equal when ``scale`` is None)."""
@@ -68,8 +75,7 @@ def similarity_weights(target: GPUFeatures | None, sources: list[GPUFeatures],
     n = len(sources)
     if target is None or scale is None or n == 0:
         return [1.0 / max(n, 1)] * n
-    t = _log_figures(target)
-    w = np.array([math.exp(-float(np.sum((_log_figures(s) - t) ** 2)) / scale ** 2) for s in sources])
+    w = np.array(similarities(target, sources, scale))
     if not np.isfinite(w).all() or w.sum() < 1e-12:
         return [1.0 / n] * n
     return [float(v) for v in w / w.sum()]
@@ -137,14 +143,17 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
     groups: dict[str, GroupModel] = {}
     for key, pairs in sorted(by_group.items()):
         gms = [m for _, m in pairs]
-        weights = (similarity_weights(target, [cal.gpus[g] for g, _ in pairs]) if target is not None
-                   else [1.0 / len(gms)] * len(gms))
+        feats = [cal.gpus[g] for g, _ in pairs]
+        weights = similarity_weights(target, feats) if target is not None else [1.0 / len(gms)] * len(gms)
+        # the prior's share (crossgen_prior): large only for a target far from every member
+        share = crossgen_prior.prior_share(sum(similarities(target, feats))) if target is not None else 0.0
         pooled = GroupModel(mean_params([m.base for m in gms], weights), None, sum(m.rows for m in gms),
                             _union_ranges(gms))
         extra = None
         if family == "gemm" and GEMM_POOLED_WEIGHT > 0 and len(set(src.values())) == 1:
             extra = crossgen_gemm.member_for(sorted(src), next(iter(src.values())), key)
-        groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual, extra, GEMM_POOLED_WEIGHT)
+        groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual, extra, GEMM_POOLED_WEIGHT,
+                                         share, family)
     return FamilyModel(family, groups)
 
 

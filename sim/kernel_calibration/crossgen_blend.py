@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from llmplan.sim.kernel_calibration import crossgen_prior as P
 from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration.family_model import GroupModel
 from llmplan.sim.kernel_calibration.gbt import GBTModel
@@ -53,44 +54,70 @@ class BlendGroupModel(GroupModel):
     #: in us), combined with the members' geometric mean with weight ``pooled_weight``
     pooled: Any = None
     pooled_weight: float = 0.0
+    #: the prior's share (:mod:`crossgen_prior`) and what it needs: the family (its roofline
+    #: constants) and the members dropped under MIN_WEIGHT (the prior's equal-weight pool
+    #: takes every member)
+    prior_share: float = 0.0
+    family: str = ""
+    dropped: tuple[tuple[GroupModel, bool], ...] = field(default=())
 
     @staticmethod
     def of(base_model: GroupModel, members: list[tuple[GroupModel, float]], residual: bool,
-           pooled: Any = None, pooled_weight: float = 0.0) -> "BlendGroupModel":
+           pooled: Any = None, pooled_weight: float = 0.0, prior_share: float = 0.0,
+           family: str = "") -> "BlendGroupModel":
+        """``prior_share`` under MIN_WEIGHT counts as none (speed, as for members)."""
         keep = [(m, w) for m, w in members if w >= MIN_WEIGHT] or list(members)
         total = sum(w for _, w in keep)
-        mem = tuple((m, w / total, bool(residual and m.gbt is not None and m.gbt.n_trees)) for m, w in keep)
+        use_r = lambda m: bool(residual and m.gbt is not None and m.gbt.n_trees)  # noqa: E731
+        mem = tuple((m, w / total, use_r(m)) for m, w in keep)
         pw = float(pooled_weight) if pooled is not None else 0.0
+        share = float(prior_share) if prior_share >= MIN_WEIGHT and family in P.ROOFLINE else 0.0
+        kept = {id(m) for m, _ in keep}
+        dropped = tuple((m, use_r(m)) for m, _ in members if id(m) not in kept) if share else ()
         return BlendGroupModel(base_model.base, None, base_model.rows, base_model.ranges, mem,
-                               pooled if pw > 0 else None, pw)
+                               pooled if pw > 0 else None, pw, share, family, dropped)
 
     def predict_frame(self, phys: F.Phys, gbt: GBTModel | None = None, use: np.ndarray | None = None) -> np.ndarray:
         """Latency in ms for every row (``gbt``/``use`` are ignored: members use their own)."""
-        x = F.feature_matrix(phys) if any(r for _, _, r in self.members) else None
-        log_t = 0.0
-        for m, w, r in self.members:
+        need_x = any(r for _, _, r in self.members) or any(r for _, r in self.dropped)
+        x = F.feature_matrix(phys) if need_x else None
+
+        def member_log(m: GroupModel, r: bool) -> np.ndarray:
             lt = np.log(predict_us(m.base, phys))
-            if r:
-                lt = lt + np.clip(m.gbt.predict(x), -RESIDUAL_CAP, RESIDUAL_CAP)
-            log_t = log_t + w * lt
+            return lt + np.clip(m.gbt.predict(x), -RESIDUAL_CAP, RESIDUAL_CAP) if r else lt
+
+        logs = [member_log(m, r) for m, _, r in self.members]
+        log_t = sum(w * lt for (_, w, _), lt in zip(self.members, logs))
         if self.pooled is not None:
             log_t = (1.0 - self.pooled_weight) * log_t + self.pooled_weight * self.pooled.log_us_frame(phys)
+        if self.prior_share > 0:
+            logs += [member_log(m, r) for m, r in self.dropped]
+            prior = (P.PRIOR_ROOFLINE_SHARE * P.roofline_log_us(self.family, phys)
+                     + (1.0 - P.PRIOR_ROOFLINE_SHARE) * sum(logs) / len(logs))
+            log_t = (1.0 - self.prior_share) * log_t + self.prior_share * prior
         return np.exp(log_t) / 1e3
 
     def predict_one(self, phys: F.Phys, gbt: GBTModel | None = None) -> tuple[float, str]:
         """(latency ms, dominant bound of the heaviest member) for one shape."""
-        x = None
-        log_t, bound, best = 0.0, "latency", -1.0
-        for m, w, r in self.members:
+        x = np.array(phys.x, dtype=np.float64)
+
+        def member_log(m: GroupModel, r: bool) -> tuple[float, str]:
             t, b = predict_us_scalar(m.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2, phys.waves)
             lt = math.log(t)
-            if r:
-                if x is None:
-                    x = np.array(phys.x, dtype=np.float64)
-                lt += min(max(m.gbt.predict_one(x), -RESIDUAL_CAP), RESIDUAL_CAP)
+            return (lt + min(max(m.gbt.predict_one(x), -RESIDUAL_CAP), RESIDUAL_CAP) if r else lt), b
+
+        log_t, bound, best, logs = 0.0, "latency", -1.0, []
+        for m, w, r in self.members:
+            lt, b = member_log(m, r)
             log_t += w * lt
+            logs.append(lt)
             if w > best:
                 best, bound = w, b
         if self.pooled is not None:
             log_t = (1.0 - self.pooled_weight) * log_t + self.pooled_weight * self.pooled.log_us_one(phys)
+        if self.prior_share > 0:
+            logs += [member_log(m, r)[0] for m, r in self.dropped]
+            prior = (P.PRIOR_ROOFLINE_SHARE * P.roofline_log_us(self.family, phys)
+                     + (1.0 - P.PRIOR_ROOFLINE_SHARE) * sum(logs) / len(logs))
+            log_t = (1.0 - self.prior_share) * log_t + self.prior_share * prior
         return math.exp(log_t) / 1e3, bound
