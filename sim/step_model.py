@@ -31,7 +31,7 @@ from llmplan.sim.engine_terms import request_ttft_ms
 from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.shared_experts import fused_shared_experts
-from llmplan.sim.trtllm_llama_fusions import norms_in_allreduce, rope_in_attention
+from llmplan.sim.trtllm_fusions import norms_in_allreduce, rope_in_attention
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 from llmplan.sim.wideep_moe import group_moe
@@ -224,6 +224,14 @@ class AnalyticalStepModel:
             raise ValueError(f"capture_every_batch is SGLang's --cuda-graph-bs, not {self.engine.name}'s")
         self._graph_bs, self._graph_pads = max(1, int(max_bs)), False
 
+    def capture_up_to(self, max_tokens: int) -> None:
+        """vLLM launched with ``max_cudagraph_capture_size = max_tokens`` (``calibration.vllm_launch``):
+        steps of up to ``max_tokens`` tokens replay (piecewise) graphs, padded to vLLM's capture
+        sizes; larger ones run eagerly. Call before the first step is timed."""
+        if self.engine.name != "vllm":
+            raise ValueError(f"capture_up_to is vLLM's max_cudagraph_capture_size, not {self.engine.name}'s")
+        self._graph_bs = max(1, int(max_tokens))
+
     def _rows(self, shape: StepShape) -> int:
         """Token rows of the linear operators: CUDA-graph padding (sim/cuda_graphs.py)."""
         if not self._graph_pads:
@@ -321,7 +329,7 @@ class AnalyticalStepModel:
         ops: list[OpTime] = []
         norm = k.memory_op(T * h * ACT_BYTES * 2)
         per_layer = 1 if m.block_pattern else 2  # Nemotron-H blocks: one norm, one TP all-reduce each
-        # TensorRT-LLM Llama: norms inside the all-reduce kernel, RoPE inside attention (sim/trtllm_llama_fusions.py)
+        # TensorRT-LLM: norms inside the all-reduce kernel, RoPE inside attention (sim/trtllm_fusions.py)
         folded = norms_in_allreduce(self.engine.kernel_backend, m, par)
         ops.append(self._op("norms", "memory", norm, (per_layer - folded) * L))
         # ---- attention projections

@@ -55,7 +55,7 @@ def test_padded_decode_batch_costs_its_captured_size_in_linear_ops():
     assert linear["lm_head"] == pytest.approx(linear_trt["lm_head"])
     assert vllm.step_time_ms(s129) >= trt.step_time_ms(s129)
     # captured sizes are not padded: both engines cost the same (but the norm and rotary kernels
-    # TensorRT-LLM's Llama folds into others, sim/trtllm_llama_fusions.py)
+    # TensorRT-LLM's Llama folds into others, sim/trtllm_fusions.py)
     s128 = StepShape.build((), [2048] * 128)
     body = lambda m: sum(o.latency_ms for o in m.breakdown(s128).ops if o.name not in ("norms", "rotary"))  # noqa: E731
     assert body(vllm) == pytest.approx(body(trt))
