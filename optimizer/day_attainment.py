@@ -294,9 +294,9 @@ def simulate_phases(keys: list[tuple[Fleet, float]], replica_of: Callable[[str],
                     slos: list[SLOTarget], settings: AttainmentSettings,
                     progress: Callable[[str, int, int], None] | None = None) -> dict:
     """(fleet, rate) -> :func:`run_phase` for every key, the independent simulations spread over
-    worker processes (:mod:`llmplan.optimizer.parallel`; the results do not depend on it). The
+    worker processes (:mod:`llmplan.parallel`; the results do not depend on it). The
     busiest phases (highest rate per replica, the longest runs near capacity) start first."""
-    from llmplan.optimizer.parallel import map_jobs
+    from llmplan.parallel import map_jobs
 
     order = sorted(range(len(keys)), key=lambda i: (-keys[i][1] / max(1, sum(n for _, n in keys[i][0])), i))
     for name in sorted({name for fleet, _ in keys for name, _ in fleet}):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from llmplan.errors import InfeasibleDeployment, UserError
+from llmplan.parallel import beside
 from llmplan.sim.engine_terms import cost_model_request_ttft_ms, request_ttft_fn
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, json_clean, requests_frame,
@@ -33,7 +35,7 @@ from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
 from llmplan.sim.router import make_router
 from llmplan.sim.scheduler import Seq
 from llmplan.sim.steady_state import (MAX_WARMUP_DOUBLINGS, RunPlan, assess_window, estimate_service,
-                                      first_warmup_doublings, plan_run,
+                                      first_warmup_doublings, plan_run, speculate_next,
                                       step_shape, window_indices)
 from llmplan.sim.workload import Request, Workload, WorkloadSpec, generate_workload, mean_lengths, validate_spec
 
@@ -193,23 +195,47 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
     est = estimate_service(replicas, rate, float(ins.mean()), float(outs.mean()))
     synthetic = isinstance(workload, WorkloadSpec) and workload.arrival in ("poisson", "gamma")
     wl_asked = wl
-    for attempt in range(first_warmup_doublings(est, near_capacity, len(replicas), min_warmup_doublings),
-                         MAX_WARMUP_DOUBLINGS + 1):
+
+    def prepare(attempt: int, prev: Workload) -> tuple:
         plan = plan_run(rate, est, outs, asked, warmup_factor=2.0 ** attempt)
-        if synthetic and plan.num_requests != len(wl.requests):
+        w = prev
+        if synthetic and plan.num_requests != len(w.requests):
             spec = replace(workload, rate_rps=rate, num_requests=plan.num_requests)
-            wl = generate_workload(spec, np.random.default_rng([spec.seed, seed]))
-        steady = window_indices([q.arrival_ms for q in wl.requests], plan.warmup_ms, plan.drain_ms)
-        rng = steady if steady[1] > steady[0] else MeasureWindow().measured_range(len(wl.requests))
-        res = (simulate or _simulate)(wl, replicas, rng, picked_rate, rate, **run)
-        rep = _window_report(res.requests, steady, plan, rate, asked, res.stopped_early)
-        rep["warmup_doublings"] = attempt
-        # the estimate sizes the run but does not decide the verdict (it can put a load the
-        # simulator serves steadily above capacity): a run it calls unstable is lengthened and
-        # settled like any other, and the queue limit stops one that really is overloaded
-        if rep["stationary"] or not synthetic \
-                or res.stopped_early or plan.capped or steady[1] <= steady[0]:
-            break
+            w = generate_workload(spec, np.random.default_rng([spec.seed, seed]))
+        steady = window_indices([q.arrival_ms for q in w.requests], plan.warmup_ms, plan.drain_ms)
+        rng = steady if steady[1] > steady[0] else MeasureWindow().measured_range(len(w.requests))
+        return attempt, plan, w, steady, rng
+
+    def run_attempt(prep: tuple, progress: bool = True) -> tuple[SimResult, dict]:
+        attempt, plan, w, steady, rng = prep
+        r = (simulate or _simulate)(w, replicas, rng, picked_rate, rate, **(run if progress else {**run, "progress": None}))
+        rp = _window_report(r.requests, steady, plan, rate, asked, r.stopped_early)
+        rp["warmup_doublings"] = attempt
+        return r, rp
+
+    def last(prep: tuple) -> bool:  # no further attempt, whatever this one shows
+        attempt, plan, _, steady, _ = prep
+        return attempt >= MAX_WARMUP_DOUBLINGS or not synthetic or plan.capped or steady[1] <= steady[0]
+
+    # the estimate sizes the run but does not decide the verdict (it can put a load the
+    # simulator serves steadily above capacity): a run it calls unstable is lengthened and
+    # settled like any other, and the queue limit stops one that really is overloaded. Such a
+    # run usually needs a second attempt: where a core is free the next attempt runs beside this
+    # one (steady_state.speculate_next); the attempts and the one kept are the same either way
+    prep = prepare(first_warmup_doublings(est, near_capacity, len(replicas), min_warmup_doublings), wl)
+    while True:
+        nxt = prepare(prep[0] + 1, prep[2]) if not last(prep) and speculate_next(est) else None
+        with beside(lambda p=nxt: run_attempt(p, False)) if nxt else nullcontext() as later:
+            res, rep = run_attempt(prep)
+            if last(prep) or rep["stationary"] or res.stopped_early:
+                break
+            if later is not None:
+                prep, nxt = nxt, None
+                res, rep = later()
+                if last(prep) or rep["stationary"] or res.stopped_early:
+                    break
+        prep = nxt or prepare(prep[0] + 1, prep[2])
+    attempt, plan, wl, steady, _ = prep
     if res.stopped_early and rep["requests_measured"] == 0 and len(wl.requests) > asked:
         # the queue limit stopped the lengthened run before its window: overloaded. Its measured
         # set is empty, so the latencies reported are those of the requests asked (first and

@@ -49,6 +49,7 @@ from typing import Optional
 
 import numpy as np
 
+from llmplan.parallel import can_fork_beside
 from llmplan.sim.types import StepShape
 
 #: lifetime quantile used for the warm-up and the drain
@@ -195,6 +196,17 @@ def first_warmup_doublings(est: ServiceEstimate, near_capacity: bool, replicas: 
         return 0
     rule = int(near_capacity and replicas >= 2 and est.utilisation >= NEAR_CAPACITY_UTILISATION)
     return min(MAX_WARMUP_DOUBLINGS, max(rule, int(at_least)))
+
+
+def speculate_next(est: ServiceEstimate) -> bool:
+    """Whether a run's next attempt (warm-up doubled) starts on a free core beside the current
+    one (``llmplan.parallel.beside``): when the estimate puts the load at or above capacity.
+    Such runs, settled near capacity, were rarely stationary at their first attempt (the fleet's
+    8 H100 replicas of Llama-3.1-8B at its maximum rate: not stationary at D, stationary at 2 D;
+    day-plan phases at estimated utilisation 1.3: three doublings), so the second attempt is
+    usually needed and its wall time is saved; where it is not, its result is dropped (it only
+    costs a core that was free). Speculation never changes which attempt is kept."""
+    return not est.stable and can_fork_beside()
 
 
 def window_indices(arrival_ms: np.ndarray, warmup_ms: float, drain_ms: float) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Independent jobs on forked workers (optimizer/parallel.py) and its users: same answers as
+"""Independent jobs on forked workers (llmplan/parallel.py) and its users: same answers as
 one after the other, whatever the number of workers."""
 
 import os
@@ -7,7 +7,7 @@ import pytest
 
 from llmplan.errors import UserError
 from llmplan.optimizer import day_attainment as da
-from llmplan.optimizer import parallel
+from llmplan import parallel
 from llmplan.optimizer.day_plan import DayCandidate, plan_day, profile_from_rates
 from llmplan.optimizer.price_tiers import PriceTiers
 from llmplan.optimizer.types import SLOTarget
@@ -64,9 +64,8 @@ def test_workers_from_the_environment(monkeypatch):
     monkeypatch.setenv(parallel.WORKERS_ENV, "3")
     assert parallel.worker_count(2) == (2 if FORK else 1)  # never more than the jobs
     monkeypatch.setenv(parallel.WORKERS_ENV, "zero")
-    with pytest.raises(UserError) as e:
+    with pytest.raises(ValueError, match=parallel.WORKERS_ENV):
         parallel.worker_count(4)
-    assert e.value.key == parallel.WORKERS_ENV
     monkeypatch.delenv(parallel.WORKERS_ENV)
     assert 1 <= parallel.worker_count(100) <= parallel.DEFAULT_MAX_WORKERS
 
@@ -121,3 +120,12 @@ def test_phases_simulated_ahead_are_those_the_schedules_meet_and_counted_where_f
         assert (a.overloaded, a.served_rps, a.held) == (b.overloaded, b.served_rps, b.held)
         assert all((a.values_ms[m] == b.values_ms[m]).sum() == (a.values_ms[m] == a.values_ms[m]).sum()
                    for m in a.values_ms)
+
+
+def test_the_commands_refuse_a_bad_worker_count(monkeypatch, capsys):
+    from llmplan.cli.main import main
+
+    monkeypatch.setenv(parallel.WORKERS_ENV, "-1")
+    assert main(["plan", "--help"]) == 2
+    err = capsys.readouterr().err
+    assert parallel.WORKERS_ENV in err and "integer >= 1" in err and "Traceback" not in err

@@ -24,7 +24,7 @@ from llmplan.progress import make_console
 from llmplan.cli.resolve import to_app
 from llmplan.cli.whatif_scenario import describe, scenario
 from llmplan.optimizer import report
-from llmplan.optimizer.parallel import map_jobs
+from llmplan.parallel import map_jobs
 
 __all__ = ["run_whatif", "main", "scenario", "describe"]  # scenario/describe: llmplan.cli.whatif_scenario
 
@@ -48,7 +48,7 @@ def run_whatif(cfg: DictConfig, out_dir: Path | None = None, console=None) -> in
 
         return run_curve(app, out_dir or output_dir(), console)
     new = scenario(app)
-    # the two plans are independent: planned side by side where cores allow (optimizer/parallel.py;
+    # the two plans are independent: planned side by side where cores allow (llmplan/parallel.py;
     # each a pure function of its config, so the same dicts as planning them one after the other)
     (d0, key), (d1, _) = map_jobs([lambda: _plan_dict(app, console), lambda: _plan_dict(new, console)])
     out = out_dir or output_dir()

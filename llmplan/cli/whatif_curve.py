@@ -196,7 +196,7 @@ def _cell(v, fmt: str) -> str:
 
 def run_curve(app, out: Path, console: Console) -> int:
     from llmplan.cli.plan_cmd import plan_from_app
-    from llmplan.optimizer.parallel import map_jobs
+    from llmplan.parallel import map_jobs
 
     figure, scales, gpus = check_curve(app)
 
@@ -204,7 +204,7 @@ def run_curve(app, out: Path, console: Console) -> int:
         res, model = plan_from_app(scaled_app(app, figure, s, gpus), console)
         return point_row(res, figure, s, app.engine.name, float(app.search.max_load)), model.key
 
-    # one independent plan per scale, side by side where cores allow (optimizer/parallel.py), in scale order
+    # one independent plan per scale, side by side where cores allow (llmplan/parallel.py), in scale order
     points = map_jobs([lambda s=s: point(s) for s in scales])
     rows = [r for r, _ in points]
     model_key = points[-1][1] if points else app.model.name

@@ -1,5 +1,8 @@
 """Independent, deterministic jobs on forked worker processes (docs/PERFORMANCE.md).
 
+A leaf module (imports nothing of the project), so the simulator can
+run work beside itself (:func:`beside`) as well as the planner and the commands (:func:`map_jobs`).
+
 :func:`map_jobs` runs a list of zero-argument callables and returns their results in the
 list's order, on up to :func:`worker_count` processes started with ``fork`` (a worker sees
 the parent's memory as it was: catalogs, kernel models, the step models' caches). Only the
@@ -20,7 +23,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 #: environment variable: number of worker processes (1 = sequential)
@@ -39,16 +43,21 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def workers_env_error() -> str | None:
+    """What is wrong with ``LLMPLAN_WORKERS`` (unset is fine), or None."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    return None if not raw or (raw.isdigit() and int(raw) >= 1) else f"must be an integer >= 1, got {raw!r}"
+
+
 def worker_count(jobs: int) -> int:
     """Workers for ``jobs`` jobs: ``LLMPLAN_WORKERS`` if set (an integer >= 1), else the CPUs
     available up to :data:`DEFAULT_MAX_WORKERS`; never more than the jobs; 1 where forking a
     pool is not possible (no ``fork`` start method, or this is a daemonic process)."""
     raw = os.environ.get(WORKERS_ENV, "").strip()
     if raw:
-        if not raw.isdigit() or int(raw) < 1:
-            from llmplan.errors import UserError
-
-            raise UserError(f"must be an integer >= 1, got {raw!r}", key=WORKERS_ENV, fix="e.g. LLMPLAN_WORKERS=2")
+        why = workers_env_error()
+        if why:
+            raise ValueError(f"{WORKERS_ENV} {why}")  # the commands refuse it first (exit 2, llmplan.cli.main)
         n = int(raw)
     else:
         n = min(available_cpus(), DEFAULT_MAX_WORKERS)
@@ -90,3 +99,34 @@ def map_jobs(jobs: Sequence[Callable[[], Any]], on_result: Callable[[int, int], 
     finally:
         _JOBS = None
     return out
+
+
+def can_fork_beside() -> bool:
+    """Whether :func:`beside` would run its job on a worker (else it runs nothing)."""
+    return _JOBS is None and worker_count(2) >= 2
+
+
+@contextmanager
+def beside(job: Callable[[], Any]) -> Iterator[Callable[[], Any] | None]:
+    """Start ``job`` on one forked worker while this process goes on (speculative work this
+    process may need next). Yields ``result()``, which waits for the job's result (a job that
+    raised there is run again here), or None when no worker can be started
+    (:func:`can_fork_beside`). Leaving the block stops a job whose result was not taken."""
+    global _JOBS
+    if not can_fork_beside():
+        yield None
+        return
+    _JOBS = [job]
+    pool = mp.get_context("fork").Pool(1)
+    try:
+        pending = pool.apply_async(_run_job, (0,))
+
+        def result() -> Any:
+            ok, value = pending.get()
+            return value if ok else job()
+
+        yield result
+    finally:
+        pool.terminate()
+        pool.join()
+        _JOBS = None
