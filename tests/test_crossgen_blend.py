@@ -130,3 +130,31 @@ def test_member_residual_capped_at_a_factor_of_two():
     np.testing.assert_allclose(_frame(gm), _frame(m) * math.exp(RESIDUAL_CAP), rtol=1e-12)
     ms, _ = gm.predict_one(scalar_phys("gemm", GPU, "bf16", SHAPES.iloc[3].to_dict()))
     assert ms == pytest.approx(_frame(m)[3] * math.exp(RESIDUAL_CAP), rel=1e-9)
+
+
+def test_pooled_model_moves_the_members_mean_by_at_most_the_cap():
+    """The pooled GEMM model pulls the members' log mean toward it with weight ``pooled_weight``,
+    by at most POOLED_CAP in log space: a pooled model 3x slower than the members moves the
+    answer by exactly the cap times the weight; one within the cap by weight x difference."""
+    from llmplan.sim.kernel_calibration.crossgen_blend import POOLED_CAP
+
+    m = _member(4.0, 0.8, False)
+    base = np.log(_frame(m) * 1e3)
+
+    class Shifted:
+        def __init__(self, d: float):
+            self.d = d
+
+        def log_us_frame(self, phys: F.Phys) -> np.ndarray:
+            return np.log(GroupModel(m.base).predict_frame(phys) * 1e3) + self.d
+
+        def log_us_one(self, phys: F.Phys) -> float:
+            return math.log(GroupModel(m.base).predict_one(phys)[0] * 1e3) + self.d
+
+    pooled = GroupModel(m.base, None, 10)
+    for d, pw in ((math.log(3.0), 0.5), (-math.log(3.0), 0.5), (POOLED_CAP / 3, 0.5), (math.log(3.0), 1.0)):
+        gm = BlendGroupModel.of(pooled, [(m, 1.0)], False, Shifted(d), pw)
+        want = base + pw * float(np.clip(d, -POOLED_CAP, POOLED_CAP))
+        np.testing.assert_allclose(np.log(_frame(gm) * 1e3), want, rtol=1e-12)
+        ms, _ = gm.predict_one(scalar_phys("gemm", GPU, "bf16", SHAPES.iloc[2].to_dict()))
+        assert math.log(ms * 1e3) == pytest.approx(want[2], rel=1e-9)
