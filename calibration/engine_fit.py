@@ -114,7 +114,8 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: bumped whenever the simulated coefficients change meaning (invalidates --bases-cache files);
 #: 5: TensorRT-LLM overlap scheduler (sim/trtllm_scheduling.py) changes the replayed steps
 #: 6: SGLang generator rows capture every decode batch up to N (calibration/sglang_launch.py)
-BASIS_VERSION = 6
+#: 7: vLLM gpt-oss sweep rows capture graphs up to 2,048 tokens (calibration/vllm_launch.py)
+BASIS_VERSION = 7
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per

@@ -71,6 +71,7 @@ import pandas as pd
 from llmplan.calibration.benchmark_clients import length_bounds, length_range_ratio
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
+from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
@@ -142,6 +143,8 @@ class ServingCase:
     mixed_chunk: bool = False  # SGLang launched with --enable-mixed-chunk (calibration.sglang_launch)
     # SGLang launched with --cuda-graph-bs 1..max_batch_size (calibration.sglang_launch)
     graph_every_batch: bool = False
+    # vLLM launched with max_cudagraph_capture_size (calibration.vllm_launch); 0 = vLLM's default
+    graph_capture_tokens: int = 0
 
     @property
     def dense(self) -> bool:
@@ -453,7 +456,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
                        str(row.get("model_path")), mode, Deployment(model, gpu, par, prec, engine), conc, isl, osl,
                        ttft, tpot, _text(row.get("backend_version")), deployment_key(row),
                        length_range_ratio(row, isl, osl), backend == "sglang" and generator_mixed_chunk(row),
-                       backend == "sglang" and generator_cuda_graph_every_batch(row))
+                       backend == "sglang" and generator_cuda_graph_every_batch(row),
+                       vllm_max_capture_tokens(row, isl, osl))
     return RowMapping(index, case, SIMULATED)
 
 
@@ -613,6 +617,8 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
     step, _ = build(case.dep, calibration, case.isl + case.osl, kernels=km)
     if case.graph_every_batch:  # --cuda-graph-bs 1..max_batch_size (= max_num_seqs)
         step.capture_every_batch(case.dep.engine.max_num_seqs)
+    elif case.graph_capture_tokens:  # vLLM --max-cudagraph-capture-size (calibration.vllm_launch)
+        step.capture_up_to(case.graph_capture_tokens)
     return step
 
 

@@ -79,9 +79,10 @@ def sglang_graph_max_bs(device_bytes: int, tp: int, pp: int = 1) -> int:
 def capture_sizes(engine: str, max_num_seqs: int, graph_max_bs: int | None = None) -> tuple[int, ...]:
     """Batch sizes (tokens) the engine captures by default; () = no padding. ``graph_max_bs``:
     SGLang's largest captured batch on the GPU (:func:`sglang_graph_max_bs`; default
-    :data:`SGLANG_MAX_BS`)."""
+    :data:`SGLANG_MAX_BS`); for vLLM a launch's ``max_cudagraph_capture_size`` (None: the default
+    ``min(2 x max_num_seqs, 512)``)."""
     if engine == "vllm":
-        top = min(2 * max(1, max_num_seqs), VLLM_MAX_CAPTURE)
+        top = int(graph_max_bs) if graph_max_bs else min(2 * max(1, max_num_seqs), VLLM_MAX_CAPTURE)
         sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
         return tuple(s for s in sizes if s <= top)
     if engine == "sglang":
@@ -117,5 +118,5 @@ def eager_step(engine: str, max_num_seqs: int, tokens: int, decode_only: bool,
     if engine == "sglang":
         return not decode_only or tokens > (graph_max_bs or SGLANG_MAX_BS)
     if engine == "vllm":
-        return tokens > capture_sizes(engine, max_num_seqs)[-1]
+        return tokens > capture_sizes(engine, max_num_seqs, graph_max_bs)[-1]
     return False

@@ -1,0 +1,53 @@
+"""vLLM server flags of the measured runs that differ from vLLM's defaults.
+
+**gpt-oss on Hopper captures CUDA graphs up to 2,048 tokens.** vLLM's recipe for gpt-oss on
+Hopper sets ``max-cudagraph-capture-size: 2048`` (with ``max-num-batched-tokens: 8192`` and
+``no-enable-prefix-caching``; vLLM recipes, OpenAI/GPT-OSS.md, "GPT-OSS_Hopper.yaml",
+https://docs.vllm.ai/projects/recipes/en/latest/OpenAI/GPT-OSS.html), and the InferenceX launch
+scripts that produced the gpt-oss-120b sweep rows write the same into their ``config.yaml``
+(SemiAnalysisAI/InferenceX ``benchmarks/single_node/gptoss_fp4_h100.sh`` and
+``gptoss_fp4_h200.sh``, read at 626932a1 of 2026-03-27, the v0.18.0 image update, and at 34bc7c40;
+``--max-num-seqs $CONC``). vLLM captures piecewise graphs (attention outside) for every step of up
+to ``max_cudagraph_capture_size`` tokens (``CompilationConfig.cudagraph_capture_sizes``:
+``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``; by default ``max = min(2 x max_num_seqs,
+512)``, https://github.com/vllm-project/vllm/blob/v0.11.0/vllm/config/compilation.py): so a step
+carrying one 1,024-token prompt replays a graph in these runs, where vLLM's default at
+``max_num_seqs = 4`` (captures up to 8 tokens) runs it eagerly. The replay used the default and
+charged every such step the eager launch term (``sim/engine_terms.py``): 23.1 of the 36.3 ms of a
+one-prompt step at TP 8 (docs/ACCURACY.md, "vLLM and SGLang TTFT (2026-11-24, session 6)").
+
+Which rows: the sweep rows of the database dump (InferenceMAX/InferenceX client,
+:func:`calibration.benchmark_clients.length_range_ratio` < 1) of ``openai/gpt-oss-*`` served by vLLM
+on H100/H200. The same scripts set ``VLLM_MXFP4_USE_MARLIN=1``; no table times vLLM's Marlin MXFP4
+MoE at gpt-oss's shape, so the experts keep the measured triton MXFP4 tables (not modelled).
+Other InferenceX vLLM launches of these rows leave the capture size at vLLM's default (Kimi-K2.5
+``kimik2.5_int4_h200.sh``; MiniMax-M2.5 ``minimaxm2.5_fp8_h100.sh`` passes
+``--max-num-seqs 256`` with ``cudagraph_mode PIECEWISE``, whose steps of 2N-512 tokens are not
+modelled either).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from llmplan.calibration.benchmark_clients import length_range_ratio
+
+#: ``max-cudagraph-capture-size`` of vLLM's gpt-oss Hopper recipe and of InferenceX's gpt-oss launches
+GPTOSS_HOPPER_MAX_CAPTURE = 2048
+#: GPUs the recipe's Hopper configuration covers (llmplan catalog keys)
+HOPPER = frozenset({"h100_sxm", "h200_sxm"})
+
+
+def max_capture_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
+    """vLLM's ``max_cudagraph_capture_size`` of the launch that produced the row, where it is not
+    vLLM's default; 0 = the default (``min(2 x max_num_seqs, 512)``)."""
+    if str(row.get("backend") or "").strip().lower() != "vllm":
+        return 0
+    model = str(row.get("model_path") or "").strip().lower()
+    if not model.startswith("openai/gpt-oss-"):
+        return 0
+    if str(row.get("system") or "").strip().lower() not in HOPPER:
+        return 0
+    if length_range_ratio(row, isl, osl) >= 1.0:   # not a sweep row of the InferenceX client
+        return 0
+    return GPTOSS_HOPPER_MAX_CAPTURE
