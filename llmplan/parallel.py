@@ -12,17 +12,20 @@ function of its inputs (a simulation seeded by its own spec and seed is), and ev
 is placed by its index.
 
 Sequential in this process (the same code path as before) when one worker is asked or
-available, when ``fork`` is not a start method of the platform, or inside a daemonic process
-(a multiprocessing worker cannot start its own). A job that raises in a worker is run again
+available, when ``fork`` is not a start method of the platform, inside a daemonic process
+(a multiprocessing worker cannot start its own), or where Ray is loaded (a sweep's Ray
+workers, whose runtime threads a fork would copy mid-flight). A job that raises in a worker is run again
 here, so the caller sees the exception it would have seen sequentially (a ``UserError`` with
 its key and fix, not a pickled copy). ``LLMPLAN_WORKERS=N`` sets the number of workers
-(``1``: sequential).
+(``1``: sequential); unset, only cores no other process is using get a worker
+(:func:`busy_elsewhere`), so a machine other jobs fill runs everything in this process.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -43,6 +46,22 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def busy_elsewhere(samples: int = 3, path: str = "/proc/loadavg") -> int:
+    """CPUs other processes keep busy right now: the runnable threads the kernel counts
+    (``/proc/loadavg``'s fourth field, this process included), less this one; the least of a few
+    reads. 0 where it cannot be read. Workers go only to idle cores: on a machine other jobs fill,
+    forking would slow everyone down (the results are the same either way)."""
+    least = None
+    for _ in range(samples):
+        try:
+            with open(path) as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+        least = running if least is None else min(least, running)
+    return max(0, (least or 1) - 1)
+
+
 def workers_env_error() -> str | None:
     """What is wrong with ``LLMPLAN_WORKERS`` (unset is fine), or None."""
     raw = os.environ.get(WORKERS_ENV, "").strip()
@@ -51,8 +70,9 @@ def workers_env_error() -> str | None:
 
 def worker_count(jobs: int) -> int:
     """Workers for ``jobs`` jobs: ``LLMPLAN_WORKERS`` if set (an integer >= 1), else the CPUs
-    available up to :data:`DEFAULT_MAX_WORKERS`; never more than the jobs; 1 where forking a
-    pool is not possible (no ``fork`` start method, or this is a daemonic process)."""
+    available that no other process keeps busy (:func:`busy_elsewhere`), up to
+    :data:`DEFAULT_MAX_WORKERS`; never more than the jobs; 1 where forking a pool is not
+    possible or wise (no ``fork`` start method, a daemonic process, Ray loaded)."""
     raw = os.environ.get(WORKERS_ENV, "").strip()
     if raw:
         why = workers_env_error()
@@ -60,9 +80,9 @@ def worker_count(jobs: int) -> int:
             raise ValueError(f"{WORKERS_ENV} {why}")  # the commands refuse it first (exit 2, llmplan.cli.main)
         n = int(raw)
     else:
-        n = min(available_cpus(), DEFAULT_MAX_WORKERS)
-    if "fork" not in mp.get_all_start_methods() or mp.current_process().daemon:
-        return 1
+        n = min(available_cpus() - busy_elsewhere(), DEFAULT_MAX_WORKERS)
+    if "fork" not in mp.get_all_start_methods() or mp.current_process().daemon or "ray" in sys.modules:
+        return 1  # a Ray worker (hydra/launcher=ray_local sweeps) is not forked: its runtime holds threads
     return max(1, min(n, jobs))
 
 

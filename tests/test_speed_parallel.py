@@ -129,3 +129,28 @@ def test_the_commands_refuse_a_bad_worker_count(monkeypatch, capsys):
     assert main(["plan", "--help"]) == 2
     err = capsys.readouterr().err
     assert parallel.WORKERS_ENV in err and "integer >= 1" in err and "Traceback" not in err
+
+
+def test_no_workers_where_ray_is_loaded(monkeypatch):
+    import sys
+    import types
+
+    monkeypatch.setenv(parallel.WORKERS_ENV, "2")
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    assert parallel.worker_count(8) == 1 and not parallel.can_fork_beside()
+    with parallel.beside(lambda: 1) as later:
+        assert later is None
+
+
+def test_busy_cores_are_read_from_the_runnable_count(tmp_path, monkeypatch):
+    f = tmp_path / "loadavg"
+    f.write_text("4.10 3.00 2.00 3/200 1234\n")  # 3 runnable: this process and 2 others
+    assert parallel.busy_elsewhere(path=str(f)) == 2
+    f.write_text("0.10 0.10 0.10 1/200 1234\n")
+    assert parallel.busy_elsewhere(path=str(f)) == 0
+    assert parallel.busy_elsewhere(path=str(tmp_path / "missing")) == 0
+    monkeypatch.delenv(parallel.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(parallel, "busy_elsewhere", lambda: parallel.available_cpus())  # every core taken
+    assert parallel.worker_count(8) == 1 and not parallel.can_fork_beside()
+    monkeypatch.setenv(parallel.WORKERS_ENV, "2")  # asked for: the load is not consulted
+    assert parallel.worker_count(8) == (2 if FORK else 1)
