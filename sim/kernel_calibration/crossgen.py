@@ -177,8 +177,10 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         extra = None
         if family == "gemm" and GEMM_POOLED_WEIGHT > 0 and len(set(src.values())) == 1:
             extra = crossgen_gemm.member_for(sorted(src), next(iter(src.values())), key)
+        # fp8-KV fallbacks of members on other silicon do not transfer (crossgen_kv_guard)
+        guarded = tuple(m for g, m in pairs if target is not None and not same_compute(cal.gpus[g], target))
         groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual, extra, GEMM_POOLED_WEIGHT,
-                                         share, family)
+                                         share, family, guarded, target)
     return PoolFamilyModel(family, groups)
 
 

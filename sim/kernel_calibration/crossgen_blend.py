@@ -24,10 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from llmplan.sim.kernel_calibration import crossgen_kv_guard as KV
 from llmplan.sim.kernel_calibration import crossgen_prior as P
 from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration.family_model import GroupModel
 from llmplan.sim.kernel_calibration.gbt import GBTModel
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import predict_us, predict_us_scalar
 
 #: members whose weight is below this share are dropped (renormalised): speed only (a
@@ -67,12 +69,18 @@ class BlendGroupModel(GroupModel):
     prior_share: float = 0.0
     family: str = ""
     dropped: tuple[tuple[GroupModel, bool], ...] = field(default=())
+    #: members whose fp8-KV answers are bounded by their 16-bit-KV ones (:mod:`crossgen_kv_guard`),
+    #: and the target's figures that rebuild a query's 16-bit-KV terms
+    guarded: tuple[GroupModel, ...] = field(default=())
+    target: GPUFeatures | None = None
 
     @staticmethod
     def of(base_model: GroupModel, members: list[tuple[GroupModel, float]], residual: bool,
            pooled: Any = None, pooled_weight: float = 0.0, prior_share: float = 0.0,
-           family: str = "") -> "BlendGroupModel":
-        """``prior_share`` under MIN_WEIGHT counts as none (speed, as for members)."""
+           family: str = "", guarded: tuple[GroupModel, ...] = (),
+           target: GPUFeatures | None = None) -> "BlendGroupModel":
+        """``prior_share`` under MIN_WEIGHT counts as none (speed, as for members); ``guarded``
+        applies only to :data:`crossgen_kv_guard.KV_GUARD_FAMILIES` with a ``target``."""
         keep = [(m, w) for m, w in members if w >= MIN_WEIGHT] or list(members)
         total = sum(w for _, w in keep)
         use_r = lambda m: bool(residual and m.gbt is not None and m.gbt.n_trees)  # noqa: E731
@@ -81,17 +89,30 @@ class BlendGroupModel(GroupModel):
         share = float(prior_share) if prior_share >= MIN_WEIGHT and family in P.ROOFLINE else 0.0
         kept = {id(m) for m, _ in keep}
         dropped = tuple((m, use_r(m)) for m, _ in members if id(m) not in kept) if share else ()
+        guard = tuple(guarded) if family in KV.KV_GUARD_FAMILIES and target is not None else ()
         return BlendGroupModel(base_model.base, None, base_model.rows, base_model.ranges, mem,
-                               pooled if pw > 0 else None, pw, share, family, dropped)
+                               pooled if pw > 0 else None, pw, share, family, dropped, guard, target)
+
+    def _is_guarded(self, m: GroupModel) -> bool:
+        return any(m is g for g in self.guarded)
 
     def predict_frame(self, phys: F.Phys, gbt: GBTModel | None = None, use: np.ndarray | None = None) -> np.ndarray:
         """Latency in ms for every row (``gbt``/``use`` are ignored: members use their own)."""
         need_x = any(r for _, _, r in self.members) or any(r for _, r in self.dropped)
         x = F.feature_matrix(phys) if need_x else None
+        kv_rows = KV.fp8_kv_rows(phys) if self.guarded else None
+        phys16 = KV.bf16_kv_phys(phys, self.target) if kv_rows is not None and kv_rows.any() else None
+        x16 = F.feature_matrix(phys16) if phys16 is not None and need_x else None
+
+        def log_us(m: GroupModel, r: bool, ph: F.Phys, xx: np.ndarray | None) -> np.ndarray:
+            lt = np.log(predict_us(m.base, ph))
+            return lt + np.clip(m.gbt.predict(xx), -RESIDUAL_CAP, RESIDUAL_CAP) if r else lt
 
         def member_log(m: GroupModel, r: bool) -> np.ndarray:
-            lt = np.log(predict_us(m.base, phys))
-            return lt + np.clip(m.gbt.predict(x), -RESIDUAL_CAP, RESIDUAL_CAP) if r else lt
+            lt = log_us(m, r, phys, x)
+            if phys16 is not None and self._is_guarded(m):
+                lt = np.where(kv_rows, np.minimum(lt, log_us(m, r, phys16, x16)), lt)
+            return lt
 
         logs = [member_log(m, r) for m, _, r in self.members]
         log_t = sum(w * lt for (_, w, _), lt in zip(self.members, logs))
@@ -108,11 +129,19 @@ class BlendGroupModel(GroupModel):
     def predict_one(self, phys: F.Phys, gbt: GBTModel | None = None) -> tuple[float, str]:
         """(latency ms, dominant bound of the heaviest member) for one shape."""
         x = np.array(phys.x, dtype=np.float64)
+        phys16 = KV.bf16_kv_phys(phys, self.target) if self.guarded and KV.fp8_kv_rows(phys) else None
+
+        def log_us(m: GroupModel, r: bool, ph: F.Phys) -> tuple[float, str]:
+            t, b = predict_us_scalar(m.base, ph.t_c, ph.t_m, ph.q, ph.ws_l2, ph.t_l2, ph.waves)
+            xx = x if ph is phys else np.array(ph.x, dtype=np.float64)
+            return (math.log(t) + min(max(m.gbt.predict_one(xx), -RESIDUAL_CAP), RESIDUAL_CAP) if r
+                    else math.log(t)), b
 
         def member_log(m: GroupModel, r: bool) -> tuple[float, str]:
-            t, b = predict_us_scalar(m.base, phys.t_c, phys.t_m, phys.q, phys.ws_l2, phys.t_l2, phys.waves)
-            lt = math.log(t)
-            return (lt + min(max(m.gbt.predict_one(x), -RESIDUAL_CAP), RESIDUAL_CAP) if r else lt), b
+            lt, b = log_us(m, r, phys)
+            if phys16 is not None and self._is_guarded(m):
+                lt = min(lt, log_us(m, r, phys16)[0])
+            return lt, b
 
         log_t, bound, best, logs = 0.0, "latency", -1.0, []
         for m, w, r in self.members:
