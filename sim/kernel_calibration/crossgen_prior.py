@@ -11,15 +11,18 @@ from A100.
 
 Kernel regression with a prior mean fixes this the usual way: the prior counts as one more
 member at a fixed similarity :data:`PRIOR_SIMILARITY` (a GPU at distance
-``s * sqrt(-ln PRIOR_SIMILARITY)`` from every target), so its share is
+``s * sqrt(-ln PRIOR_SIMILARITY)`` = 1.4 from every target, s = 0.6), so its share is
 ``PRIOR_SIMILARITY / (PRIOR_SIMILARITY + sum of the members' unnormalised similarities)``:
-about 0.4% for H100 with H200 in the pool, 2% for L40S / RTX PRO 6000, 12-30% for A100, B200
-and H100/H200 without their twin, ~100% for the B60. The prior itself is the geometric mean
-of the equal-weight pool (every member of the group, similarity ignored) and the
-specification roofline (sim.kernels constants, evaluated on the same physical terms).
+0.6% for H100 with H200 in the pool and 0.4% for GB200/B300 (under the 1% member cut: none),
+3% for L40S / RTX PRO 6000 / MI300X, 12% for A100, 20-29% for H100/H200 without their twin,
+32% for B200, 100% for the Arc Pro B60 (no measured GPU of its vendor). The prior itself is a
+geometric mean of the specification roofline (share :data:`PRIOR_ROOFLINE_SHARE`; sim.kernels
+constants, evaluated on the same physical terms) and the equal-weight pool (every member of
+the group, similarity ignored).
 
-:data:`PRIOR_SIMILARITY` was chosen leave-one-GPU-out on the six GPUs other than B200
-(docs/ACCURACY.md, "Cross-gen tier"); B200's cells were scored only after.
+Both constants were chosen leave-one-GPU-out on the six GPUs other than B200, with the H100/H200
+rows scored with and without their twin (docs/ACCURACY.md, "Cross-gen tier"); B200's cells were
+scored only after.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from llmplan.sim.kernels import (ATTN_DECODE_ETA_MEM, ATTN_PREFILL_ETA, GDN_CONT
                                  LAUNCH_FLOOR_US, MEM_ETA, MOE_ETA_COMPUTE)
 
 #: unnormalised similarity the prior counts with (0: no prior)
-PRIOR_SIMILARITY = 0.003
+PRIOR_SIMILARITY = 0.004
 #: share of the specification roofline inside the prior (the rest: the equal-weight pool)
-PRIOR_ROOFLINE_SHARE = 0.5
+PRIOR_ROOFLINE_SHARE = 0.3
 
 #: family -> (compute efficiency, memory efficiency, floor us, floor kind) of the
 #: specification roofline (sim.kernels.RooflineKernelModel's constants for that family);
