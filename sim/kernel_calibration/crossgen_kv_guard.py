@@ -11,7 +11,9 @@ its fp8-KV and its 16-bit-KV prediction (the same fitted model: kv dtype is one 
 features), except for a member with the target's own compute silicon
 (:func:`llmplan.sim.kernel_calibration.crossgen.same_compute`), whose kernels the target runs.
 Leave-one-GPU-out on the six GPUs other than B200 it changes MLA decode by at most 0.4 points
-(L40S 28.0 -> 27.6%); B200 60.4 -> 25% (docs/ACCURACY.md, "Cross-gen tier").
+(L40S 28.0 -> 27.6%); B200's MLA decode went 60.4 -> 25.3% with it (prior of the time), 89.8%
+before this session's guards, 29.3% with all of them (roofline 48.0%; docs/ACCURACY.md,
+"Cross-gen tier").
 
 Only MLA decode: for GEMM, MoE and MLA absorb matmuls the 16-bit kernels are separate fitted
 groups, and timing an 8-bit query with the 16-bit group (its peak and bytes outside that
