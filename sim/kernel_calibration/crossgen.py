@@ -8,7 +8,10 @@ group therefore pools the measured GPUs' models: each is evaluated with the targ
 peak, bandwidth, SM count, L2 size and shape features, and their predictions are combined
 by a geometric mean weighted by how similar each GPU's figures are to the target's
 (:class:`llmplan.sim.kernel_calibration.crossgen_blend.BlendGroupModel`). No measurement
-of the target is used.
+of the target is used. Guards: a target far from every measured GPU reverts toward a prior
+(:mod:`crossgen_prior`), members' fp8-KV MLA decode fallbacks do not transfer to other silicon
+(:mod:`crossgen_kv_guard`), and dtype groups only one GPU measured are answered by another
+group of the pool (:data:`POOL_GROUP_FALLBACK`).
 """
 
 from __future__ import annotations
