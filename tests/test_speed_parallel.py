@@ -154,3 +154,18 @@ def test_busy_cores_are_read_from_the_runnable_count(tmp_path, monkeypatch):
     assert parallel.worker_count(8) == 1 and not parallel.can_fork_beside()
     monkeypatch.setenv(parallel.WORKERS_ENV, "2")  # asked for: the load is not consulted
     assert parallel.worker_count(8) == (2 if FORK else 1)
+
+
+def test_whatif_plans_side_by_side_write_the_same_file(tmp_path, monkeypatch):
+    from llmplan.cli.hydra_app import compose
+    from llmplan.cli.whatif_cmd import run_whatif
+
+    overrides = ["model=llama3_1_8b", "gpu=h100_sxm", "search.finalists=0",
+                 "whatif.gpu_scale={h100_sxm: {hbm_bw_gbps: 2.0}}"]
+    texts = []
+    for workers in ("1", "2"):
+        monkeypatch.setenv(parallel.WORKERS_ENV, workers)
+        run_whatif(compose("whatif", overrides), tmp_path / workers)
+        texts.append((tmp_path / workers / "whatif.json").read_text())
+    assert texts[0] == texts[1]
+    assert '"baseline"' in texts[0] and '"whatif"' in texts[0]
