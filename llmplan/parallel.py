@@ -12,7 +12,7 @@ function of its inputs (a simulation seeded by its own spec and seed is), and ev
 is placed by its index.
 
 Sequential in this process (the same code path as before) when one worker is asked or
-available, when ``fork`` is not a start method of the platform, inside a daemonic process
+available, off Linux (``fork`` is the start method used), inside a daemonic process
 (a multiprocessing worker cannot start its own), or where Ray is loaded (a sweep's Ray
 workers, whose runtime threads a fork would copy mid-flight). A job that raises in a worker is run again
 here, so the caller sees the exception it would have seen sequentially (a ``UserError`` with
@@ -72,7 +72,7 @@ def worker_count(jobs: int) -> int:
     """Workers for ``jobs`` jobs: ``LLMPLAN_WORKERS`` if set (an integer >= 1), else the CPUs
     available that no other process keeps busy (:func:`busy_elsewhere`), up to
     :data:`DEFAULT_MAX_WORKERS`; never more than the jobs; 1 where forking a pool is not
-    possible or wise (no ``fork`` start method, a daemonic process, Ray loaded)."""
+    possible or wise (:func:`fork_allowed`)."""
     raw = os.environ.get(WORKERS_ENV, "").strip()
     if raw:
         why = workers_env_error()
@@ -81,9 +81,14 @@ def worker_count(jobs: int) -> int:
         n = int(raw)
     else:
         n = min(available_cpus() - busy_elsewhere(), DEFAULT_MAX_WORKERS)
-    if "fork" not in mp.get_all_start_methods() or mp.current_process().daemon or "ray" in sys.modules:
-        return 1  # a Ray worker (hydra/launcher=ray_local sweeps) is not forked: its runtime holds threads
-    return max(1, min(n, jobs))
+    return max(1, min(n, jobs)) if fork_allowed() else 1
+
+
+def fork_allowed() -> bool:
+    """Whether this process may fork workers: on Linux (``fork`` is the start method only Linux
+    makes safe for a process with numpy and rich loaded), not a daemonic process (a pool's worker),
+    and Ray not loaded (a sweep's Ray worker: its runtime holds threads a fork would copy)."""
+    return sys.platform.startswith("linux") and not mp.current_process().daemon and "ray" not in sys.modules
 
 
 def _run_job(i: int) -> tuple[bool, Any]:
@@ -101,7 +106,7 @@ def map_jobs(jobs: Sequence[Callable[[], Any]], on_result: Callable[[int, int], 
     ``workers``: override :func:`worker_count`."""
     global _JOBS
     jobs = list(jobs)
-    n = worker_count(len(jobs)) if workers is None else max(1, min(int(workers), len(jobs)))
+    n = worker_count(len(jobs)) if workers is None else max(1, min(int(workers), len(jobs))) * fork_allowed()
     out: list[Any] = []
     if n <= 1 or _JOBS is not None:  # sequential (also a map started from inside a job)
         for i, job in enumerate(jobs):

@@ -2,6 +2,7 @@
 one after the other, whatever the number of workers."""
 
 import os
+import sys
 
 import pytest
 
@@ -15,7 +16,7 @@ from llmplan.sim.serving import estimate_capacity_rps
 from llmplan.sim.testing_costs import make_replica
 from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
-FORK = "fork" in __import__("multiprocessing").get_all_start_methods()
+FORK = sys.platform.startswith("linux")
 
 
 def _square(x: int) -> tuple[int, int]:
@@ -132,7 +133,6 @@ def test_the_commands_refuse_a_bad_worker_count(monkeypatch, capsys):
 
 
 def test_no_workers_where_ray_is_loaded(monkeypatch):
-    import sys
     import types
 
     monkeypatch.setenv(parallel.WORKERS_ENV, "2")

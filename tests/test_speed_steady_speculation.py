@@ -2,6 +2,7 @@
 speculate_next) keeps the attempt, window, verdict and every latency of the one-after-the-other run."""
 
 import json
+import sys
 
 import pytest
 
@@ -12,7 +13,7 @@ from llmplan.sim.testing_costs import make_replica
 from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
 REP = make_replica()
-FORK = "fork" in __import__("multiprocessing").get_all_start_methods()
+FORK = sys.platform.startswith("linux")
 
 
 def _run(monkeypatch, workers: str, out_tokens: int, load: float, reps: int = 1):
