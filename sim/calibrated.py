@@ -56,6 +56,7 @@ from llmplan.sim.kernel_calibration.features import MOE_GATED_MATRICES, MOE_PLAI
 from llmplan.sim.kernel_calibration.family_model import scalar_phys
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
 from llmplan.sim.kernel_calibration.tiers import choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
+from llmplan.sim.trtllm_fp8_inputs import quantize_ms
 
 DEFAULT_MOE_SKEW = 1.01   # routing imbalance assumed for MoE (power-law exponent; 0 = balanced)
 _CACHE_SIZE = 1 << 16
@@ -203,6 +204,17 @@ class CalibratedKernelModel:
             if blk is not None and blk.latency_ms < kt.latency_ms:
                 kt = blk
         return kt if kt is not None else self._roof.gemm(m, n, k, roofline_dtype(self.gpu, dtype))
+
+    def gemm_prequantized(self, m: int, n: int, k: int) -> KernelTime:
+        """A per-tensor fp8 GEMM whose input is already fp8 (sim/trtllm_fp8_inputs.py): the engine's
+        measured fp8 figure, which holds the dynamic quantization of a bf16 input, less the measured
+        quantization kernels; the plain fp8 answer where either is missing."""
+        shape = {"m": int(m), "n": int(n), "k": int(k)}
+        kt = self._predict("gemm", "fp8", {**shape, "dtype": "fp8"}, shape) if min(shape.values()) > 0 else None
+        q = quantize_ms(self.gpu.key, int(m), int(k)) if self.backend == "trtllm" else None
+        if kt is None or q is None:
+            return self.gemm(m, n, k, "fp8")
+        return KernelTime(max(kt.latency_ms - q, 0.0), kt.flops, kt.bytes, kt.bound, kt.tier, kt.extrapolated, kt.table)
 
     def attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, num_kv_heads: int,
                           head_dim: int, kv_dtype: str, window: int = 0) -> KernelTime:

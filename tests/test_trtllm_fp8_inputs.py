@@ -1,0 +1,124 @@
+"""TensorRT-LLM Llama qkv / gate_up GEMMs on fp8 inputs from the fused all-reduce (sim/trtllm_fp8_inputs.py,
+calibration/trtllm_quant_table.py, CalibratedKernelModel.gemm_prequantized)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from llmplan.calibration import trtllm_quant_table as qt
+from llmplan.calibration.serving_rows import engine_profiles
+from llmplan.errors import EXIT_USER_ERROR, UserError
+from llmplan.hardware_catalog.loader import get_gpu
+from llmplan.model_catalog.loader import load_model
+from llmplan.sim.calibrated import CalibratedKernelModel
+from llmplan.sim.deployment import Deployment, build
+from llmplan.sim.trtllm_fp8_inputs import QUANT_FILE, inputs_prequantized, quantize_ms
+from llmplan.sim.types import Parallelism, Precision, StepShape
+
+L70 = "meta-llama/Llama-3.1-70B"
+
+
+def test_conditions_follow_the_fused_allreduce():
+    l70, l8, q = load_model(L70), load_model("meta-llama/Llama-3.1-8B-Instruct"), load_model("Qwen/Qwen3-235B-A22B-FP8")
+    assert inputs_prequantized("trtllm", l70, Parallelism(tp=8), "fp8")
+    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=1), "fp8")          # no all-reduce, plain norms
+    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=8, dp=2), "fp8")    # no pre-MLP fusion with attention DP
+    assert not inputs_prequantized("trtllm", l8, Parallelism(tp=8), "fp8")           # hidden 4096: fusion off
+    assert not inputs_prequantized("vllm", l70, Parallelism(tp=8), "fp8")
+    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=8), "fp8_block")    # only the per-tensor fusion
+    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=8), "bf16")
+    assert not inputs_prequantized("trtllm", q, Parallelism(tp=8, ep=8), "fp8")      # Qwen3-MoE: RESIDUAL_RMS_NORM only
+
+
+def test_quantize_ms_reads_the_grid_and_interpolates_in_log_m(tmp_path):
+    p = tmp_path / "q.json"
+    p.write_text(json.dumps({"gpus": {"g": {"m": [1, 4, 16], "k": [1024, 8192], "ms": [[0.008, 0.009], [0.010, 0.012],
+                                                                                       [0.014, 0.020]]}}}))
+    assert quantize_ms("g", 4, 1024, p) == pytest.approx(0.010)
+    assert quantize_ms("g", 4, 6000, p) == pytest.approx(0.012)       # nearest measured k (in log k)
+    assert quantize_ms("g", 2, 1024, p) == pytest.approx(0.009)       # halfway in log m between 1 and 4
+    assert quantize_ms("g", 64, 8192, p) == pytest.approx(0.020)      # beyond the grid: the edge value
+    assert quantize_ms("other", 4, 1024, p) is None
+    assert quantize_ms("g", 0, 1024, p) is None
+
+
+def test_shipped_table_holds_the_measured_gpus():
+    doc = json.loads(QUANT_FILE.read_text())
+    assert {"h100_sxm", "h200_sxm"} <= set(doc["gpus"])
+    g = doc["gpus"]["h200_sxm"]
+    assert all(x > 0.0 for row in g["ms"] for x in row)
+    j = g["k"].index(8192)   # a whole 32k-token activation costs more to quantize than one token
+    assert g["ms"][-1][j] > g["ms"][0][j]
+
+
+def _raw_fp8(m: CalibratedKernelModel, rows: int, n: int, k: int) -> float:
+    shape = {"m": rows, "n": n, "k": k}
+    return m._predict("gemm", "fp8", {**shape, "dtype": "fp8"}, shape).latency_ms
+
+
+def test_gemm_prequantized_is_the_fp8_table_less_the_quantization():
+    gpu = get_gpu("h200_sxm")
+    trt, vllm = CalibratedKernelModel(gpu, "trtllm"), CalibratedKernelModel(gpu, "vllm")
+    for n, k in ((1280, 8192), (7168, 8192)):
+        got = trt.gemm_prequantized(4, n, k).latency_ms
+        assert got == pytest.approx(_raw_fp8(trt, 4, n, k) - quantize_ms("h200_sxm", 4, k))
+        assert 0.0 < got < trt.gemm(4, n, k, "fp8").latency_ms
+    # another engine's figure is left alone
+    assert vllm.gemm_prequantized(4, 1280, 8192).latency_ms == pytest.approx(vllm.gemm(4, 1280, 8192, "fp8").latency_ms)
+    # a GPU without the measured quantization tables keeps the plain answer
+    a100 = CalibratedKernelModel(get_gpu("a100_sxm"), "trtllm")
+    assert a100.gemm_prequantized(4, 1280, 8192).latency_ms == pytest.approx(a100.gemm(4, 1280, 8192, "fp8").latency_ms)
+
+
+def _ops(tp: int) -> dict:
+    dep = Deployment(load_model(L70), get_gpu("h200_sxm"), Parallelism(tp=tp), Precision("fp8", "fp8"),
+                     engine_profiles()["trtllm"])
+    return {o.name: o.latency_ms for o in build(dep, None, 4096)[0].breakdown(StepShape.build([], [2048] * 4)).ops}
+
+
+def test_llama70b_decode_step_uses_it_for_qkv_and_gate_up_only():
+    trt = CalibratedKernelModel(get_gpu("h200_sxm"), "trtllm")
+    m = load_model(L70)
+    ops, h = _ops(8), m.hidden_size
+    heads, kv, hd = m.num_attention_heads // 8, m.num_kv_heads // 8, m.head_dim
+    assert ops["qkv_proj"] == pytest.approx(trt.gemm_prequantized(4, (heads + 2 * kv) * hd, h).latency_ms * m.num_layers)
+    assert ops["mlp_up"] == pytest.approx(trt.gemm_prequantized(4, 2 * m.intermediate_size // 8, h).latency_ms * m.num_layers)
+    # o_proj and down_proj keep the plain fp8 answer
+    assert ops["o_proj"] == pytest.approx(trt.gemm(4, h, heads * hd, "fp8").latency_ms * m.num_layers)
+    assert ops["mlp_down"] == pytest.approx(trt.gemm(4, h, m.intermediate_size // 8, "fp8").latency_ms * m.num_layers)
+    # TP 1: no fusion, plain answers
+    tp1 = _ops(1)
+    assert tp1["qkv_proj"] == pytest.approx(trt.gemm(4, (m.num_attention_heads + 2 * m.num_kv_heads) * hd, h, "fp8").latency_ms
+                                            * m.num_layers)
+
+
+def _frame(backend: str, m: int, k: int, ms: float, dtype: str = "fp8") -> dict:
+    return {"backend": backend, "backend_version": "1.3.0rc20" if backend == "trtllm" else "0.24.0", "m": m, "k": k,
+            "quant_dtype": dtype, "latency_ms": ms}
+
+
+def test_quant_grid_sums_the_two_trtllm_tables_on_shared_points():
+    cs = pd.DataFrame([_frame("trtllm", 1, 1024, 0.007), _frame("trtllm", 4, 1024, 0.0072), _frame("vllm", 1, 1024, 9.0),
+                       _frame("trtllm", 8, 1024, 0.0075)])
+    sm = pd.DataFrame([_frame("trtllm", 1, 1024, 0.0013), _frame("trtllm", 4, 1024, 0.0014), _frame("vllm", 1, 1024, 9.0)])
+    g = qt.quant_grid(cs, sm)
+    assert g["m"] == [1, 4] and g["k"] == [1024]        # m = 8 has no scale_matrix row
+    assert g["ms"] == [[pytest.approx(0.0083)], [pytest.approx(0.0086)]]
+    assert g["backend_version"] == "1.3.0rc20"
+    with pytest.raises(UserError):
+        qt.quant_grid(cs, pd.DataFrame([_frame("vllm", 1, 1024, 1.0)]))
+
+
+def test_cli_writes_the_gpus_with_both_tables_and_refuses_none(tmp_path):
+    g = tmp_path / "meas" / "h200_sxm"
+    g.mkdir(parents=True)
+    pd.DataFrame([_frame("trtllm", 1, 1024, 0.007)]).to_csv(g / "computescale.csv.gz", index=False)
+    pd.DataFrame([_frame("trtllm", 1, 1024, 0.001)]).to_csv(g / "scale_matrix.csv.gz", index=False)
+    (tmp_path / "meas" / "a100_sxm").mkdir()
+    out = tmp_path / "q.json"
+    assert qt.main(["--measurements", str(tmp_path / "meas"), "--out", str(out)]) == 0
+    assert set(json.loads(out.read_text())["gpus"]) == {"h200_sxm"}
+    assert qt.main(["--measurements", str(tmp_path / "meas" / "a100_sxm"), "--out", str(out)]) == EXIT_USER_ERROR
