@@ -115,7 +115,9 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 5: TensorRT-LLM overlap scheduler (sim/trtllm_scheduling.py) changes the replayed steps
 #: 6: SGLang generator rows capture every decode batch up to N (calibration/sglang_launch.py)
 #: 7: vLLM gpt-oss sweep rows capture graphs up to 2,048 tokens (calibration/vllm_launch.py)
-BASIS_VERSION = 7
+#: 8: TensorRT-LLM Qwen3-MoE norms in the all-reduce (sim/trtllm_fusions.py) and Llama fp8 qkv /
+#:    gate_up on fp8 inputs (sim/trtllm_fp8_inputs.py) change the replayed steps
+BASIS_VERSION = 8
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per
