@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from llmplan.parallel import WORKERS_ENV, workers_env_error
 
-        if workers_env_error():  # worker processes of independent plans and simulations (llmplan/parallel.py)
-            raise UserError(workers_env_error(), key=WORKERS_ENV, fix="e.g. LLMPLAN_WORKERS=2 (1: one process)")
+        bad_workers = workers_env_error()  # worker processes of independent plans and simulations (llmplan/parallel.py)
+        if bad_workers:
+            raise UserError(bad_workers, key=WORKERS_ENV, fix="e.g. LLMPLAN_WORKERS=2 (1: one process)")
         code = func(rest)
     except UserError as exc:
         print(exc.render(), file=sys.stderr)
