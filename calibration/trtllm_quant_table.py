@@ -46,6 +46,9 @@ def quant_grid(computescale: pd.DataFrame, scale_matrix: pd.DataFrame) -> dict:
 
 
 def build(measurements: Path) -> dict:
+    if not measurements.is_dir():
+        raise UserError(f"measurement directory '{measurements}' does not exist", key="--measurements",
+                        fix="point at the measurements folder (one sub-folder per GPU)")
     out = {}
     for gpu in sorted(p for p in measurements.iterdir() if p.is_dir()):
         files = [gpu / f"{t}.csv.gz" for t in TABLES]

@@ -122,3 +122,4 @@ def test_cli_writes_the_gpus_with_both_tables_and_refuses_none(tmp_path):
     assert qt.main(["--measurements", str(tmp_path / "meas"), "--out", str(out)]) == 0
     assert set(json.loads(out.read_text())["gpus"]) == {"h200_sxm"}
     assert qt.main(["--measurements", str(tmp_path / "meas" / "a100_sxm"), "--out", str(out)]) == EXIT_USER_ERROR
+    assert qt.main(["--measurements", str(tmp_path / "missing"), "--out", str(out)]) == EXIT_USER_ERROR
