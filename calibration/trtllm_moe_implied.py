@@ -85,6 +85,18 @@ def select(pred: pd.DataFrame, model: str | None, backend: str | None, split: pd
     return p
 
 
+def _read_csv(path: str, key: str, columns: list[str], fix: str) -> pd.DataFrame:
+    """The CSV given by option ``key``, which must hold ``columns``."""
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}", key=key, fix=fix) from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise UserError(f"{path} has no column {', '.join(missing)}", key=key, fix=fix)
+    return df
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m llmplan.calibration.trtllm_moe_implied", description=__doc__.split("\n\n")[0])
     p.add_argument("--measurements", nargs="+", required=True, help="e2e_serving.csv files or folders")
@@ -99,11 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
-        try:
-            pred = pd.read_csv(a.pred)
-            split = pd.read_csv(a.split) if a.split else None
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read the predictions: {e}", key="--pred", fix="give a `validate serving --out` CSV") from None
+        need = ["id", "predicted_tpot_ms", "silicon_tpot_ms"] + (["backend"] if a.backend else []) \
+            + (["model_path"] if a.model else [])
+        pred = _read_csv(a.pred, "--pred", need, "give a `validate serving --out` CSV")
+        split = _read_csv(a.split, "--split", ["id", "status"], "give a `validate serving --holdout --out` CSV") \
+            if a.split else None
         rows = select(pred, a.model, a.backend, split)
         if rows.empty:
             raise UserError("no simulated rows match", key="--model", fix="check --model / --backend against the file")

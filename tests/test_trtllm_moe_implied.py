@@ -82,6 +82,11 @@ def test_cli_refuses_a_selection_without_rows(tmp_path, served, capsys):
     assert mi.main(["--measurements", str(served), "--pred", str(pred), "--model", "Llama"]) == EXIT_USER_ERROR
     assert "--model" in capsys.readouterr().err
     assert mi.main(["--measurements", str(served), "--pred", str(tmp_path / "missing.csv")]) == EXIT_USER_ERROR
+    assert mi.main(["--measurements", str(served), "--pred", str(pred), "--split", str(tmp_path / "no.csv")]) == EXIT_USER_ERROR
+    assert "--split" in capsys.readouterr().err
+    pd.DataFrame([{"id": "q235", "backend": "trtllm"}]).to_csv(tmp_path / "short.csv", index=False)
+    assert mi.main(["--measurements", str(served), "--pred", str(tmp_path / "short.csv")]) == EXIT_USER_ERROR
+    assert "predicted_tpot_ms" in capsys.readouterr().err
 
 
 def test_cli_prints_the_grouped_table(tmp_path, served, capsys):
