@@ -163,7 +163,7 @@ class CalibratedKernelModel:
         self._roof = RooflineKernelModel(gpu)
         self._coll = self.choice.collectives
         for name in ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
-                     "mla_bmm", "gated_delta_net", "collective"):
+                     "mla_bmm", "gated_delta_net", "collective", "gemm_prequantized"):
             setattr(self, "_c_" + name, functools.lru_cache(maxsize=_CACHE_SIZE)(getattr(self, "_" + name)))
 
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
@@ -209,9 +209,12 @@ class CalibratedKernelModel:
         """A per-tensor fp8 GEMM whose input is already fp8 (sim/trtllm_fp8_inputs.py): the engine's
         measured fp8 figure, which holds the dynamic quantization of a bf16 input, less the measured
         quantization kernels; the plain fp8 answer where either is missing."""
-        shape = {"m": int(m), "n": int(n), "k": int(k)}
+        return self._c_gemm_prequantized(int(m), int(n), int(k))
+
+    def _gemm_prequantized(self, m: int, n: int, k: int) -> KernelTime:
+        shape = {"m": m, "n": n, "k": k}
         kt = self._predict("gemm", "fp8", {**shape, "dtype": "fp8"}, shape) if min(shape.values()) > 0 else None
-        q = quantize_ms(self.gpu.key, int(m), int(k)) if self.backend == "trtllm" else None
+        q = quantize_ms(self.gpu.key, m, k) if self.backend == "trtllm" else None
         if kt is None or q is None:
             return self.gemm(m, n, k, "fp8")
         return KernelTime(max(kt.latency_ms - q, 0.0), kt.flops, kt.bytes, kt.bound, kt.tier, kt.extrapolated, kt.table)
