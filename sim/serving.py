@@ -208,7 +208,9 @@ def _simulate_steady(workload, wl: Workload, replicas: list[ReplicaSpec], seed: 
 
     def run_attempt(prep: tuple, progress: bool = True) -> tuple[SimResult, dict]:
         attempt, plan, w, steady, rng = prep
-        r = (simulate or _simulate)(w, replicas, rng, picked_rate, rate, **(run if progress else {**run, "progress": None}))
+        # an attempt run beside draws no progress (the disaggregated runner takes no progress argument)
+        kw = {**run, "progress": None} if not progress and "progress" in run else run
+        r = (simulate or _simulate)(w, replicas, rng, picked_rate, rate, **kw)
         rp = _window_report(r.requests, steady, plan, rate, asked, r.stopped_early)
         rp["warmup_doublings"] = attempt
         return r, rp
