@@ -60,7 +60,8 @@ class BlendGroupModel(GroupModel):
 
     members: tuple[tuple[GroupModel, float, bool], ...] = field(default=())
     #: a model pooled over the GPUs (``log_us_frame(phys)`` / ``log_us_one(phys)``: log latency
-    #: in us), combined with the members' geometric mean with weight ``pooled_weight``
+    #: in us): it moves the members' log mean by ``pooled_weight`` x its difference from that
+    #: mean, the difference capped at +-:data:`POOLED_CAP`
     pooled: Any = None
     pooled_weight: float = 0.0
     #: the prior's share (:mod:`crossgen_prior`) and what it needs: the family (its roofline
