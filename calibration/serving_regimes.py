@@ -78,8 +78,9 @@ def prompt_compute_ratio(case: ServingCase) -> float:
 
 
 def admission_limit(case: ServingCase) -> int:
-    """Sequences the replayed replica runs at once: min(max_num_seqs, KV capacity above the
-    watermark / (isl + osl) tokens)."""
+    """Sequences the replayed replica runs at once: min(max_num_seqs, the engine's running-request
+    limit (:func:`default_max_running`; SGLang: :func:`sglang_running_limit`), KV capacity above
+    the watermark / (isl + osl) tokens)."""
     from llmplan.sim.memory import plan_memory
 
     dep = case.dep
