@@ -117,7 +117,8 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 7: vLLM gpt-oss sweep rows capture graphs up to 2,048 tokens (calibration/vllm_launch.py)
 #: 8: TensorRT-LLM Qwen3-MoE norms in the all-reduce (sim/trtllm_fusions.py) and Llama fp8 qkv /
 #:    gate_up on fp8 inputs (sim/trtllm_fp8_inputs.py) change the replayed steps
-BASIS_VERSION = 8
+#: 9: a prequantized fp8 GEMM is never slower than the plain one (CalibratedKernelModel.gemm_prequantized)
+BASIS_VERSION = 9
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per

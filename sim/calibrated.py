@@ -208,16 +208,20 @@ class CalibratedKernelModel:
     def gemm_prequantized(self, m: int, n: int, k: int) -> KernelTime:
         """A per-tensor fp8 GEMM whose input is already fp8 (sim/trtllm_fp8_inputs.py): the engine's
         measured fp8 figure, which holds the dynamic quantization of a bf16 input, less the measured
-        quantization kernels; the plain fp8 answer where either is missing."""
+        quantization kernels; the plain fp8 answer where either is missing. Never slower than the
+        plain answer (:meth:`gemm`), which still pays for quantizing its input: where that answer
+        takes the block-scaled floor (:data:`GEMM_FP8_TENSOR_FLOOR`), the floor bounds this one too."""
         return self._c_gemm_prequantized(int(m), int(n), int(k))
 
     def _gemm_prequantized(self, m: int, n: int, k: int) -> KernelTime:
         shape = {"m": m, "n": n, "k": k}
         kt = self._predict("gemm", "fp8", {**shape, "dtype": "fp8"}, shape) if min(shape.values()) > 0 else None
         q = quantize_ms(self.gpu.key, m, k) if self.backend == "trtllm" else None
+        plain = self.gemm(m, n, k, "fp8")
         if kt is None or q is None:
-            return self.gemm(m, n, k, "fp8")
-        return KernelTime(max(kt.latency_ms - q, 0.0), kt.flops, kt.bytes, kt.bound, kt.tier, kt.extrapolated, kt.table)
+            return plain
+        pre = KernelTime(max(kt.latency_ms - q, 0.0), kt.flops, kt.bytes, kt.bound, kt.tier, kt.extrapolated, kt.table)
+        return plain if plain.latency_ms < pre.latency_ms else pre
 
     def attention_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, num_kv_heads: int,
                           head_dim: int, kv_dtype: str, window: int = 0) -> KernelTime:

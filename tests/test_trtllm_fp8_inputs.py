@@ -73,6 +73,21 @@ def test_gemm_prequantized_is_the_fp8_table_less_the_quantization():
     assert a100.gemm_prequantized(4, 1280, 8192).latency_ms == pytest.approx(a100.gemm(4, 1280, 8192, "fp8").latency_ms)
 
 
+def test_gemm_prequantized_is_never_slower_than_the_plain_fp8_gemm():
+    """The plain per-tensor answer still quantizes its input; where it takes the block-scaled floor
+    (GEMM_FP8_TENSOR_FLOOR: H100 gate_up at TP 2-4, small m) that floor bounds the prequantized one."""
+    trt = CalibratedKernelModel(get_gpu("h100_sxm"), "trtllm")
+    capped = 0
+    for tp in (2, 4):
+        for m in (1, 8, 32, 64, 128):
+            for n, k in ((57344 // tp, 8192), (10240 // tp, 8192)):
+                pre, plain = trt.gemm_prequantized(m, n, k).latency_ms, trt.gemm(m, n, k, "fp8").latency_ms
+                assert pre <= plain
+                capped += pre == plain
+                assert pre == pytest.approx(min(_raw_fp8(trt, m, n, k) - quantize_ms("h100_sxm", m, k), plain))
+    assert capped > 0   # the floor does bind on these shapes
+
+
 def _ops(tp: int) -> dict:
     dep = Deployment(load_model(L70), get_gpu("h200_sxm"), Parallelism(tp=tp), Precision("fp8", "fp8"),
                      engine_profiles()["trtllm"])
