@@ -24,7 +24,8 @@ offline work. :func:`offline_batch_limits` reproduces the documented choices:
   256 and 8192 (the API server uses 1024/8192 and 256/2048).
 * **SGLang** (``python/sglang/srt/server_args.py`` and ``model_executor/model_runner.py``,
   SGLang 0.4-0.5): ``max_running_requests`` unset becomes
-  ``min(max(kv_tokens / context_len x 512, 2048), 4096)``, and ``chunked_prefill_size``
+  ``min(kv_tokens // 2, min(max(kv_tokens / context_len x 512, 2048), 4096))``
+  (``sim.sglang_scheduling.sglang_max_running_requests``), and ``chunked_prefill_size``
   is 2048 below 35 GiB of device memory, 8192 below 160 GiB, else 16384.
 
 The engine's own limits replace ``engine.max_num_seqs`` / ``engine.max_num_batched_tokens``
@@ -38,6 +39,7 @@ import math
 from dataclasses import dataclass
 
 from llmplan.sim.kv_budget import sglang_default_fraction
+from llmplan.sim.sglang_scheduling import sglang_max_running_requests
 
 #: TensorRT-LLM trtllm-bench caps (tuning.py): decoder buffers and activation buffers
 TRTLLM_MAX_BATCH = 4096
@@ -85,7 +87,7 @@ def offline_batch_limits(engine_name: str, kv_tokens: int, mean_input_tokens: fl
         bs, tok = trtllm_bench_limits(kv_tokens, mean_input_tokens, mean_output_tokens, pp)
         return OfflineLimits(bs, tok, "trtllm-bench heuristic (KV-fit batch at the mean ISL+OSL, rounded up)")
     if engine_name == "sglang":
-        reqs = int(min(max(kv_tokens / max(1, context_tokens) * 512, 2048), 4096))
+        reqs = sglang_max_running_requests(kv_tokens, context_tokens)   # the one rule (sim/sglang_scheduling.py)
         # chunked_prefill_size by device memory: the one rule (kv_budget, ServerArgs._handle_gpu_memory_settings)
         chunk = sglang_default_fraction(round(gpu_memory_gib * 2**30), 1, pp)[1]
         return OfflineLimits(reqs, chunk, "SGLang defaults (max_running_requests from the KV pool, "
