@@ -118,7 +118,8 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 8: TensorRT-LLM Qwen3-MoE norms in the all-reduce (sim/trtllm_fusions.py) and Llama fp8 qkv /
 #:    gate_up on fp8 inputs (sim/trtllm_fp8_inputs.py) change the replayed steps
 #: 9: a prequantized fp8 GEMM is never slower than the plain one (CalibratedKernelModel.gemm_prequantized)
-BASIS_VERSION = 9
+#: 10: DSA sparse-MLA prefill runs padded heads over every index slot (sim/kernels.py, FLASHMLA_SPARSE_HEADS)
+BASIS_VERSION = 10
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per

@@ -146,6 +146,19 @@ DSA_ATTN_FLOOR_US = 60.0
 #    no table) take the B200 figure; other GPUs the H100 one.
 DSA_ATTN_FLOOR_US_BY_GPU = {"b200": 34.0, "gb200": 34.0, "b300": 34.0, "gb300": 34.0}
 DSA_TOPK_FLOOR_US = 10.0
+#  * Sparse-MLA prefill (FlashMLA flash_mla_sparse_fwd): the kernel takes q heads in multiples
+#    of 64 on Hopper, 128 on Blackwell; SGLang's NSA backend zero-pads the local heads of a TP
+#    rank up to that (GLM-5 at TP 8: 8 -> 64; `_forward_flashmla_sparse`, "FlashMLA sparse
+#    kernel requires num_heads to be a multiple of 64 (Hopper) or 128 (Blackwell)",
+#    sgl-project/sglang python/sglang/srt/layers/attention/nsa_backend.py, v0.5.x). It walks all
+#    ``index_topk`` index slots of every query token whatever the context (slots past the causal
+#    end hold -1 and are masked, as in decode), so its work is tokens x padded heads x topk.
+#    Counted that way, the glm5_dsa_attn_module prefill rows (64 heads, isl >= 64) run at a
+#    median 0.618 of dense bf16 peak on H100 (70 rows, 0.58-0.65 at isl 256-8192) and 0.610 on
+#    H200 (check); FlashMLA's README quotes up to 640 TFLOP/s (0.65 of H800 peak) for it.
+FLASHMLA_SPARSE_HEADS = 64
+FLASHMLA_SPARSE_HEADS_BY_GPU = {"b200": 128, "gb200": 128, "b300": 128, "gb300": 128}
+DSA_PREFILL_ETA_COMPUTE = 0.618
 #    The top-k select reads each score row ~3 times (multi-pass radix select; median
 #    measured/one-read ratio 3.3 over the H100 prefill rows of glm5_topk_module).
 DSA_TOPK_READS = 3.0
@@ -304,17 +317,21 @@ class RooflineKernelModel:
         return self._floored(self.memory_op(nbytes), DSA_TOPK_FLOOR_US)
 
     def dsa_attention(self, batch, q_len, kv_len, topk, num_heads, kv_lora_rank, qk_rope_dim, kv_dtype):
-        """Sparse MLA (absorbed form) over the selected keys. Decode processes ``topk``
-        index slots per token whatever the context (FlashMLA sparse pads short contexts);
-        prefill queries attend to min(causal keys, topk)."""
-        if q_len <= 1:
-            keys = float(topk)
-        else:
-            keys = min(max(0.0, kv_len - q_len) + (q_len + 1) / 2, topk)
+        """Sparse MLA (absorbed form) over the selected keys. Decode and prefill process
+        ``topk`` index slots per token whatever the context (FlashMLA sparse pads short
+        contexts); prefill runs heads padded to FLASHMLA_SPARSE_HEADS."""
         tokens = batch * q_len
+        if q_len > 1:  # flash_mla_sparse_fwd: padded heads, every index slot (FLASHMLA_SPARSE_HEADS)
+            pad = FLASHMLA_SPARSE_HEADS_BY_GPU.get(self.gpu.key, FLASHMLA_SPARSE_HEADS)
+            heads = -(-num_heads // pad) * pad
+            flops = 2.0 * tokens * heads * topk * (2 * kv_lora_rank + qk_rope_dim)
+            nbytes = min(tokens * topk, batch * max(kv_len, topk)) * (kv_lora_rank + qk_rope_dim) * _bytes(kv_dtype) \
+                + tokens * heads * (kv_lora_rank + qk_rope_dim) * 2.0 * 2
+            t = self._roof(flops, nbytes, "bf16", DSA_PREFILL_ETA_COMPUTE, MEM_ETA)
+            return self._floored(t, DSA_ATTN_FLOOR_US_BY_GPU.get(self.gpu.key, DSA_ATTN_FLOOR_US))
+        keys = float(topk)
         flops = 2.0 * tokens * num_heads * keys * (2 * kv_lora_rank + qk_rope_dim)
-        gathered = tokens * keys if q_len > 1 else batch * keys
-        nbytes = min(gathered, batch * max(kv_len, keys)) * (kv_lora_rank + qk_rope_dim) * _bytes(kv_dtype) \
+        nbytes = min(batch * keys, batch * max(kv_len, keys)) * (kv_lora_rank + qk_rope_dim) * _bytes(kv_dtype) \
             + tokens * num_heads * (kv_lora_rank + qk_rope_dim) * 2.0 * 2
         t = self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)
         return self._floored(t, DSA_ATTN_FLOOR_US_BY_GPU.get(self.gpu.key, DSA_ATTN_FLOOR_US))
