@@ -119,7 +119,8 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #:    gate_up on fp8 inputs (sim/trtllm_fp8_inputs.py) change the replayed steps
 #: 9: a prequantized fp8 GEMM is never slower than the plain one (CalibratedKernelModel.gemm_prequantized)
 #: 10: DSA sparse-MLA prefill runs padded heads over every index slot (sim/kernels.py, FLASHMLA_SPARSE_HEADS)
-BASIS_VERSION = 10
+#: 11: TensorRT-LLM Llama layer 0's qkv quantizes its own input (sim/trtllm_fp8_inputs.py, review)
+BASIS_VERSION = 11
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per

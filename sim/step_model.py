@@ -32,7 +32,7 @@ from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.shared_experts import fused_shared_experts
 from llmplan.sim.trtllm_fusions import norms_in_allreduce, rope_in_attention
-from llmplan.sim.trtllm_fp8_inputs import inputs_prequantized
+from llmplan.sim.trtllm_fp8_inputs import normed_gemm_ms, prequantized_inputs
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 from llmplan.sim.wideep_moe import group_moe
@@ -76,7 +76,8 @@ class AnalyticalStepModel:
         # (block-scaled fp8 as "fp8_block": its own GEMM kernels, model_catalog.gemm_dtypes)
         self._wd = gemm_dtypes(m, prec.weights)
         # TensorRT-LLM Llama: qkv / gate_up get fp8 inputs from the fused all-reduce (sim/trtllm_fp8_inputs.py)
-        self._prequant = inputs_prequantized(self.engine.kernel_backend, m, par, self._wd["attention"])
+        self._prequant = prequantized_inputs(self.engine.kernel_backend, m, par, self._wd["attention"],
+                                             self._wd["dense_mlp"])
         self._moe_dtype = moe_query_dtype(m, prec.weights)  # MXFP4 experts: their own kernels
         # SGLang's largest captured decode batch follows the GPU's memory and TP (sim/cuda_graphs.py)
         self._graph_bs = (sglang_graph_max_bs(gpu.memory_bytes, par.tp, par.pp)
@@ -287,11 +288,10 @@ class AnalyticalStepModel:
         return (self._token_key(self._rows(rank)), self._logit_rows(rank), self._token_key(shape.tokens),
                 not shape.prefill_seqs)
 
-    def _normed_gemm(self, m: int, n: int, k: int, dtype: str) -> KernelTime:
+    def _normed_gemm(self, m: int, n: int, k: int, dtype: str, share: float) -> KernelTime:
         """A GEMM on the normed hidden state (qkv, gate/up): without its own input quantization
-        where the fused all-reduce hands it fp8 (sim/trtllm_fp8_inputs.py)."""
-        pre = getattr(self.kernels, "gemm_prequantized", None) if self._prequant and dtype == "fp8" else None
-        return pre(m, n, k) if pre is not None else self.kernels.gemm(m, n, k, dtype)
+        in the ``share`` of layers where the fused all-reduce hands it fp8 (sim/trtllm_fp8_inputs.py)."""
+        return normed_gemm_ms(self.kernels, m, n, k, dtype, share)
 
     def _collective(self, op: str, message_bytes: float, n: int, link) -> KernelTime:
         """A collective over ``n`` GPUs: the kernel model's over ``link`` inside one scale-up
@@ -355,7 +355,8 @@ class AnalyticalStepModel:
             n_local = n_attn - self._n_global - self._n_swa_own
             kv_dims = m.head_dim + m.value_head_dim
             qkv_n = gate * self.heads * m.head_dim + self.kv_heads * kv_dims
-            ops.append(self._op("qkv_proj", "gemm", self._normed_gemm(T, qkv_n, h, wd["attention"]), n_local))
+            ops.append(self._op("qkv_proj", "gemm", self._normed_gemm(T, qkv_n, h, wd["attention"],
+                                                                      self._prequant.qkv_share), n_local))
             if self._n_swa_own:  # sliding layers with their own KV heads (MiMo-V2)
                 qkv_s = gate * self.heads * m.head_dim + self._swa_geom[0] * kv_dims
                 ops.append(self._op("qkv_proj_swa", "gemm", k.gemm(T, qkv_s, h, wd["attention"]), self._n_swa_own))
@@ -396,7 +397,8 @@ class AnalyticalStepModel:
         if n_dense > 0:
             inter = m.intermediate_size // tp
             up_n = (2 if m.gated_mlp else 1) * inter
-            ops.append(self._op("mlp_up", "gemm", self._normed_gemm(T, up_n, h, wd["dense_mlp"]), n_dense))
+            ops.append(self._op("mlp_up", "gemm", self._normed_gemm(T, up_n, h, wd["dense_mlp"],
+                                                                   float(self._prequant.gate_up)), n_dense))
             ops.append(self._op("mlp_act", "memory", k.memory_op(T * inter * ACT_BYTES * 3), n_dense))
             ops.append(self._op("mlp_down", "gemm", k.gemm(T, h, inter, wd["dense_mlp"]), n_dense))
         if n_moe > 0 and m.moe is not None:

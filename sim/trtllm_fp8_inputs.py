@@ -6,6 +6,19 @@ TensorRT-LLM 1.0-1.2) runs its all-reduce fusions (sim/trtllm_fusions.py) as
 state with ``scale = self.mlp.gate_up_proj.input_scale`` and the post-MLP fusion with the next
 layer's ``qkv_proj.input_scale``. So ``gate_up_proj`` and ``qkv_proj`` receive fp8 tensors and run
 no quantization kernel of their own (``o_proj`` and ``down_proj`` are not covered here: not checked).
+The conditions follow that file (``LlamaDecoderLayer.__init__`` / ``forward`` and
+``LlamaModel.forward``, TensorRT-LLM main of late 2025,
+https://github.com/NVIDIA/TensorRT-LLM/blob/main/tensorrt_llm/_torch/models/modeling_llama.py):
+
+* ``is_fp8_quant`` / the fp8 fusion op go with per-tensor fp8 (``has_fp8_qdq``); each GEMM is
+  decided by its own weight dtype (qkv: attention, gate_up: dense MLP), since a component
+  served in bf16 has no ``input_scale`` to quantize to.
+* ``POST_MLP_FUSION = has_tp() and enable_fusion``: no attention-DP condition, so the next
+  layer's qkv takes fp8 with attention DP too; ``PRE_MLP_FUSION`` adds ``not enable_attention_dp``
+  (the simulator refuses attention DP on a dense model today, so this binds no plan yet).
+* Layer 0 has no previous layer: ``if residual is None: hidden_states = self.input_layernorm(...)``
+  runs a plain RMSNorm, so its qkv quantizes its own input: ``(L - 1) / L`` of the qkv GEMMs
+  take fp8 inputs. (Pipeline stages' first layers are not separated out: not checked.)
 
 The measured TensorRT-LLM ``fp8`` GEMM rows time ``Linear.forward`` on a bf16 input without an input
 scale (aiconfigurator ``collector/trtllm/collect_gemm.py``), i.e. dynamic quantization + GEMM. The
@@ -20,22 +33,52 @@ from __future__ import annotations
 import json
 import math
 from bisect import bisect_left
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from llmplan.model_catalog.spec import ModelSpec
+from llmplan.sim.kernels import KernelModel, KernelTime
 from llmplan.sim.trtllm_fusions import LLAMA_ARCHITECTURES, norms_in_allreduce
 from llmplan.sim.types import Parallelism
 
 QUANT_FILE = Path(__file__).resolve().parent / "data" / "trtllm_fp8_quant.json"
 
 
-def inputs_prequantized(backend: str, model: ModelSpec, par: Parallelism, gemm_dtype: str) -> bool:
-    """Whether ``qkv_proj`` and ``gate_up_proj`` get fp8 inputs from the fused all-reduce kernel:
-    TensorRT-LLM Llama with per-tensor fp8 GEMMs where both RMSNorms fold into the all-reduce (the
-    pre-MLP fusion feeds gate_up, the post-MLP one the next layer's qkv)."""
-    return (gemm_dtype == "fp8" and backend == "trtllm" and model.architecture in LLAMA_ARCHITECTURES
-            and norms_in_allreduce(backend, model, par) == 2)
+@dataclass(frozen=True)
+class PrequantizedInputs:
+    """Which normed-input GEMMs take fp8 from the fused all-reduce kernel."""
+
+    qkv_share: float = 0.0   # share of qkv_proj GEMMs (all layers but layer 0 when fused)
+    gate_up: bool = False    # gate_up_proj of every layer (pre-MLP fusion)
+
+
+def prequantized_inputs(backend: str, model: ModelSpec, par: Parallelism, attention_dtype: str,
+                        mlp_dtype: str) -> PrequantizedInputs:
+    """TensorRT-LLM Llama with per-tensor fp8 GEMMs where the all-reduce fusions run
+    (sim/trtllm_fusions.py): the post-MLP fusion feeds the next layer's qkv (attention DP or not),
+    the pre-MLP one (no attention DP) this layer's gate_up."""
+    if (backend != "trtllm" or model.architecture not in LLAMA_ARCHITECTURES
+            or norms_in_allreduce(backend, model, par) == 0):
+        return PrequantizedInputs()
+    layers = max(model.num_layers, 1)
+    qkv = (layers - 1) / layers if attention_dtype == "fp8" else 0.0
+    gate_up = mlp_dtype == "fp8" and norms_in_allreduce(backend, model, par) == 2
+    return PrequantizedInputs(qkv_share=qkv, gate_up=gate_up)
+
+
+def normed_gemm_ms(kernels: KernelModel, m: int, n: int, k: int, dtype: str, share: float) -> KernelTime:
+    """A GEMM on the normed hidden state of which ``share`` of the layers get their fp8 input
+    from the fused all-reduce (no quantization kernel: ``gemm_prequantized``) and the rest
+    quantize it themselves (the plain ``gemm``): the layer-weighted mean latency."""
+    pre = getattr(kernels, "gemm_prequantized", None) if share > 0.0 and dtype == "fp8" else None
+    if pre is None:
+        return kernels.gemm(m, n, k, dtype)
+    fused = pre(m, n, k)
+    if share >= 1.0:
+        return fused
+    plain = kernels.gemm(m, n, k, dtype)
+    return replace(plain, latency_ms=share * fused.latency_ms + (1.0 - share) * plain.latency_ms)
 
 
 @lru_cache(maxsize=4)

@@ -15,7 +15,9 @@ from llmplan.hardware_catalog.loader import get_gpu
 from llmplan.model_catalog.loader import load_model
 from llmplan.sim.calibrated import CalibratedKernelModel
 from llmplan.sim.deployment import Deployment, build
-from llmplan.sim.trtllm_fp8_inputs import QUANT_FILE, inputs_prequantized, quantize_ms
+from llmplan.sim.kernels import KernelTime
+from llmplan.sim.trtllm_fp8_inputs import (QUANT_FILE, PrequantizedInputs, normed_gemm_ms, prequantized_inputs,
+                                             quantize_ms)
 from llmplan.sim.types import Parallelism, Precision, StepShape
 
 L70 = "meta-llama/Llama-3.1-70B"
@@ -23,14 +25,41 @@ L70 = "meta-llama/Llama-3.1-70B"
 
 def test_conditions_follow_the_fused_allreduce():
     l70, l8, q = load_model(L70), load_model("meta-llama/Llama-3.1-8B-Instruct"), load_model("Qwen/Qwen3-235B-A22B-FP8")
-    assert inputs_prequantized("trtllm", l70, Parallelism(tp=8), "fp8")
-    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=1), "fp8")          # no all-reduce, plain norms
-    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=8, dp=2), "fp8")    # no pre-MLP fusion with attention DP
-    assert not inputs_prequantized("trtllm", l8, Parallelism(tp=8), "fp8")           # hidden 4096: fusion off
-    assert not inputs_prequantized("vllm", l70, Parallelism(tp=8), "fp8")
-    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=8), "fp8_block")    # only the per-tensor fusion
-    assert not inputs_prequantized("trtllm", l70, Parallelism(tp=8), "bf16")
-    assert not inputs_prequantized("trtllm", q, Parallelism(tp=8, ep=8), "fp8")      # Qwen3-MoE: RESIDUAL_RMS_NORM only
+    tail = (l70.num_layers - 1) / l70.num_layers   # layer 0's qkv follows a plain input_layernorm
+    both = prequantized_inputs("trtllm", l70, Parallelism(tp=8), "fp8", "fp8")
+    assert both.qkv_share == pytest.approx(tail) and both.gate_up
+    # attention DP: no pre-MLP fusion (gate_up quantizes itself), the post-MLP one still feeds qkv
+    adp = prequantized_inputs("trtllm", l70, Parallelism(tp=8, dp=2), "fp8", "fp8")
+    assert adp.qkv_share == pytest.approx(tail) and not adp.gate_up
+    # each GEMM by its own dtype: a bf16 attention has no input scale, the fp8 MLP still does
+    mixed = prequantized_inputs("trtllm", l70, Parallelism(tp=8), "bf16", "fp8")
+    assert mixed.qkv_share == 0.0 and mixed.gate_up
+    mixed = prequantized_inputs("trtllm", l70, Parallelism(tp=8), "fp8", "fp8_block")
+    assert mixed.qkv_share == pytest.approx(tail) and not mixed.gate_up
+    none = PrequantizedInputs()
+    assert prequantized_inputs("trtllm", l70, Parallelism(tp=1), "fp8", "fp8") == none         # no all-reduce
+    assert prequantized_inputs("trtllm", l8, Parallelism(tp=8), "fp8", "fp8") == none          # hidden 4096: fusion off
+    assert prequantized_inputs("vllm", l70, Parallelism(tp=8), "fp8", "fp8") == none
+    assert prequantized_inputs("trtllm", l70, Parallelism(tp=8), "fp8_block", "fp8_block") == none  # per-tensor only
+    assert prequantized_inputs("trtllm", l70, Parallelism(tp=8), "bf16", "bf16") == none
+    assert prequantized_inputs("trtllm", q, Parallelism(tp=8, ep=8), "fp8", "fp8") == none     # Qwen3-MoE: no quant fusion
+
+
+class _Kernels:
+    def gemm(self, m, n, k, dtype):
+        return KernelTime(1.0, flops=2.0 * m * n * k)
+
+    def gemm_prequantized(self, m, n, k):
+        return KernelTime(0.6, flops=2.0 * m * n * k)
+
+
+def test_normed_gemm_weights_the_fused_layers():
+    k = _Kernels()
+    assert normed_gemm_ms(k, 4, 8, 16, "fp8", 1.0).latency_ms == pytest.approx(0.6)
+    assert normed_gemm_ms(k, 4, 8, 16, "fp8", 0.75).latency_ms == pytest.approx(0.75 * 0.6 + 0.25 * 1.0)
+    assert normed_gemm_ms(k, 4, 8, 16, "fp8", 0.0).latency_ms == pytest.approx(1.0)
+    assert normed_gemm_ms(k, 4, 8, 16, "bf16", 1.0).latency_ms == pytest.approx(1.0)   # no fp8 input to take
+    assert normed_gemm_ms(k, 4, 8, 16, "fp8", 0.75).flops == pytest.approx(2.0 * 4 * 8 * 16)
 
 
 def test_quantize_ms_reads_the_grid_and_interpolates_in_log_m(tmp_path):
@@ -99,7 +128,9 @@ def test_llama70b_decode_step_uses_it_for_qkv_and_gate_up_only():
     m = load_model(L70)
     ops, h = _ops(8), m.hidden_size
     heads, kv, hd = m.num_attention_heads // 8, m.num_kv_heads // 8, m.head_dim
-    assert ops["qkv_proj"] == pytest.approx(trt.gemm_prequantized(4, (heads + 2 * kv) * hd, h).latency_ms * m.num_layers)
+    qkv_n = (heads + 2 * kv) * hd   # layer 0 quantizes its own qkv input, the other 79 take fp8
+    assert ops["qkv_proj"] == pytest.approx(trt.gemm_prequantized(4, qkv_n, h).latency_ms * (m.num_layers - 1)
+                                            + trt.gemm(4, qkv_n, h, "fp8").latency_ms)
     assert ops["mlp_up"] == pytest.approx(trt.gemm_prequantized(4, 2 * m.intermediate_size // 8, h).latency_ms * m.num_layers)
     # o_proj and down_proj keep the plain fp8 answer
     assert ops["o_proj"] == pytest.approx(trt.gemm(4, h, heads * hd, "fp8").latency_ms * m.num_layers)
