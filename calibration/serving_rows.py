@@ -476,9 +476,14 @@ def _label(v: Any) -> str | float:
     return _text(v)
 
 
+#: two exports of one run agree to the precision of the coarser one: most dumps write the means to
+#: 1e-6 ms, the gap-analysis files round them to 0.01 ms (e.g. 233.475447 and 233.48 ms), so means
+#: within half of 0.01 ms (plus float slack) are one measurement
+REPEAT_MEANS_TOL_MS = 0.0051
+
+
 def measured_means(row: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(mean TTFT, mean TPOT) in ms rounded to 1e-4 ms, the precision at which two rows are one
-    measurement; None when either is not a finite number."""
+    """(mean TTFT, mean TPOT) in ms rounded to 1e-4 ms; None when either is not a finite number."""
     ttft, tpot = _num(row.get("silicon_ttft_ms")), _num(row.get("silicon_tpot_ms"))
     return (round(ttft, 4), round(tpot, 4)) if math.isfinite(ttft) and math.isfinite(tpot) else None
 
@@ -488,12 +493,12 @@ def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
 
     The measurement dumps re-export some runs under other ids (and some with the layout written
     as a product, ``serving_rows.product_layout``, or under another model label): same engine, version, GPU, precision,
-    lengths, client concurrency, and mean TTFT and TPOT equal to 1e-4 ms, which two distinct runs never
-    are (an empty label matches an empty label). Each
+    lengths, client concurrency, and mean TTFT and TPOT equal to the precision of the coarser export
+    (:data:`REPEAT_MEANS_TOL_MS`), which two distinct runs never are (an empty label matches an empty label). Each
     measurement is counted once, so a run is neither weighted twice in the fit nor present in
     both deployment halves of the held-out split. Disaggregated rows are matched by
     ``serving_disagg_rows.measurement_key``."""
-    first: dict[tuple, int] = {}
+    seen: dict[tuple, list[tuple[int, tuple[float, float]]]] = {}
     out: dict[int, int] = {}
     for i, r in enumerate(rows):
         if _text(r.get("mode")).lower() == "disagg":
@@ -501,11 +506,12 @@ def measurement_repeats(rows: list[Mapping[str, Any]]) -> dict[int, int]:
         means = measured_means(r)
         if means is None:
             continue
-        key = (*(_label(r.get(c)) for c in REPEAT_LABELS), concurrency_of(r), *means)
-        if key in first:
-            out[i] = first[key]
+        firsts = seen.setdefault((*(_label(r.get(c)) for c in REPEAT_LABELS), concurrency_of(r)), [])
+        j = next((j for j, m in firsts if all(abs(a - b) <= REPEAT_MEANS_TOL_MS for a, b in zip(means, m))), None)
+        if j is None:
+            firsts.append((i, means))
         else:
-            first[key] = i
+            out[i] = j
     return out
 
 

@@ -15,7 +15,7 @@ def _row(rid, tp=8, ttft=412.123456, tpot=9.87654, mode="agg", conc=8):
 
 def test_a_reexported_run_is_a_repeat_of_the_first_and_distinct_runs_are_not():
     rows = [_row("a"), _row("b", tp=64),                       # same labels, lengths and means: a repeat
-            _row("c", ttft=412.2), _row("d", tpot=9.88),         # another mean: another measurement
+            _row("c", ttft=412.2), _row("d", tpot=9.89),         # another mean (beyond a 0.01 ms rounding): another measurement
             _row("e", mode="disagg"), _row("f", mode="disagg")]  # disaggregated rows: keyed elsewhere
     assert measurement_repeats(rows) == {1: 0}
     assert measurement_repeats([_row("a", ttft=float("nan")), _row("b", ttft=float("nan"))]) == {}
@@ -33,3 +33,10 @@ def test_a_run_relabelled_with_another_model_name_is_a_repeat():
     dated = {**_row("dated"), "model_path": "deepseek-ai/DeepSeek-R1"}
     other_gpu = {**_row("h100"), "model_path": "deepseek-ai/DeepSeek-R1", "system": "h100_sxm"}
     assert measurement_repeats([relabelled, dated, other_gpu]) == {1: 0}
+
+
+def test_an_export_rounded_to_hundredths_of_a_ms_is_a_repeat():
+    # the gap-analysis files write the means to 0.01 ms (233.475447 -> 233.48): the same run
+    rows = [_row("full", ttft=233.475447, tpot=11.467447), _row("rounded", ttft=233.48, tpot=11.47),
+            _row("other", ttft=233.49, tpot=11.47), _row("other2", ttft=233.48, tpot=11.48)]
+    assert measurement_repeats(rows) == {1: 0}
