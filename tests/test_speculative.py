@@ -169,7 +169,10 @@ def test_speedup_fades_with_batch_from_the_cost_model(llama70b_tp4):
     speedups = [m.step(b, 512).speedup for b in (1, 64, 256, 1024)]
     assert speedups[0] > 1.5
     assert speedups[-1] < 1.1
-    assert speedups == sorted(speedups, reverse=True)
+    # falls while decode is memory-bound; once compute-bound (256 and 1,024 sequences: 1,024 and
+    # 4,096 verify tokens) it stays below 1, within the wiggle of the engine's fixed per-step terms
+    assert speedups[:3] == sorted(speedups[:3], reverse=True)
+    assert max(speedups[2:]) < 1.0 and abs(speedups[3] - speedups[2]) < 0.02
 
 
 def test_tpot_and_throughput_follow_accepted_tokens(llama70b_tp4):
