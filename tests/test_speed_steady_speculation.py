@@ -16,9 +16,11 @@ REP = make_replica()
 FORK = sys.platform.startswith("linux")
 
 
-def _run(monkeypatch, workers: str, out_tokens: int, load: float, reps: int = 1):
+def count_beside(monkeypatch, workers: str) -> list:
+    """Set the worker count and count the attempts the steady-state loop starts beside itself
+    (the returned list grows by one per start)."""
     monkeypatch.setenv(parallel.WORKERS_ENV, workers)
-    started = []
+    started: list = []
     real = serving.beside
 
     def counting(job):
@@ -26,6 +28,11 @@ def _run(monkeypatch, workers: str, out_tokens: int, load: float, reps: int = 1)
         return real(job)
 
     monkeypatch.setattr(serving, "beside", counting)
+    return started
+
+
+def _run(monkeypatch, workers: str, out_tokens: int, load: float, reps: int = 1):
+    started = count_beside(monkeypatch, workers)
     cap = estimate_capacity_rps([REP], 200, out_tokens) * reps
     wl = WorkloadSpec(preset=None, input_tokens=LengthSpec("fixed", 200), output_tokens=LengthSpec("fixed", out_tokens),
                       rate_rps=load * cap, num_requests=200)

@@ -9,12 +9,11 @@ import json
 import sys
 from dataclasses import replace
 
-from llmplan import parallel
-from llmplan.sim import serving
 from llmplan.sim.disaggregated import (DisaggSpec, FixedTransfer, PoolSpec, estimate_disagg_capacity_rps,
                                        simulate_disaggregated)
 from llmplan.sim.testing_costs import LinearStepCost, make_replica
 from llmplan.sim.workload import WorkloadSpec, mean_lengths
+from test_speed_steady_speculation import count_beside
 
 COST = LinearStepCost(base_ms=7.0, per_seq_ms=0.02, per_decode_kv_token_ms=0.0, per_prefill_token_ms=0.03,
                       per_attn_pair_ms=1e-6)
@@ -22,15 +21,7 @@ FORK = sys.platform.startswith("linux")
 
 
 def _run(monkeypatch, workers: str):
-    monkeypatch.setenv(parallel.WORKERS_ENV, workers)
-    started = []
-    real = serving.beside
-
-    def counting(job):
-        started.append(1)
-        return real(job)
-
-    monkeypatch.setattr(serving, "beside", counting)
+    started = count_beside(monkeypatch, workers)
     # four prefill workers feed one decode worker: the decode pool (which sizes the warm-up) is
     # the bottleneck, loaded 5% above its estimated capacity, so the next attempt is speculated
     s = DisaggSpec(PoolSpec(4, make_replica(COST)), PoolSpec(1, make_replica(COST)), FixedTransfer(0.0), "decode")
