@@ -288,11 +288,6 @@ class AnalyticalStepModel:
         return (self._token_key(self._rows(rank)), self._logit_rows(rank), self._token_key(shape.tokens),
                 not shape.prefill_seqs)
 
-    def _normed_gemm(self, m: int, n: int, k: int, dtype: str, share: float) -> KernelTime:
-        """A GEMM on the normed hidden state (qkv, gate/up): without its own input quantization
-        in the ``share`` of layers where the fused all-reduce hands it fp8 (sim/trtllm_fp8_inputs.py)."""
-        return normed_gemm_ms(self.kernels, m, n, k, dtype, share)
-
     def _collective(self, op: str, message_bytes: float, n: int, link) -> KernelTime:
         """A collective over ``n`` GPUs: the kernel model's over ``link`` inside one scale-up
         domain or host, hierarchical (scale-up + scale-out network) when the group spans
@@ -355,8 +350,8 @@ class AnalyticalStepModel:
             n_local = n_attn - self._n_global - self._n_swa_own
             kv_dims = m.head_dim + m.value_head_dim
             qkv_n = gate * self.heads * m.head_dim + self.kv_heads * kv_dims
-            ops.append(self._op("qkv_proj", "gemm", self._normed_gemm(T, qkv_n, h, wd["attention"],
-                                                                      self._prequant.qkv_share), n_local))
+            ops.append(self._op("qkv_proj", "gemm", normed_gemm_ms(k, T, qkv_n, h, wd["attention"],
+                                                                   self._prequant.qkv_share), n_local))
             if self._n_swa_own:  # sliding layers with their own KV heads (MiMo-V2)
                 qkv_s = gate * self.heads * m.head_dim + self._swa_geom[0] * kv_dims
                 ops.append(self._op("qkv_proj_swa", "gemm", k.gemm(T, qkv_s, h, wd["attention"]), self._n_swa_own))
@@ -397,8 +392,8 @@ class AnalyticalStepModel:
         if n_dense > 0:
             inter = m.intermediate_size // tp
             up_n = (2 if m.gated_mlp else 1) * inter
-            ops.append(self._op("mlp_up", "gemm", self._normed_gemm(T, up_n, h, wd["dense_mlp"],
-                                                                   float(self._prequant.gate_up)), n_dense))
+            ops.append(self._op("mlp_up", "gemm", normed_gemm_ms(k, T, up_n, h, wd["dense_mlp"],
+                                                                float(self._prequant.gate_up)), n_dense))
             ops.append(self._op("mlp_act", "memory", k.memory_op(T * inter * ACT_BYTES * 3), n_dense))
             ops.append(self._op("mlp_down", "gemm", k.gemm(T, h, inter, wd["dense_mlp"]), n_dense))
         if n_moe > 0 and m.moe is not None:
