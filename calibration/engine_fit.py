@@ -120,7 +120,8 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 9: a prequantized fp8 GEMM is never slower than the plain one (CalibratedKernelModel.gemm_prequantized)
 #: 10: DSA sparse-MLA prefill runs padded heads over every index slot (sim/kernels.py, FLASHMLA_SPARSE_HEADS)
 #: 11: TensorRT-LLM Llama layer 0's qkv quantizes its own input (sim/trtllm_fp8_inputs.py, review)
-BASIS_VERSION = 11
+#: 12: vLLM 0.12.0 collection rows replay aiperf's pool of 100 prompts (calibration/benchmark_clients.py)
+BASIS_VERSION = 12
 #: model forms: which terms are free
 FORMS = ("overlap", "linear")
 #: per-request TTFT terms fitted (``--request-terms``): none, a constant, or a constant and a per

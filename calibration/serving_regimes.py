@@ -123,7 +123,9 @@ def regime_flags(case: ServingCase, queued: frozenset[int] = frozenset()) -> tup
     """The regimes of :data:`FLAGS` that apply to a row (empty: the replay's regime);
     ``queued``: row indices of :func:`queued_rows`."""
     out = []
-    if prompt_compute_ratio(case) > 1.0 or beyond_prefill_ceiling(case):
+    # a client cycling through a prompt pool is replayed with its repeats (case.prompt_pool,
+    # calibration.benchmark_clients.prompt_pool_size): the prefix cache is then the replay's own regime
+    if not case.prompt_pool and (prompt_compute_ratio(case) > 1.0 or beyond_prefill_ceiling(case)):
         out.append(CACHE_SERVED)
     try:
         if case.concurrency > admission_limit(case):

@@ -68,7 +68,8 @@ from typing import Any
 
 import pandas as pd
 
-from llmplan.calibration.benchmark_clients import length_bounds, length_range_ratio
+from llmplan.calibration.benchmark_clients import (AIPERF_MEASURED_WAVES, AIPERF_WARMUP_WAVES, length_bounds,
+                                                    length_range_ratio, prompt_pool_size)
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
@@ -145,6 +146,8 @@ class ServingCase:
     graph_every_batch: bool = False
     # vLLM launched with max_cudagraph_capture_size (calibration.vllm_launch); 0 = vLLM's default
     graph_capture_tokens: int = 0
+    # distinct prompts the client drew from (calibration.benchmark_clients.prompt_pool_size); 0 = unique
+    prompt_pool: int = 0
 
     @property
     def dense(self) -> bool:
@@ -457,7 +460,7 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
                        ttft, tpot, _text(row.get("backend_version")), deployment_key(row),
                        length_range_ratio(row, isl, osl), backend == "sglang" and generator_mixed_chunk(row),
                        backend == "sglang" and generator_cuda_graph_every_batch(row),
-                       vllm_max_capture_tokens(row, isl, osl))
+                       vllm_max_capture_tokens(row, isl, osl), prompt_pool_size(row))
     return RowMapping(index, case, SIMULATED)
 
 
@@ -629,24 +632,34 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
 
 
 def benchmark_workload(isl: int, osl: int, concurrency: int, opts: SimOptions,
-                       length_ratio: float = 1.0) -> tuple[Any, Any]:
+                       length_ratio: float = 1.0, prompt_pool: int = 0, block_tokens: int = 16) -> tuple[Any, Any]:
     """(workload, measured window) of a served run's benchmark client: a closed loop of
     ``concurrency`` clients, fixed prompts, output lengths per :meth:`SimOptions.osl_range`;
     a client with ``length_ratio`` < 1 draws prompt and output lengths uniformly in
-    ``[ratio x L, L]`` instead (:mod:`calibration.benchmark_clients`; no jitter on top)."""
+    ``[ratio x L, L]`` instead (:mod:`calibration.benchmark_clients`; no jitter on top).
+    ``prompt_pool`` > 0: each request's whole prompt is one of that many distinct prompts, drawn
+    uniformly (aiperf's reused dataset entries), hashed in ``block_tokens`` blocks (the engine's
+    KV block) so the prefix cache can serve repeats."""
     from llmplan.sim.metrics import MeasureWindow
     from llmplan.sim.workload import LengthSpec, WorkloadSpec
 
     lo, hi = opts.osl_range(osl) if length_ratio >= 1 else length_bounds(osl, length_ratio)
     ilo, ihi = length_bounds(isl, length_ratio)
     n = num_requests(concurrency, opts)
+    if prompt_pool > 0:   # aiperf's client: 2N warm-up requests, then 20N reported
+        n = (AIPERF_WARMUP_WAVES + AIPERF_MEASURED_WAVES) * concurrency
     out = (LengthSpec(kind="fixed", mean_tokens=osl) if lo == hi
            else LengthSpec(kind="uniform", min_tokens=lo, max_tokens=hi))
     inp = (LengthSpec(kind="fixed", mean_tokens=isl) if ilo == ihi
            else LengthSpec(kind="uniform", min_tokens=ilo, max_tokens=ihi))
     spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=concurrency, num_requests=n,
                         input_tokens=inp, output_tokens=out, seed=opts.seed)
-    if opts.window == "steady":
+    if prompt_pool > 0:
+        spec = replace(spec, shared_prefix_tokens=ihi, num_shared_prefixes=prompt_pool,
+                       prefix_block_tokens=block_tokens)
+    if prompt_pool > 0:
+        window = MeasureWindow(0.0, 0.0, warmup_requests=AIPERF_WARMUP_WAVES * concurrency)
+    elif opts.window == "steady":
         window = MeasureWindow(0.0, concurrency / n, warmup_requests=concurrency)
     else:
         window = MeasureWindow(0.0, 0.0, warmup_requests=0)
@@ -688,7 +701,8 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     tier = kernel_tier(step)
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, case.isl + case.osl)
     spec, window = benchmark_workload(case.isl, case.osl, case.concurrency, opts,
-                                      case.length_ratio if opts.client_lengths else 1.0)
+                                      case.length_ratio if opts.client_lengths else 1.0,
+                                      case.prompt_pool, dep.engine.block_size)
     replica = ReplicaSpec(wrap(step) if wrap is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + hi)
     try:
         res = simulate_serving(spec, [replica], seed=opts.seed, window=window)

@@ -41,6 +41,7 @@ from llmplan.calibration.engine_fit import (add_jitter_arg, add_sim_args, ape_st
 from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, Prediction, SimOptions, concurrency_of,
                                               engine_profiles, map_row, map_rows, parallel_map,
                                               read_serving_files, serving_files)
+from llmplan.calibration.benchmark_clients import prompt_pool_size, repeated_prompts_note
 from llmplan.calibration.serving_disagg_rows import disagg_targets, replay_disagg
 from llmplan.calibration.serving_regimes import queued_rows, regime_flags
 from llmplan.errors import EXIT_USER_ERROR, UserError
@@ -454,6 +455,9 @@ def main(argv: list[str]) -> int:
                 notes.append(f"held-out half: deployments of split seed {seed} the terms were not fitted on")
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
             res = validate_serving(df, opts, overrides, a.limit, a.workers, prog, a.osl_jitter, seed, bands)
+        pooled = sum(1 for r in df.to_dict("records") if prompt_pool_size(r))
+        if pooled:
+            notes.append(repeated_prompts_note(pooled))
     except UserError as e:
         console.print(e.render(), style="red", markup=False, highlight=False)
         return EXIT_USER_ERROR
