@@ -6,6 +6,8 @@ parallelism columns and worker count. This module reads those labels:
 
 * :func:`disagg_deployment_key`: the deployment the labels name (batch sizes and concurrency
   excluded: they vary per run of one deployment);
+* :func:`split_keys`: the keys of the held-out split, which keep two runs of one decode
+  deployment whose prefill pools are spelled TP and attention DP in one half;
 * :func:`label_conflicts`: labels that name more than one measurement at the same client
   concurrency. Two different mean TTFT/TPOT pairs for one deployment at one point mean the runs
   behind those labels differed in something the columns do not record, so no row carrying those
@@ -52,6 +54,48 @@ def disagg_deployment_key(row: Mapping[str, Any]) -> str:
     extra = [f"{p}_{c}={_int(row.get(f'{p}_{c}'), 0)}" for p in POOLS
              for c in ("num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")]
     return deployment_key(row) + "|" + "|".join(extra)
+
+
+#: the pool whose tensor-parallel / attention-DP spelling differs between two runs of one decode
+#: deployment (:func:`split_keys`)
+SPLIT_MERGED_POOL = "prefill"
+
+
+def tp_spelled_key(row: Mapping[str, Any]) -> str:
+    """:func:`disagg_deployment_key` with the prefill workers' layout written as TP over all their
+    attention GPUs (``tp_size`` = TP x attention DP, ``attention_dp_size`` = 1)."""
+    r = dict(row)
+    p = SPLIT_MERGED_POOL
+    tp = _int(r.get(f"{p}_tp_size"), 0)
+    if tp >= 1:
+        r[f"{p}_tp_size"] = tp * max(1, _int(r.get(f"{p}_attention_dp_size"), 1))
+        r[f"{p}_attention_dp_size"] = 1
+    return disagg_deployment_key(r)
+
+
+def split_keys(rows: list[Mapping[str, Any]]) -> dict[int, str]:
+    """{row position: the key that puts the disaggregated row in a half of the held-out split}: its
+    :func:`disagg_deployment_key`, except a row whose prefill pool is spelled attention DP while
+    another row of the frame carries the same labels with that pool spelled TP (:func:`tp_spelled_key`):
+    it takes that row's key, so the two fall in one half. Rows without such a twin keep their key
+    (the split of every other row does not move).
+
+    Why: the H200 TensorRT-LLM db-dump measures disaggregated configurations in two workflow runs
+    (2026-02-14, run 288, and 2026-03-23, run 333) whose rows differ only in the prefill pool's
+    spelling, TP 8 in one and attention DP 8 in the other (``cfg303``/``cfg590``, ``cfg291``/``cfg675``,
+    ``cfg294``/``cfg679``, ``cfg325``/``cfg674``, ``cfg334``/``cfg673``): same engine build, decode
+    pool, worker counts and prefill EP; at the 9 concurrencies both measured, TPOT equal within 0.5%
+    and TTFT within 0.5-23%. Whether the prefill layout differed or the export swaps its columns (as
+    the ``2026_03_25_*`` exports do, module docstring) is not recorded; either way they are one decode
+    deployment measured twice, and a held-out row must not have its twin run in the training half.
+    The replay still uses each row's own labels."""
+    own = {i: disagg_deployment_key(r) for i, r in enumerate(rows) if is_disagg(r)}
+    keys = set(own.values())
+    out = {}
+    for i, k in own.items():
+        t = tp_spelled_key(rows[i])
+        out[i] = t if t != k and t in keys else k
+    return out
 
 
 def label_conflicts(rows: list[Mapping[str, Any]]) -> dict[int, str]:

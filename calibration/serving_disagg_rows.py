@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmplan.calibration.disagg_row_labels import (POOL_COLUMNS, POOLS, concurrency_of_source,
-                                                   disagg_deployment_key, is_disagg, label_conflicts, repeat_of)
+                                                   disagg_deployment_key, is_disagg, label_conflicts, repeat_of,
+                                                   split_keys)
 from llmplan.calibration.serving_rows import (SIMULATED, Prediction, RowMapping, ServingCase, SimOptions, _int,
                                               _kernels, _text, benchmark_workload, kernel_tier, map_row)
 from llmplan.sim.types import EngineProfile
@@ -59,6 +60,7 @@ class DisaggCase:
     measured_tpot_ms: float
     version: str = ""
     deployment: str = ""
+    split: str = ""          # the held-out split's key (disagg_row_labels.split_keys; "": deployment)
 
     @property
     def dense(self) -> bool:
@@ -272,12 +274,14 @@ def map_disagg_rows(df: Any, overrides: Mapping[str, Mapping[str, Any]]) -> dict
 
     rows = df.to_dict("records")
     conflicts = label_conflicts(rows)
+    splits = split_keys(rows)
     out = {}
     for i, r in enumerate(rows):
         if is_disagg(r):
             b = _text(r.get("backend"))
             mine = overrides_for(dict(overrides), b, str(r.get("backend_version") or ""))
-            out[i] = map_disagg_row(r, i, engine_profiles({**overrides, b: mine}), conflicts.get(i, ""))
+            m = map_disagg_row(r, i, engine_profiles({**overrides, b: mine}), conflicts.get(i, ""))
+            out[i] = replace(m, case=replace(m.case, split=splits[i])) if m.case is not None else m
     for i, j in repeat_of(rows, [k for k, m in out.items() if m.case is not None]).items():
         out[i] = DisaggMapping(i, None, f"repeat: the measurement of row {_text(rows[j].get('id')) or j} (same engine, "
                                         "version, GPU, precision, lengths, concurrency and measured TTFT/TPOT), which "
@@ -287,10 +291,12 @@ def map_disagg_rows(df: Any, overrides: Mapping[str, Mapping[str, Any]]) -> dict
 
 def held_out(m: DisaggMapping, seed: int) -> bool:
     """The row's deployment is in the held-out half of split ``seed`` (the aggregated rows' split:
-    :func:`calibration.engine_fit.deployment_half` of the deployment key)."""
+    :func:`calibration.engine_fit.deployment_half` of the row's split key,
+    :func:`~calibration.disagg_row_labels.split_keys`: two runs of one decode deployment whose prefill
+    pools are spelled TP and attention DP fall in one half)."""
     from llmplan.calibration.engine_fit import deployment_half
 
-    return m.case is not None and deployment_half(m.case.deployment, seed) == 1
+    return m.case is not None and deployment_half(m.case.split or m.case.deployment, seed) == 1
 
 
 def replay_disagg(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, Any]],
@@ -397,7 +403,7 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
                     for b, v in sorted(resid.items())},
         "_provenance": {"seed": seed, "rows": "mode=disagg rows of the measurement files given, training half "
                                               "(calibration.engine_fit.deployment_half of the disaggregated "
-                                              "deployment key)",
+                                              "split key, calibration.disagg_row_labels.split_keys)",
                         "fit": "the hand-off (0-3000 ms, 10 ms steps) minimising the median APE of the simulated "
                                "mean TTFT (the engine's per-request front-end TTFT included; each row replayed at "
                                "hand-offs 0, 250, 500, 750, 1000, 1500, 2000, 3000 ms and interpolated linearly, so "
