@@ -73,6 +73,8 @@ from llmplan.calibration.benchmark_clients import (AIPERF_MEASURED_WAVES, AIPERF
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
+from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
+from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
@@ -450,6 +452,9 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     seqs = max(batch, conc)
     # the engine's token budget is per attention-DP rank: the replica's is dp times it
     tokens = max(base.max_num_batched_tokens * par.dp, seqs)
+    if backend == "trtllm" and trtllm_generator_launch(row):
+        # aiconfigurator's harness: max_num_tokens = max_batch_size + isl + 1500 (calibration.trtllm_launch)
+        tokens = max(trtllm_generator_max_num_tokens(isl, max(_int(row.get("batch_size"), conc), 1)) * par.dp, seqs)
     engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     mem = plan_memory(model, gpu, par, prec, engine, isl + osl)
     if not mem.fits:
