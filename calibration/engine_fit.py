@@ -126,7 +126,8 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 10: DSA sparse-MLA prefill runs padded heads over every index slot (sim/kernels.py, FLASHMLA_SPARSE_HEADS)
 #: 11: TensorRT-LLM Llama layer 0's qkv quantizes its own input (sim/trtllm_fp8_inputs.py, review)
 #: 12: vLLM 0.12.0 collection rows replay aiperf's pool of 100 prompts (calibration/benchmark_clients.py)
-BASIS_VERSION = 12
+#: 13: TensorRT-LLM collection rows take aiconfigurator's harness token budget (calibration/trtllm_launch.py)
+BASIS_VERSION = 13
 #: model forms: which terms are free (module docstring)
 FORMS = ("overlap", "linear", "overlap+linear")
 #: the form of the shipped fit (engine-wide and per version family)
