@@ -127,7 +127,8 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 11: TensorRT-LLM Llama layer 0's qkv quantizes its own input (sim/trtllm_fp8_inputs.py, review)
 #: 12: vLLM 0.12.0 collection rows replay aiperf's pool of 100 prompts (calibration/benchmark_clients.py)
 #: 13: TensorRT-LLM collection rows take aiconfigurator's harness token budget (calibration/trtllm_launch.py)
-BASIS_VERSION = 13
+#: 14: TensorRT-LLM decode-only MLA steps take the measured whole module (sim/trtllm_mla_module.py)
+BASIS_VERSION = 14
 #: model forms: which terms are free (module docstring)
 FORMS = ("overlap", "linear", "overlap+linear")
 #: the form of the shipped fit (engine-wide and per version family)

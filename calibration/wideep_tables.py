@@ -93,20 +93,28 @@ def extract(measurements: Iterable[str]) -> dict[str, Any]:
                             "written_by": "python -m llmplan.calibration.wideep_tables"}}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Extract the wide-EP MoE curves (sim/data/wideep_moe.json).")
+def extract_main(argv: list[str] | None, description: str, extract_fn: Any, compact: bool = False) -> int:
+    """The command line of a table extractor: ``--measurements DIR... --out FILE``; ``extract_fn``
+    maps the folders to a ``{"gpus": {gpu: curves}, ...}`` document (``compact``: no newlines)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--measurements", nargs="+", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     try:
-        doc = extract(a.measurements)
+        doc = extract_fn(a.measurements)
     except UserError as e:   # one or two lines, no traceback
         print(e.render(), file=sys.stderr)
         return EXIT_USER_ERROR
-    Path(a.out).write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+    text = json.dumps(doc, separators=(",", ":"), sort_keys=True) if compact else json.dumps(doc, indent=0,
+                                                                                            sort_keys=True)
+    Path(a.out).write_text(text + "\n")
     n = sum(len(v) for v in doc["gpus"].values())
     print(f"{n} curves over {len(doc['gpus'])} GPUs -> {a.out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return extract_main(argv, "Extract the wide-EP MoE curves (sim/data/wideep_moe.json).", extract)
 
 
 if __name__ == "__main__":

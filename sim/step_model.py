@@ -33,6 +33,7 @@ from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.shared_experts import fused_shared_experts
 from llmplan.sim.trtllm_fusions import norms_in_allreduce, rope_in_attention
 from llmplan.sim.trtllm_fp8_inputs import normed_gemm_ms, prequantized_inputs
+from llmplan.sim.trtllm_mla_module import module_ops
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 from llmplan.sim.wideep_moe import group_moe
@@ -113,6 +114,10 @@ class AnalyticalStepModel:
         self._pf_lat = lru_cache(maxsize=65536)(lambda *k: tuple(o.latency_ms for o in self._attn_ops(*k, 0, 0.0)))
         self._dc_lat = lru_cache(maxsize=65536)(lambda *k: tuple(o.latency_ms for o in self._attn_ops(0, 0, 0.0, *k)))
         self._attn_ms = lru_cache(maxsize=262144)(self._attn_sum)
+        # TensorRT-LLM decode-only MLA steps: the measured whole module (sim/trtllm_mla_module.py)
+        self._mla_module = lru_cache(maxsize=65536)(lambda lk, ak: module_ops(
+            self.engine.kernel_backend, m, self.gpu.key, self.prec.kv_cache, self._wd["attention"], self.heads,
+            self.layers_per_stage, ak, self._linear(*lk) + self._attn(*ak)))
         self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
         self._decode_sc: dict[tuple[int, float], tuple[float, float]] = {}  # their (stage, comm)
         self._last_sc: tuple[StepShape | None, tuple[float, float]] = (None, (0.0, 0.0))
@@ -181,8 +186,8 @@ class AnalyticalStepModel:
 
     def breakdown(self, shape: StepShape) -> StepTiming:
         rank = rank_shape(shape, self.dp)
-        ops = list(self._linear(*self._linear_key(shape, rank)))
-        ops += self._attn(*self._attn_key(rank))
+        lk, ak = self._linear_key(shape, rank), self._attn_key(rank)
+        ops = list(self._linear(*lk)) + list(self._attn(*ak)) + list(self._mla_module(lk, ak))
         n_stage = self.pp
         ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier,
                       o.extrapolated, o.table) for o in ops]
@@ -268,8 +273,9 @@ class AnalyticalStepModel:
         if shape.tokens == 0:
             return 0.0, 0.0
         rank = rank_shape(shape, self.dp)
-        per_stage = self._linear_ms(*self._linear_key(shape, rank))
-        per_stage += self._attn_ms(*self._attn_key(rank))
+        lk, ak = self._linear_key(shape, rank), self._attn_key(rank)
+        per_stage = self._linear_ms(*lk) + self._attn_ms(*ak)
+        per_stage += sum(o.latency_ms for o in self._mla_module(lk, ak))
         comm = 0.0
         if self.pp > 1:
             t = self.kernels.collective("p2p", rank.tokens * self.model.hidden_size * ACT_BYTES, 2, self.pp_link)
