@@ -83,9 +83,10 @@ def length_bounds(tokens: int, ratio: float) -> tuple[int, int]:
 #: each request draws one uniformly at random (``aiperf/dataset/dataset_manager.py``,
 #: ``_conversation_query_random.choice``: synthetic datasets are not iterated sequentially)
 AIPERF_DATASET_ENTRIES = 100
-#: collection campaigns replayed with aiperf's repeated prompts: (backend, version) of the
-#: per-engine-version collection file (:func:`collection_file`)
-REPEATED_PROMPT_CAMPAIGNS = frozenset({("vllm", "0.12.0")})
+#: collection files (``<gpu>/<backend>/<version>/<model>.csv`` of ``silicon_data_source``) whose own
+#: rows show that their prompts were served from a prefix cache (:func:`prompt_pool_size`)
+REPEATED_PROMPT_FILES = frozenset({"h200_sxm/vllm/0.12.0/nvidia_Llama-3.1-8B-Instruct-FP8.csv"})
+_SOURCE_FILE = re.compile(r"/data/([^/;]+/[^/;]+/[^/;]+/[^/;]+\.csv)")
 #: that client's requests per concurrent client: ``--warmup-request-count 2N`` (not reported) then
 #: ``--num-requests 20N`` (``bench_run.sh.j2``, BENCH_MULTI_ROUND default 20)
 AIPERF_WARMUP_WAVES = 2
@@ -96,12 +97,14 @@ def prompt_pool_size(row: Mapping[str, Any]) -> int:
     """Distinct prompts the row's client cycled through (drawn uniformly per request); 0 = every
     prompt unique (the replay's default).
 
-    The vLLM 0.12.0 collection files (``.../aic-auto-gap-analysis/data/<gpu>/vllm/0.12.0/...``)
-    hold runs no GPU could have computed with unique prompts: Llama-3.1-8B-FP8 on one H200, 2,000 x
-    100 tokens at N = 64, measured TTFT 122 ms and TPOT 9.7 ms, i.e. E2E 1.09 s per request and
+    Only for the collection files of :data:`REPEATED_PROMPT_FILES`, whose own rows no GPU could
+    have computed with unique prompts: Llama-3.1-8B-FP8 on one H200 (vLLM 0.12.0), 2,000 x 100
+    tokens at N = 64, measured TTFT 122 ms and TPOT 9.7 ms, i.e. E2E 1.09 s per request and
     64 x 2,000 = 128k prompt tokens per 1.09 s, while one 2,000-token prefill takes 35 ms by the
     measured vLLM GEMM tables (2.2 s of prefill per 1.09 s); 15 of its 21 rows exceed that bound
-    (``calibration.serving_regimes``, ``cache-served prompts``). The files do not name their
+    (``calibration.serving_regimes``, ``cache-served prompts``). The other vLLM 0.12.0 collection
+    files (H200 Qwen3-235B-A22B-FP8, H100 Qwen3-32B) have no such row, so nothing shows that their
+    prompts repeated and they keep unique prompts. The files do not name their
     client; aiconfigurator's generated benchmark (``bench_run.sh.j2``,
     ``aiperf profile --isl --osl --concurrency N --num-requests 20N --warmup-request-count 2N``,
     ai-dynamo/aiconfigurator since f90534bc, 2026-02-11) runs aiperf without
@@ -110,12 +113,14 @@ def prompt_pool_size(row: Mapping[str, Any]) -> int:
     blocks while they stay in the KV pool. That client is the assumption of this replay (printed
     by ``llmplan validate serving``); the hit rate is the simulator's KV pool's, never taken
     from the measured TTFT."""
-    return AIPERF_DATASET_ENTRIES if collection_file(row) in REPEATED_PROMPT_CAMPAIGNS else 0
+    m = _SOURCE_FILE.search(str(row.get("silicon_data_source") or ""))
+    return AIPERF_DATASET_ENTRIES if m and m.group(1) in REPEATED_PROMPT_FILES else 0
 
 
 def repeated_prompts_note(rows: int) -> str:
     """The assumption printed with a replay that includes rows of :func:`prompt_pool_size` > 0."""
-    return (f"{rows} row(s) of the vLLM 0.12.0 collection files replayed with aiperf's default client: "
+    return (f"{rows} row(s) of collection files whose rows show cache-served prompts (vLLM 0.12.0 "
+            "Llama-3.1-8B-FP8 on H200) replayed with aiperf's default client: "
             f"{AIPERF_DATASET_ENTRIES} distinct prompts drawn at random, {AIPERF_WARMUP_WAVES}N warm-up then "
             f"{AIPERF_MEASURED_WAVES}N reported requests, repeats served by vLLM's prefix cache as the replayed "
             "KV pool holds them (assumed: the files do not name their client; calibration/benchmark_clients.py)")

@@ -9,13 +9,17 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from llmplan.calibration import benchmark_clients as bc
 from llmplan.calibration import serving_rows as sr
 from llmplan.calibration.serving_regimes import CACHE_SERVED, regime_flags
 from llmplan.sim.workload import generate_workload
 
+MEASUREMENTS = Path(__file__).resolve().parents[2] / "shared" / "measurements"
 CAMPAIGN = ("source_file=/Users/x/projects/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/"
             "nvidia_Llama-3.1-8B-Instruct-FP8.csv; silicon_concurrency={n}")
 
@@ -37,12 +41,35 @@ def _case(row: dict) -> sr.ServingCase:
     return m.case
 
 
-def test_only_the_vllm_0_12_collection_files_reuse_prompts():
+def test_only_the_file_whose_rows_show_cache_served_prompts_reuses_prompts():
     assert bc.prompt_pool_size(_row()) == bc.AIPERF_DATASET_ENTRIES == 100
-    other = [CAMPAIGN.replace("vllm/0.12.0", "vllm/0.11.0"), CAMPAIGN.replace("vllm/0.12.0", "sglang/0.5.6"),
+    other = [CAMPAIGN.replace("nvidia_Llama-3.1-8B-Instruct-FP8", "Qwen_Qwen3-235B-A22B-FP8"),
+             CAMPAIGN.replace("h200_sxm/vllm/0.12.0/nvidia_Llama-3.1-8B-Instruct-FP8", "h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B"),
+             CAMPAIGN.replace("vllm/0.12.0", "vllm/0.11.0"), CAMPAIGN.replace("vllm/0.12.0", "sglang/0.5.6"),
              "source_file=2026-03-25.csv; silicon_concurrency={n}", "synthetic; silicon_concurrency={n}"]
     for src in other:
         assert bc.prompt_pool_size(_row(silicon_data_source=src.format(n=64))) == 0, src
+
+
+@pytest.mark.skipif(not (MEASUREMENTS / "h200_sxm" / "e2e_serving.csv").is_file(), reason="shared measurements absent")
+def test_the_evidence_rows_of_the_vllm_0_12_collection_files():
+    """The physics flag with unique prompts, per collection file: only the Llama-3.1-8B-FP8 file
+    has rows whose prompts no replica could have computed."""
+    rows = sr.read_serving_files([str(MEASUREMENTS / g / "e2e_serving.csv") for g in ("h100_sxm", "h200_sxm")])
+    engines = sr.engine_profiles()
+    flagged: dict[str, list[bool]] = {}
+    for i, r in enumerate(rows.to_dict("records")):
+        src = str(r.get("silicon_data_source") or "")
+        if "/vllm/0.12.0/" not in src or str(r.get("mode")) != "agg":
+            continue
+        m = sr.map_row(r, i, engines)
+        if m.case is None:
+            continue
+        name = src.split("/data/")[1].split(";")[0]
+        flagged.setdefault(name, []).append(CACHE_SERVED in regime_flags(replace(m.case, prompt_pool=0)))
+    assert {f for f, v in flagged.items() if any(v)} == set(bc.REPEATED_PROMPT_FILES)
+    assert sum(flagged["h200_sxm/vllm/0.12.0/nvidia_Llama-3.1-8B-Instruct-FP8.csv"]) >= 10
+    assert len(flagged) >= 3
 
 
 def test_mapped_case_carries_the_pool_and_is_no_longer_flagged_cache_served():
