@@ -23,16 +23,17 @@ version family (:func:`version_family`), we fit
 
 by minimising the squared log error of mean TTFT and mean TPOT (robust ``soft_l1``).
 ``host_overhead_per_seq_ms`` (h1) is per-sequence time that adds to the step (not hidden behind
-the device). Forms (:data:`FORMS`): ``overlap`` (h1 = 0, the form shipped until session 8),
-``linear`` (c = 0) and ``overlap+linear`` (:data:`SHIPPED_FORM`): c from the grid *and* h1 free,
-with c kept above 0 only where the rows identify it (:func:`overlap_identified`, a likelihood-ratio
-test against c = 0). Why (docs/ACCURACY.md, "Engine terms at large batch (session 8)"): on the
-training rows (N <= 352 once the regimes are left out) the cost is flat in c to 0.03% for SGLang
-and vLLM, so the old grid search ended on its top value 0.08 by a rounding-level margin, and
-0.08 x 512 sequences = 41 ms made every SGLang Llama-3.1-8B TP1-TP8 row at N = 512 a 42.7 ms
-step, while the measured TPOT falls with TP; the measured TPOT minus the device TPOT at fixed N
-is about the same at TP1, TP2, TP4 and TP8 (8-12 ms at N = 352-512), which only a term that adds
-to the device step can produce. A ``prefill_scale`` (s) can be added with ``--prefill-scale``.
+the device). Forms (:data:`FORMS`): ``overlap`` (h1 = 0; :data:`SHIPPED_FORM`), ``linear`` (c = 0)
+and ``overlap+linear`` (c from the grid *and* h1 free, a diagnostic). In both grid forms c is kept
+above 0 only where the rows identify it (:func:`overlap_identified`, a likelihood-ratio test against
+c = 0): on the training rows (N <= 352 once the regimes are left out) the cost was flat in c to
+0.03% for SGLang, so a plain grid search ended on its top value 0.08 by a rounding-level margin, and
+0.08 x 512 sequences = 41 ms made every SGLang Llama-3.1-8B TP1-TP8 row at N = 512 a 42.7 ms step
+while the measured TPOT falls with TP (docs/ACCURACY.md, "Engine terms at large batch (session 8)").
+The shipped form keeps h1 = 0: a linear per-sequence term grows without bound outside the fitted
+batch range (issue 12: 0.031 ms x 4,000 sequences = 124 ms per step; the session-8 overlap+linear
+fit gave vLLM 0.054 ms, 110 ms per step at 2,048 sequences), while the overlapped term only shows
+where the CPU work is longer than the device step. A ``prefill_scale`` (s) can be added with ``--prefill-scale``.
 
 Desynchronisation: N identical closed-loop clients stay in lock-step forever in a
 deterministic simulator, while a real engine and client drift apart. The simulator breaks
@@ -132,7 +133,7 @@ BASIS_VERSION = 14
 #: model forms: which terms are free (module docstring)
 FORMS = ("overlap", "linear", "overlap+linear")
 #: the form of the shipped fit (engine-wide and per version family)
-SHIPPED_FORM = "overlap+linear"
+SHIPPED_FORM = "overlap"
 #: chi-square(1 degree of freedom) 95% quantile: the likelihood-ratio threshold of one added term
 #: (Wilks' theorem; any statistics text, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.4)
 LR_CHI2_1DF_95 = 3.841
@@ -436,7 +437,7 @@ def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form
     fits = [fit_with_cost(bases, start, prefill_scale, overlap=c, per_seq=(form != "overlap"), request=request,
                           eager=eager) for c in grid]
     best = min(fits, key=lambda f: f[1])   # first (smallest c) of equal costs
-    if form == "overlap+linear" and grid[0] == 0.0 and not overlap_identified(fits[0][1], best[1], len(bases)):
+    if form != "linear" and grid[0] == 0.0 and not overlap_identified(fits[0][1], best[1], len(bases)):
         return fits[0]
     return best
 

@@ -20,12 +20,10 @@ Step time with these terms (``sim.step_model``)::
   identify it (a likelihood-ratio test against 0): rows whose steps are never host-bound cannot
   tell 0 from 0.08 ms per sequence, and 0.08 x 512 sequences = 41 ms per step;
 * ``host_overhead_per_seq_ms``: per-sequence time that adds to the step whatever its device time.
-  Fitted since session 8 (``calibration.engine_fit``, form ``overlap+linear``): at a fixed number
-  of sequences the measured TPOT minus the device TPOT is the same at TP1, TP2, TP4 and TP8 (SGLang
-  Llama-3.1-8B on H200, N = 352-512: 8-12 ms), which a term hidden behind the device step cannot
-  produce; the session-8 scratch fit gives 0.003-0.02 ms per sequence (0.015 ms x 512 = 7.7 ms). It grows without
-  bound; ``llmplan validate serving`` flags rows above the fitted range
-  (``fitted_range`` in the profile file).
+  The shipped fit keeps it at 0 (``calibration.engine_fit``, form ``overlap``): it grows without
+  bound outside the fitted batch range (issue 12). The ``overlap+linear`` diagnostic fit finds one
+  in the SGLang Llama-3.1-8B rows at N = 352-512 (measured TPOT minus device TPOT 8-12 ms at every TP;
+  docs/ACCURACY.md, "Engine terms at large batch (session 8)"). A config value is still honoured.
 * ``eager_step_ms_per_layer``: the host launch of a forward that replays no CUDA graph
   (``sim.cuda_graphs.eager_step``: TensorRT-LLM and SGLang steps that carry a prompt, vLLM steps
   above its largest capture size, decode batches above the captured maximum): the kernels of

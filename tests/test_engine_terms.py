@@ -41,16 +41,14 @@ def test_unknown_engine_takes_the_mean_of_the_fitted_engines():
     assert vals["host_overhead_ms"] == pytest.approx(mean) and "mean" in source
 
 
-def test_shipped_terms_follow_the_form_they_were_fitted_with():
-    """Issue 12: the non-overlapped per-sequence term grows without bound with the batch. A file
-    fitted with the overlap form (session 7) has none; one fitted with overlap+linear (session 8,
-    docs/ACCURACY.md "Engine terms at large batch (session 8)") may, within the fit's bounds."""
+def test_shipped_terms_have_no_unbounded_per_sequence_term():
+    """Issue 12: the non-overlapped per-sequence term grows without bound with the batch (0.031 ms x
+    4,000 sequences = 124 ms per step); the shipped fit form (overlap) has none."""
     doc = _shipped()
-    linear_allowed = "form overlap+linear" in doc["_provenance"].get("method", "")
+    assert "form overlap," in doc["_provenance"].get("method", "")
     for name, e in doc["engines"].items():
         for terms in [e, *e.get("families", {}).values()]:
-            h1 = terms["host_overhead_per_seq_ms"]
-            assert (0.0 <= h1 <= 2.0) if linear_allowed else h1 == 0.0, name
+            assert terms["host_overhead_per_seq_ms"] == 0.0, name
 
 
 def _step(engine: EngineProfile) -> AnalyticalStepModel:
