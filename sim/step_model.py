@@ -33,7 +33,7 @@ from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.shared_experts import fused_shared_experts
 from llmplan.sim.trtllm_fusions import norms_in_allreduce, rope_in_attention
 from llmplan.sim.trtllm_fp8_inputs import normed_gemm_ms, prequantized_inputs
-from llmplan.sim.trtllm_mla_module import module_ops
+from llmplan.sim.trtllm_mla_module import applies as mla_module_applies, module_ops
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 from llmplan.sim.wideep_moe import group_moe
@@ -118,6 +118,7 @@ class AnalyticalStepModel:
         self._mla_module = lru_cache(maxsize=65536)(lambda lk, ak: module_ops(
             self.engine.kernel_backend, m, self.gpu.key, self.prec.kv_cache, self._wd["attention"], self.heads,
             self.layers_per_stage, ak, self._linear(*lk) + self._attn(*ak)))
+        self._mla_module_on = mla_module_applies(self.engine.kernel_backend, m)
         self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
         self._decode_sc: dict[tuple[int, float], tuple[float, float]] = {}  # their (stage, comm)
         self._last_sc: tuple[StepShape | None, tuple[float, float]] = (None, (0.0, 0.0))
@@ -275,7 +276,8 @@ class AnalyticalStepModel:
         rank = rank_shape(shape, self.dp)
         lk, ak = self._linear_key(shape, rank), self._attn_key(rank)
         per_stage = self._linear_ms(*lk) + self._attn_ms(*ak)
-        per_stage += sum(o.latency_ms for o in self._mla_module(lk, ak))
+        if self._mla_module_on:
+            per_stage += sum(o.latency_ms for o in self._mla_module(lk, ak))
         comm = 0.0
         if self.pp > 1:
             t = self.kernels.collective("p2p", rank.tokens * self.model.hidden_size * ACT_BYTES, 2, self.pp_link)

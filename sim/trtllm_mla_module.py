@@ -97,6 +97,12 @@ def module_correction_ms(module_ms_per_layer: float, layers: float, composed_ms:
     return module_ms_per_layer * layers - composed_ms
 
 
+def applies(backend: str, model: ModelSpec) -> bool:
+    """Whether a step model of ``backend`` serving ``model`` can take the module at all (TensorRT-LLM,
+    a dense-attention MLA model); fixed per step model, so its hot path skips the lookup otherwise."""
+    return backend == "trtllm" and model.mla is not None and model.sparse is None
+
+
 def module_ops(backend: str, model: ModelSpec, gpu: str, kv_dtype: str, gemm_dtype: str, heads: int,
                layers: float, attn_key: tuple, composed: tuple[OpTime, ...]) -> tuple[OpTime, ...]:
     """The step model's extra operator for one pipeline stage of a step: ``mla_module_vs_ops``
@@ -105,7 +111,7 @@ def module_ops(backend: str, model: ModelSpec, gpu: str, kv_dtype: str, gemm_dty
     ``(prefill seqs, prefill q, prefill kv, decode seqs, mean decode KV)`` of the busiest rank) whose
     GPU has a curve; else none."""
     pf_seqs, _, _, dc_seqs, dc_kv = attn_key
-    if backend != "trtllm" or model.mla is None or model.sparse is not None or pf_seqs or not dc_seqs:
+    if not applies(backend, model) or pf_seqs or not dc_seqs:
         return ()
     kt = module_decode_ms(gpu, kv_dtype, gemm_dtype, heads, dc_seqs, dc_kv)
     if kt is None:
