@@ -662,7 +662,6 @@ def benchmark_workload(isl: int, osl: int, concurrency: int, opts: SimOptions,
     if prompt_pool > 0:
         spec = replace(spec, shared_prefix_tokens=ihi, num_shared_prefixes=prompt_pool,
                        prefix_block_tokens=block_tokens)
-    if prompt_pool > 0:
         window = MeasureWindow(0.0, 0.0, warmup_requests=AIPERF_WARMUP_WAVES * concurrency)
     elif opts.window == "steady":
         window = MeasureWindow(0.0, concurrency / n, warmup_requests=concurrency)
