@@ -455,7 +455,8 @@ def main(argv: list[str]) -> int:
                 notes.append(f"held-out half: deployments of split seed {seed} the terms were not fitted on")
             prog = (lambda d, t: upd("simulate", d, t)) if upd else None
             res = validate_serving(df, opts, overrides, a.limit, a.workers, prog, a.osl_jitter, seed, bands)
-        pooled = sum(1 for r in df.to_dict("records") if prompt_pool_size(r))
+        # only the rows replayed (not those of the training half or left out by --limit)
+        pooled = sum(1 for r in res[res["status"] == SIMULATED].to_dict("records") if prompt_pool_size(r))
         if pooled:
             notes.append(repeated_prompts_note(pooled))
     except UserError as e:
