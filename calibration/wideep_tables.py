@@ -102,6 +102,9 @@ def extract_main(argv: list[str] | None, description: str, extract_fn: Any, comp
     a = ap.parse_args(argv)
     try:
         doc = extract_fn(a.measurements)
+        if not doc["gpus"]:   # never overwrite a shipped table with an empty one
+            raise UserError(f"no rows of this table under {', '.join(a.measurements)}", key="--measurements",
+                            fix="pass the measurement folders that hold the table (DIR/<gpu>/<table>.csv.gz)")
     except UserError as e:   # one or two lines, no traceback
         print(e.render(), file=sys.stderr)
         return EXIT_USER_ERROR
