@@ -94,3 +94,15 @@ def test_shipped_table_holds_the_tp8_deepseek_curve():
     doc = json.loads(MODULE_FILE.read_text())
     assert curve_key("fp8", "fp8_block", 16) in doc["gpus"]["h200_sxm"]
     assert "/" not in json.dumps(doc["_provenance"]["tables"]).replace("/mla_generation_module", "")   # no paths
+
+
+def test_extraction_without_any_curve_exits_2_and_writes_nothing(tmp_path, capsys):
+    from llmplan.calibration.trtllm_mla_module_table import main
+
+    gdir = tmp_path / "m" / "h100_sxm"
+    gdir.mkdir(parents=True)
+    (gdir / "gemm.csv.gz").write_bytes(b"")   # a known kernel table, but no MLA module table
+    assert main(["--measurements", str(tmp_path / "m"), "--out", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--measurements" in err and "no rows" in err and "Traceback" not in err
+    assert not (tmp_path / "t.json").exists()

@@ -116,15 +116,3 @@ def test_extraction_from_a_missing_folder_exits_2_with_one_clear_message(tmp_pat
     err = capsys.readouterr().err
     assert "measurements" in err and "does not exist" in err and "Traceback" not in err
     assert not (tmp_path / "w.json").exists()
-
-
-def test_extraction_without_any_curve_exits_2_and_writes_nothing(tmp_path, capsys):
-    from llmplan.calibration.wideep_tables import main
-
-    gdir = tmp_path / "m" / "h100_sxm"
-    gdir.mkdir(parents=True)
-    (gdir / "gemm.csv.gz").write_bytes(b"")   # a known kernel table, but no wide-EP table
-    assert main(["--measurements", str(tmp_path / "m"), "--out", str(tmp_path / "w.json")]) == 2
-    err = capsys.readouterr().err
-    assert "--measurements" in err and "Traceback" not in err
-    assert not (tmp_path / "w.json").exists()
