@@ -86,7 +86,7 @@ def test_other_engines_and_mixed_steps_keep_the_composition():
         StepShape.build([], [1536] * 4)).ops}
     mixed = _step("trtllm", TP8).breakdown(StepShape.build([(1024, 0)], [1536] * 4))
     assert "mla_module_vs_ops" not in {o.name for o in mixed.ops}
-    # a KV dtype without a measured curve (bf16 has one on H200; fp16 maps to it) vs. none at all
+    # a local head count without a measured curve: no module time (the composition stands)
     assert module_decode_ms("h200_sxm", "fp8", "fp8", 3, 4, 1536) is None
 
 
