@@ -276,7 +276,7 @@ class AnalyticalStepModel:
         rank = rank_shape(shape, self.dp)
         lk, ak = self._linear_key(shape, rank), self._attn_key(rank)
         per_stage = self._linear_ms(*lk) + self._attn_ms(*ak)
-        if self._mla_module_on:
+        if self._mla_module_on and not ak[0]:   # decode-only steps only (module_ops): no full op lists otherwise
             per_stage += sum(o.latency_ms for o in self._mla_module(lk, ak))
         comm = 0.0
         if self.pp > 1:
