@@ -29,7 +29,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from llmplan.model_catalog.spec import ModelSpec
+from llmplan.model_catalog.spec import MLASpec, ModelSpec
 from llmplan.sim.kernels import KernelTime
 from llmplan.sim.types import OpTime
 
@@ -40,6 +40,10 @@ COVERED_OPS = ("q_a_kv_a_proj", "q_b_proj", "kv_b_absorb", "mla_decode", "o_proj
 _GEMM = {"fp8": "fp8_block", "fp8_block": "fp8_block", "bf16": "bfloat16", "bfloat16": "bfloat16",
          "nvfp4": "nvfp4", "fp4": "nvfp4"}
 _KV = {"fp8": "fp8", "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "bfloat16"}
+#: the measured module's dimensions (DeepSeek-V3's config.json; the collector builds its layer): other
+#: MLA models keep the composition, never DeepSeek-V3's module under their head count
+MEASURED_HIDDEN_SIZE = 7168
+MEASURED_MLA = MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 
 
 def curve_key(kv_dtype: str, gemm_dtype: str, heads: int) -> str:
@@ -99,8 +103,10 @@ def module_correction_ms(module_ms_per_layer: float, layers: float, composed_ms:
 
 def applies(backend: str, model: ModelSpec) -> bool:
     """Whether a step model of ``backend`` serving ``model`` can take the module at all (TensorRT-LLM,
-    a dense-attention MLA model); fixed per step model, so its hot path skips the lookup otherwise."""
-    return backend == "trtllm" and model.mla is not None and model.sparse is None
+    a dense-attention MLA model of the measured module's dimensions, :data:`MEASURED_MLA`); fixed per
+    step model, so its hot path skips the lookup otherwise."""
+    return (backend == "trtllm" and model.mla == MEASURED_MLA and model.sparse is None
+            and model.hidden_size == MEASURED_HIDDEN_SIZE)
 
 
 def module_ops(backend: str, model: ModelSpec, gpu: str, kv_dtype: str, gemm_dtype: str, heads: int,

@@ -13,7 +13,7 @@ from llmplan.calibration.trtllm_mla_module_table import curves_of
 from llmplan.hardware_catalog.loader import get_gpu
 from llmplan.model_catalog.loader import load_model
 from llmplan.sim.deployment import Deployment, build
-from llmplan.sim.trtllm_mla_module import (COVERED_OPS, MODULE_FILE, curve_key, module_correction_ms,
+from llmplan.sim.trtllm_mla_module import (COVERED_OPS, MODULE_FILE, applies, curve_key, module_correction_ms,
                                            module_decode_ms)
 from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
 
@@ -88,6 +88,19 @@ def test_other_engines_and_mixed_steps_keep_the_composition():
     assert "mla_module_vs_ops" not in {o.name for o in mixed.ops}
     # a local head count without a measured curve: no module time (the composition stands)
     assert module_decode_ms("h200_sxm", "fp8", "fp8", 3, 4, 1536) is None
+
+
+def test_only_the_measured_module_dimensions_take_it():
+    """The table times DeepSeek-V3's module; an MLA model of other dimensions keeps the composition
+    (never DeepSeek-V3's module under its own head count)."""
+    from dataclasses import replace
+
+    ds, kimi = load_model("deepseek_v3"), load_model("kimi_k2_5")
+    assert applies("trtllm", ds) and applies("trtllm", kimi)      # Kimi-K2.5: V3's dimensions, 64 heads
+    assert not applies("sglang", ds)
+    assert not applies("trtllm", replace(ds, mla=replace(ds.mla, kv_lora_rank=256)))
+    assert not applies("trtllm", replace(ds, hidden_size=4096))
+    assert not applies("trtllm", load_model("glm_5"))              # sparse MLA: no module table
 
 
 def test_shipped_table_holds_the_tp8_deepseek_curve():
