@@ -46,15 +46,20 @@ INFERENCEMAX_RANGE_RATIO = 0.8
 #: 23.4 / 6.9 -> 26.8 / 7.9 to 21.9 / 7.0 -> 25.8 / 8.0 (docs/ACCURACY.md, "SGLang scheduling
 #: (2026-11-24 late)"); the chain refit's figures are in docs/ACCURACY.md
 CLIENT_MODEL_ENGINES = frozenset({"sglang", "vllm", "trtllm"})
-#: a per-engine-version collection file: ``.../data/<gpu>/<backend>/<version>/<model>.csv``
-_COLLECTION_FILE = re.compile(r"/data/[^/;]+/([^/;]+)/([^/;]+)/[^/;]+\.csv")
+#: a per-engine-version collection file: ``.../data/<gpu>/<backend>/<version>/<model>.csv`` (groups:
+#: the path below ``data/``, backend, version)
+_COLLECTION_FILE = re.compile(r"/data/([^/;]+/([^/;]+)/([^/;]+)/[^/;]+\.csv)")
+
+
+def _collection_match(row: Mapping[str, Any]) -> re.Match | None:
+    return _COLLECTION_FILE.search(str(row.get("silicon_data_source") or ""))
 
 
 def collection_file(row: Mapping[str, Any]) -> tuple[str, str] | None:
     """(backend, version) of the per-engine-version collection file the row came from
     (``silicon_data_source``); None for every other source."""
-    m = _COLLECTION_FILE.search(str(row.get("silicon_data_source") or ""))
-    return (m.group(1), m.group(2)) if m else None
+    m = _collection_match(row)
+    return (m.group(2), m.group(3)) if m else None
 
 
 def length_range_ratio(row: Mapping[str, Any], isl: int, osl: int) -> float:
@@ -86,7 +91,6 @@ AIPERF_DATASET_ENTRIES = 100
 #: collection files (``<gpu>/<backend>/<version>/<model>.csv`` of ``silicon_data_source``) whose own
 #: rows show that their prompts were served from a prefix cache (:func:`prompt_pool_size`)
 REPEATED_PROMPT_FILES = frozenset({"h200_sxm/vllm/0.12.0/nvidia_Llama-3.1-8B-Instruct-FP8.csv"})
-_SOURCE_FILE = re.compile(r"/data/([^/;]+/[^/;]+/[^/;]+/[^/;]+\.csv)")
 #: that client's requests per concurrent client: ``--warmup-request-count 2N`` (not reported) then
 #: ``--num-requests 20N`` (``bench_run.sh.j2``, BENCH_MULTI_ROUND default 20)
 AIPERF_WARMUP_WAVES = 2
@@ -113,7 +117,7 @@ def prompt_pool_size(row: Mapping[str, Any]) -> int:
     blocks while they stay in the KV pool. That client is the assumption of this replay (printed
     by ``llmplan validate serving``); the hit rate is the simulator's KV pool's, never taken
     from the measured TTFT."""
-    m = _SOURCE_FILE.search(str(row.get("silicon_data_source") or ""))
+    m = _collection_match(row)
     return AIPERF_DATASET_ENTRIES if m and m.group(1) in REPEATED_PROMPT_FILES else 0
 
 

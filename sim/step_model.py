@@ -188,7 +188,7 @@ class AnalyticalStepModel:
     def breakdown(self, shape: StepShape) -> StepTiming:
         rank = rank_shape(shape, self.dp)
         lk, ak = self._linear_key(shape, rank), self._attn_key(rank)
-        ops = list(self._linear(*lk)) + list(self._attn(*ak)) + list(self._mla_module(lk, ak))
+        ops = list(self._linear(*lk)) + list(self._attn(*ak)) + list(self._mla_module_ops(lk, ak))
         n_stage = self.pp
         ops = [OpTime(o.name, o.family, o.latency_ms * n_stage, o.bound, o.flops * n_stage, o.bytes * n_stage, o.tier,
                       o.extrapolated, o.table) for o in ops]
@@ -276,7 +276,7 @@ class AnalyticalStepModel:
         rank = rank_shape(shape, self.dp)
         lk, ak = self._linear_key(shape, rank), self._attn_key(rank)
         per_stage = self._linear_ms(*lk) + self._attn_ms(*ak)
-        if self._mla_module_on and not ak[0]:   # decode-only steps only (module_ops): no full op lists otherwise
+        if self._mla_module_on and not ak[0]:   # _mla_module_ops' test, inlined on the hot path
             per_stage += sum(o.latency_ms for o in self._mla_module(lk, ak))
         comm = 0.0
         if self.pp > 1:
@@ -295,6 +295,12 @@ class AnalyticalStepModel:
             rank = rank_shape(shape, self.dp)
         return (self._token_key(self._rows(rank)), self._logit_rows(rank), self._token_key(shape.tokens),
                 not shape.prefill_seqs)
+
+    def _mla_module_ops(self, lk: tuple, ak: tuple) -> tuple[OpTime, ...]:
+        """The measured-MLA-module operator of a stage (sim/trtllm_mla_module.py), looked up only for
+        decode-only steps (``ak[0]``: prefill sequences) of a step model it applies to: elsewhere
+        ``module_ops`` answers nothing, and its arguments would build the full operator lists."""
+        return self._mla_module(lk, ak) if self._mla_module_on and not ak[0] else ()
 
     def _collective(self, op: str, message_bytes: float, n: int, link) -> KernelTime:
         """A collective over ``n`` GPUs: the kernel model's over ``link`` inside one scale-up
