@@ -416,7 +416,7 @@ def score(bases: list[Basis], p: EngineParams | Callable[[Basis], EngineParams])
 
 
 def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = False,
-               form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
+               form: str = SHIPPED_FORM, request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
     """Best terms of ``form`` (:data:`FORMS`: over the overlap grid, the linear form, or both with
     the overlap kept only where identified, :func:`overlap_identified`); ``request`` names
     the per-request TTFT terms fitted with them (:data:`REQUEST_FORMS`); ``eager``: fit the
@@ -532,7 +532,7 @@ class EngineFit:
 
 
 def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scale: bool,
-          form: str = "overlap", request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
+          form: str = SHIPPED_FORM, request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
     """Best terms for each jitter; the jitter with the lowest cost wins."""
     best: tuple[float, EngineParams] | None = None
     for j, bases in sorted(by_jitter.items()):
