@@ -45,6 +45,7 @@ from llmplan.calibration.benchmark_clients import prompt_pool_size, repeated_pro
 from llmplan.calibration.serving_disagg_rows import disagg_targets, replay_disagg
 from llmplan.calibration.serving_regimes import queued_rows, regime_flags
 from llmplan.errors import EXIT_USER_ERROR, UserError
+from llmplan.sim.engine_terms import outside_range
 
 #: accuracy targets per engine for aggregated rows (issue 9: median APE of mean TTFT / TPOT)
 TARGET_TTFT = 0.10
@@ -168,15 +169,7 @@ def outside_fit(row: dict, overrides: dict[str, dict[str, Any]]) -> str:
     were fitted on ("" when inside or when the file has no range)."""
     rng = overrides.get(str(row.get("backend") or "").strip().lower(), {}).get("fitted_range") or {}
     vals = {"concurrency": concurrency_of(row), "isl": row.get("isl"), "osl": row.get("osl")}
-    bad = []
-    for k, (lo, hi) in rng.items():
-        try:
-            v = float(vals[k])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if v < lo or v > hi:
-            bad.append(f"{k} {_n(v)} not in [{_n(lo)}, {_n(hi)}]")
-    return "; ".join(bad)
+    return "; ".join(outside_range({k: (float(lo), float(hi)) for k, (lo, hi) in rng.items()}, vals))
 
 
 # ----------------------------------------------------------------------------- aggregates

@@ -23,6 +23,7 @@ from llmplan.optimizer.risk import target_log_sd
 from llmplan.optimizer.slo_check import binding_target, misses, sample_value, threshold_groups
 from llmplan.optimizer.types import Evaluation, SLOTarget, WorkloadStats
 from llmplan.sim.deployment import replica_limits
+from llmplan.sim.engine_terms import fit_range_note, operating_point
 from llmplan.sim.metrics import SLOThresholds
 from llmplan.sim.replica import ReplicaSpec
 from llmplan.sim.serving import find_max_rate, simulate_serving
@@ -167,6 +168,9 @@ def simulate_selection(res, model: ModelSpec, engine: EngineProfile, wl_spec: Wo
             elif an and v and abs(an - v) / v > DISAGREE:
                 notes.append(f"{a.evaluation.candidate.name}: analytical {name} {an:.1f} ms vs simulated {v:.1f} ms "
                              f"({(an - v) / v:+.0%}); the table shows the simulated figure")
+        far = fit_range_note(engine.name, operating_point(a.share_rps, mine))
+        if far:
+            notes.append(f"{a.evaluation.candidate.name}: {far}")
     whole = _percentiles(done, slos)
     whole_misses = misses(whole, slos)
     per_target = {t.label: {"simulated_ms": round(whole[t.key], 2), "met": t not in whole_misses} for t in slos}

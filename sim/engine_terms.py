@@ -87,6 +87,47 @@ def fitted_terms(engine: str, path: str | None = None) -> tuple[dict[str, float]
     return vals, f"mean of fitted engines ({', '.join(sorted(engines))}); '{engine}' has no fit"
 
 
+def fitted_range(engine: str, path: str | None = None) -> dict[str, tuple[float, float]]:
+    """{quantity: (low, high)} of the served rows the engine's terms were fitted on
+    (``concurrency``, ``isl``, ``osl``); {} when the file has no range for the engine."""
+    rng = load(path).get("engines", {}).get(engine, {}).get("fitted_range") or {}
+    return {k: (float(lo), float(hi)) for k, (lo, hi) in rng.items()}
+
+
+def outside_range(rng: dict[str, tuple[float, float]], values: dict[str, Any]) -> list[str]:
+    """One phrase per value of ``values`` outside its ``rng`` interval ("concurrency 600 not in
+    [4, 144]"); values that are missing or not numbers are skipped."""
+    bad = []
+    for k, (lo, hi) in rng.items():
+        try:
+            v = float(values[k])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if v < lo or v > hi:
+            bad.append(f"{k} {_g(v)} not in [{_g(lo)}, {_g(hi)}]")
+    return bad
+
+
+def operating_point(rate_rps: float, done: Any) -> dict[str, float]:
+    """A replica's simulated operating point in the fitted range's quantities, from its finished
+    requests (a table with ``e2e_ms``, ``input_tokens``, ``output_tokens``): running requests by
+    Little's law (the replica's rate x mean end-to-end time) and the mean prompt / output lengths."""
+    return {"concurrency": rate_rps * float(done["e2e_ms"].mean()) / 1000.0,
+            "isl": float(done["input_tokens"].mean()), "osl": float(done["output_tokens"].mean())}
+
+
+def fit_range_note(engine: str, point: dict[str, float], path: str | None = None) -> str:
+    """A note when an operating point lies outside the served rows the engine's terms were
+    fitted on (issue 12: extrapolated terms are said, not silently trusted); "" when inside."""
+    bad = outside_range(fitted_range(engine, path), point)
+    return (f"outside the served rows the {engine} engine terms were fitted on ({'; '.join(bad)}); "
+            "their host and scheduling times are extrapolated" if bad else "")
+
+
+def _g(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 10 or float(v).is_integer() else f"{v:.3g}"
+
+
 def request_ttft_ms(engine: Any, prompt_tokens: float) -> float:
     """Per-request TTFT of ``engine`` (an EngineProfile) for a prompt of ``prompt_tokens``, ms."""
     return float(engine.ttft_per_request_ms or 0.0) + float(engine.ttft_per_prompt_token_ms or 0.0) * prompt_tokens

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from llmplan.optimizer.slo_check import sample_value
 from llmplan.optimizer.types import SLOTarget
+from llmplan.sim.engine_terms import fit_range_note, operating_point
 from llmplan.sim.metrics import SLOThresholds
 from llmplan.sim.replica import ReplicaSpec
 from llmplan.sim.serving import simulate_serving
@@ -62,6 +63,11 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
         res = simulate_serving(spec, reps, router=app.deployment.router, seed=app.seed, slo=_thresholds(slos),
                                progress=bar, steady_state=spec.steady_state)
     summary, files = des_summary(app, res, spec, slos, out, offline)
+    done = res.requests[res.requests["measured"] & res.requests["finished"]]
+    if len(done) and summary["requests_per_s"]:
+        far = fit_range_note(engine.name, operating_point(summary["requests_per_s"] / dep.replicas, done))
+        if far:
+            summary["notes"].append(far)
     if spec_info is not None:
         summary["speculative"] = spec_info
         summary["notes"].append(spec_info["note"])
