@@ -87,7 +87,9 @@ def decompose(df: Any, overrides: Mapping[str, Mapping[str, Any]], seed: int, op
         parts = decompose_case(c, o, corrected(float(mine.get("prefill_scale", 1.0))))
         out.append({"id": c.row_id, "backend": c.backend, "gpu": c.dep.gpu.key, "model": c.dep.model.key,
                     "isl": c.isl, "osl": c.osl, "concurrency": c.concurrency, "xpyd": f"{c.prefill_workers}P"
-                    f"{c.decode_workers}D", "prefill_tp": c.prefill.dep.par.tp, "prefill_dp": c.prefill.dep.par.dp,
+                    f"{c.decode_workers}D", "prefill_workers": c.prefill_workers,
+                    "prefill_seqs_per_step": c.prefill.dep.engine.max_num_seqs,  # batch x attention DP
+                    "prefill_tp": c.prefill.dep.par.tp, "prefill_dp": c.prefill.dep.par.dp,
                     "decode_tp": c.decode.dep.par.tp, "decode_dp": c.decode.dep.par.dp,
                     "half": "held_out" if held_out(mp, seed) else "train",
                     "duplicate_of": "" if dup == c.row_id else dup, **parts,
