@@ -36,6 +36,7 @@ from llmplan.sim.trtllm_fp8_inputs import normed_gemm_ms, prequantized_inputs
 from llmplan.sim.trtllm_mla_module import applies as mla_module_applies, module_ops
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
+from llmplan.sim.vllm_minimax_qk_norm import applies as minimax_qk_norm_tp, qk_bytes, variance_allreduce_bytes
 from llmplan.sim.wideep_moe import group_moe
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
@@ -400,6 +401,12 @@ class AnalyticalStepModel:
         if tp > 1:
             ar = self._collective("all_reduce", T * h * ACT_BYTES, tp, self.tp_link)
             ops.append(self._op("tp_allreduce", "comm", ar, per_layer * L))
+            if minimax_qk_norm_tp(self.engine.kernel_backend, m, par):  # sim/vllm_minimax_qk_norm.py
+                qk = qk_bytes(T, self.heads, self.kv_heads, m.head_dim, ACT_BYTES)
+                ops.append(self._op("qk_norm_allreduce", "comm",
+                                    self._collective("all_reduce", variance_allreduce_bytes(T), tp, self.tp_link), n_attn))
+                ops.append(self._op("qk_norm_variance", "memory", k.memory_op(qk), n_attn))
+                ops.append(self._op("qk_norm_scale", "memory", k.memory_op(2 * qk), n_attn))
         # ---- MLP / MoE
         n_moe = m.num_moe_layers * self._frac
         n_dense = m.num_dense_mlp_layers * self._frac
