@@ -72,9 +72,11 @@ from llmplan.calibration.benchmark_clients import (AIPERF_MEASURED_WAVES, AIPERF
                                                     length_range_ratio, prompt_pool_size)
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
+from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
 from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
+from llmplan.calibration.trtllm_sweep_launch import sweep_engine as trtllm_sweep_engine
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
@@ -456,6 +458,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
         # aiconfigurator's harness: max_num_tokens = max_batch_size + isl + 1500 (calibration.trtllm_launch)
         tokens = max(trtllm_generator_max_num_tokens(isl, max(_int(row.get("batch_size"), conc), 1)) * par.dp, seqs)
     engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    if backend == "trtllm":   # InferenceX's Llama-3.1-70B launch script (calibration.trtllm_sweep_launch)
+        engine = trtllm_sweep_engine(row, isl, osl, par.tp, engine, par.dp)
     mem = plan_memory(model, gpu, par, prec, engine, isl + osl)
     if not mem.fits:
         return skip(f"memory: {mem.reason}")
@@ -633,6 +637,8 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
         step.capture_every_batch(case.dep.engine.max_num_seqs)
     elif case.graph_capture_tokens:  # vLLM --max-cudagraph-capture-size (calibration.vllm_launch)
         step.capture_up_to(case.graph_capture_tokens)
+    if case.backend == "vllm" and vllm_allreduce_rms_fusion(case.version):  # -O2 fusion (calibration.vllm_launch)
+        step.fuse_allreduce_rms()
     return step
 
 

@@ -50,6 +50,7 @@ from collections import deque
 
 from llmplan.sim.kv_cache import KVBlockPool
 from llmplan.sim.sglang_scheduling import chunks_prompts
+from llmplan.sim.trtllm_batch_wait import batch_wait
 from llmplan.sim.trtllm_scheduling import overlap_scheduler
 from llmplan.sim.types import EngineProfile
 from llmplan.sim.workload import Request
@@ -117,6 +118,7 @@ class EngineState:
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
         self.overlap = overlap_scheduler(engine.name)   # arrivals while busy skip the step already scheduled
+        self.batch_wait = batch_wait(engine)   # TensorRT-LLM batch waiting (sim.trtllm_batch_wait); None = off
         self.held = False                      # the planned step left a waiting request for a later step
         self.reserved = 0                      # blocks reserved by running requests (no_evict)
         self.pool = KVBlockPool(total_blocks, engine.block_size, self.ub, engine.enable_prefix_caching)
@@ -281,6 +283,11 @@ class EngineState:
                 chunks.append((seq, n, seq.computed))
                 budget -= n
             self.plan_dec = self.n_dec  # preemption may have removed decoders
+        if not preempted and self.batch_wait is not None and self.n_dec and self.waiting:
+            ctx = self._pickable_prompt_tokens(budget)
+            if ctx and not self.batch_wait.release(ctx, self.n_dec):
+                self.held = True   # the prompts wait this step (sim.trtllm_batch_wait)
+                return chunks, preempted
         if not preempted:
             waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
             while waiting and budget > 0 and len(running) < self.max_seqs:
@@ -301,6 +308,18 @@ class EngineState:
                 chunks.append((seq, n, hit))
                 budget -= n
         return chunks, preempted
+
+    def _pickable_prompt_tokens(self, budget: int) -> int:
+        """Prompt tokens of the waiting requests the step could take whole, in FCFS order, within
+        ``budget`` and ``max_seqs`` (what TensorRT-LLM's batch waiting counts; KV room not checked)."""
+        total, seqs = 0, len(self.running)
+        for seq in self.waiting:
+            if seqs >= self.max_seqs or seq.target > budget or (self.overlap and self._not_yet(seq)):
+                break
+            total += seq.target
+            budget -= seq.target
+            seqs += 1
+        return total
 
     def _plan_prefill_first(self, now: float) -> tuple[list[tuple[Seq, int, int]], bool]:
         pool, B = self.pool, self.B

@@ -153,6 +153,11 @@ class EngineProfile:
     # MoE token exchange under attention data parallelism (sim/ep_comm.py):
     # allgather_reducescatter (the engines' default) | deepep (all-to-all dispatch/combine)
     moe_all2all: str = "allgather_reducescatter"
+    # TensorRT-LLM batch waiting (sim/trtllm_batch_wait.py): prompts wait while generation runs, up to
+    # this many steps or until prompt + decode tokens reach the ratio x max_num_batched_tokens; 0 = off
+    # (TensorRT-LLM's default; TorchLlmArgs batch_wait_timeout_iters / batch_wait_max_tokens_ratio)
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         if any(getattr(self, f) is None for f in FIELDS):

@@ -132,6 +132,9 @@ def check_engine(engine: EngineProfile) -> None:
     if engine.max_num_batched_tokens < engine.block_size:
         raise ConfigError(f"token budget {engine.max_num_batched_tokens} is smaller than one KV block ({engine.block_size})",
                           key="engine.max_num_batched_tokens", fix="raise it (vLLM default 8192)")
+    if engine.batch_wait_timeout_iters < 0 or engine.batch_wait_max_tokens_ratio < 0:
+        raise ConfigError("batch waiting needs batch_wait_timeout_iters >= 0 and batch_wait_max_tokens_ratio >= 0",
+                          key="engine.batch_wait_timeout_iters", fix="use 0 (off, TensorRT-LLM's default) or a positive value")
 
 
 def workload_stats(requests, rate_rps: float, arrival_cv: float) -> WorkloadStats:
