@@ -354,15 +354,20 @@ def best_handoff(pairs: list[tuple[float, float]], grid_ms: tuple[float, float, 
 
 
 def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, Any]], seed: int,
-                workers: int = 2, progress: Any = None) -> dict[str, Any]:
+                workers: int = 2, progress: Any = None, exclude_regimes: bool = True) -> dict[str, Any]:
     """Per-engine hand-off delay from the training half of split ``seed``: each unique training
     row replayed at the hand-offs of ``calibration.disagg_handoff_fit.KNOTS_MS`` (the closed loop's
     feedback included), the value minimising the median APE of the interpolated TTFT
     (:func:`~calibration.disagg_handoff_fit.best_handoff_closed_loop`); engines without rows get the
-    mean of the fitted engines' values (``pooled_handoff_ms``)."""
+    mean of the fitted engines' values (``pooled_handoff_ms``). ``exclude_regimes``: rows whose
+    measured TTFT no prefill queue explains (:mod:`calibration.disagg_regimes`) are left out."""
     import numpy as np
 
     from llmplan.calibration.disagg_handoff_fit import KNOTS_MS, best_handoff_closed_loop
+    from llmplan.calibration.disagg_regimes import disagg_regime
+
+    maps = map_disagg_rows(df, overrides) if exclude_regimes else {}
+    excluded: dict[str, int] = {}
 
     runs = [replay_disagg(df, opts, overrides, {"*": h}, None, workers, progress, None, seed, train_only=True)
             for h in KNOTS_MS]
@@ -381,6 +386,10 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
         if key in seen:   # a repeated measurement counts once
             continue
         seen.add(key)
+        c = maps[i].case if maps else None
+        if c is not None and disagg_regime(c, disagg_spec(c, opts, None, c.isl + c.osl)):
+            excluded[backends[i]] = excluded.get(backends[i], 0) + 1
+            continue
         unique.setdefault(backends[i], []).append((i, p))
     curves: dict[str, list[list[float]]] = {}
     for b, items in unique.items():
@@ -397,7 +406,7 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
         # an engine without rows takes the mean of the fitted engines' hand-offs (as sim.engine_terms
         # falls back to the mean of the fitted engines' terms)
         "pooled_handoff_ms": round(float(np.mean(list(fitted.values()))), 1) if fitted else 0.0,
-        "engines": {b: {"handoff_ms": fitted[b], "training_rows": len(v),
+        "engines": {b: {"handoff_ms": fitted[b], "training_rows": len(v), "excluded_rows": excluded.get(b, 0),
                         "residual_ms_p10_p90": [round(float(np.percentile(v, 10)), 1),
                                                 round(float(np.percentile(v, 90)), 1)]}
                     for b, v in sorted(resid.items())},
@@ -409,7 +418,9 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
                                "hand-offs 0, 250, 500, 750, 1000, 1500, 2000, 3000 ms and interpolated linearly, so "
                                "closed loops bound by a saturated prefill pool respond as they do) against the "
                                "measured mean TTFT over the engine's unique training rows "
-                               "(calibration.disagg_handoff_fit)",
+                               "(calibration.disagg_handoff_fit)" + (
+                                   "; rows whose measured TTFT exceeds a full prefill queue left out "
+                                   "(calibration.disagg_regimes)" if exclude_regimes else ""),
                         "source": "aiconfigurator-core 0.12.0 served runs (Apache-2.0), shared/measurements"},
     }
     return doc
@@ -431,11 +442,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--score", action="store_true",
                     help="also replay the held-out half with the hand-offs just fitted (not the shipped file) and "
                          "print the targets (median APE, each measurement once)")
+    ap.add_argument("--keep-regimes", action="store_true",
+                    help="fit on every training row, also those whose measured TTFT exceeds a full prefill queue "
+                         "(calibration.disagg_regimes; left out by default)")
     a = ap.parse_args(argv)
     overrides, engines = load_engine_overrides("default")
     seed = profile_seed(engines) if Path(engines).is_file() else 0
     df = read_serving_files(a.measurements)
-    doc = fit_handoff(df, SimOptions(), overrides, seed, a.workers)
+    doc = fit_handoff(df, SimOptions(), overrides, seed, a.workers, exclude_regimes=not a.keep_regimes)
     Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(json.dumps(doc, indent=1, sort_keys=True))
     if a.score:

@@ -1,0 +1,71 @@
+"""Disaggregated rows whose measured TTFT exceeds a full prefill queue (calibration/disagg_regimes.py):
+the bound, the flag, and the hand-off fit leaving flagged rows out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from llmplan.calibration.disagg_regimes import (BEYOND_PREFILL_QUEUE, disagg_regime, full_queue_ttft_ms,
+                                                prefill_step_ms)
+from llmplan.calibration.serving_disagg_rows import disagg_spec, fit_handoff, map_disagg_row
+from llmplan.calibration.serving_rows import SimOptions, engine_profiles
+from llmplan.sim.engine_terms import cost_model_request_ttft_ms
+
+from tests.test_serving_disagg_rows import row
+
+ENGINES = engine_profiles()
+OPTS = SimOptions(calibration="spec", waves=2, min_requests=8)
+
+
+def _case(**kw):
+    m = map_disagg_row(row(**kw), 0, ENGINES)
+    assert m.case is not None
+    return m.case
+
+
+def _spec(case):
+    return disagg_spec(case, OPTS, None, case.isl + case.osl)
+
+
+def test_bound_is_the_front_end_plus_one_step_per_batch_of_clients():
+    c = _case(silicon_data_source="x; silicon_concurrency=10", prefill_batch_size=4)
+    spec = _spec(c)
+    step = prefill_step_ms(c, spec)
+    front = cost_model_request_ttft_ms(spec.decode.replica.cost_model, c.isl)
+    assert step > 0
+    # 10 clients, one worker of 4 prompts per step: 3 steps
+    assert full_queue_ttft_ms(c, spec) == pytest.approx(front + math.ceil(10 / 4) * step)
+    # two workers: 2 steps of the same size
+    c2 = replace(c, prefill_workers=2)
+    assert full_queue_ttft_ms(c2, _spec(c2)) == pytest.approx(front + 2 * step)
+
+
+def test_flag_only_above_the_bound():
+    c = _case(silicon_data_source="x; silicon_concurrency=6")
+    bound = full_queue_ttft_ms(c, _spec(c))
+    assert disagg_regime(replace(c, measured_ttft_ms=0.9 * bound), _spec(c)) == ""
+    assert disagg_regime(replace(c, measured_ttft_ms=1.1 * bound), _spec(c)) == BEYOND_PREFILL_QUEUE
+
+
+def test_handoff_fit_leaves_flagged_training_rows_out():
+    # one deployment (one half of the split) at three concurrencies: two TTFTs under their full-queue
+    # bound, one fifty times above it
+    rows = []
+    for n, share in ((2, 0.5), (4, 0.8), (6, 50.0)):
+        c = _case(silicon_data_source=f"x; silicon_concurrency={n}")
+        rows.append(row(id=f"r{n}", silicon_data_source=f"x; silicon_concurrency={n}",
+                        silicon_ttft_ms=share * full_queue_ttft_ms(c, _spec(c))))
+    df = pd.DataFrame(rows)
+    for seed in range(8):   # a seed that puts the deployment in the training half
+        kept = fit_handoff(df, OPTS, {}, seed, workers=1)
+        if kept["engines"]:
+            break
+    assert kept["engines"]["vllm"]["training_rows"] == 2 and kept["engines"]["vllm"]["excluded_rows"] == 1
+    every = fit_handoff(df, OPTS, {}, seed, workers=1, exclude_regimes=False)
+    assert every["engines"]["vllm"]["training_rows"] == 3 and every["engines"]["vllm"]["excluded_rows"] == 0
+    # the row far above its bound pulls the hand-off up when it is kept
+    assert every["engines"]["vllm"]["handoff_ms"] > kept["engines"]["vllm"]["handoff_ms"]
