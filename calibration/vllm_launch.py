@@ -24,10 +24,20 @@ Other InferenceX vLLM launches of these rows leave the capture size at vLLM's de
 ``kimik2.5_int4_h200.sh``; MiniMax-M2.5 ``minimaxm2.5_fp8_h100.sh`` passes
 ``--max-num-seqs 256`` with ``cudagraph_mode PIECEWISE``, whose steps of 2N-512 tokens are not
 modelled either).
+
+**AllReduce + RMSNorm fusion from vLLM 0.18** (:func:`allreduce_rms_fusion`): the default ``-O2``
+level fuses each TP all-reduce with the residual add + RMSNorm that follows it on Hopper and
+Blackwell ("O2 (Hopper/Blackwell + TP > 1)", vLLM's fusion table of v0.18.x,
+https://docs.vllm.ai/en/v0.18.2/design/fusions/), while the ``-O2`` preset of v0.12.0-v0.14.1 has
+``"fuse_allreduce_rms": False`` (https://docs.vllm.ai/en/v0.14.1/api/vllm/config/vllm/). The release
+in between that switched it on was not established, so rows of 0.15-0.17 keep the unfused step, as
+do rows without a version. The step model applies the fusion's own conditions (GPU, TP/DP/PP,
+step size: sim/vllm_allreduce_rms.py).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from llmplan.calibration.benchmark_clients import length_range_ratio
@@ -36,6 +46,8 @@ from llmplan.calibration.benchmark_clients import length_range_ratio
 GPTOSS_HOPPER_MAX_CAPTURE = 2048
 #: GPUs the recipe's Hopper configuration covers (llmplan catalog keys)
 HOPPER = frozenset({"h100_sxm", "h200_sxm"})
+#: first vLLM release whose default -O2 level runs the AllReduce + RMSNorm fusion (documented for 0.18.x)
+ALLREDUCE_RMS_FUSION_FROM = (0, 18)
 
 
 def max_capture_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
@@ -51,3 +63,10 @@ def max_capture_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
     if length_range_ratio(row, isl, osl) >= 1.0:   # not a sweep row of the InferenceX client
         return 0
     return GPTOSS_HOPPER_MAX_CAPTURE
+
+
+def allreduce_rms_fusion(version: str) -> bool:
+    """Whether the vLLM release ``version`` (the row's ``backend_version``) runs the AllReduce +
+    RMSNorm fusion by default (module docstring); False for a version that is not a release number."""
+    m = re.match(r"(\d+)\.(\d+)", str(version or "").strip())
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= ALLREDUCE_RMS_FUSION_FROM
