@@ -15,7 +15,9 @@ give, as means over all counted requests (ms):
   (``sim.engine_terms``: client round trip, API server, tokenisation ~ prompt);
 * ``decode_join_ms``: KV arrival to the decode worker taking the request (its step in flight);
 
-and ``residual_ms`` = measured mean TTFT - simulated mean TTFT. Rows whose measurements are
+and ``residual_ms`` = measured mean TTFT - simulated mean TTFT, and ``regime``: "beyond a full prefill
+queue" where no prefill queue explains the measured TTFT (:mod:`calibration.disagg_regimes`; such
+rows are left out of the hand-off fit). Rows whose measurements are
 repeated verbatim in another dump (the ``2026_04_06_*`` dump repeats ``2026_03_25_*`` runs) are
 marked ``duplicate_of`` the first copy: they are one measurement, not two.
 
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from llmplan.calibration.disagg_regimes import disagg_regime
 from llmplan.calibration.serving_disagg_rows import (DisaggCase, disagg_spec, held_out, map_disagg_rows,
                                                      measurement_key)
 from llmplan.calibration.serving_rows import SimOptions, _text, benchmark_workload
@@ -85,6 +88,7 @@ def decompose(df: Any, overrides: Mapping[str, Mapping[str, Any]], seed: int, op
         mine = overrides_for(dict(overrides), _text(r.get("backend")), str(r.get("backend_version") or ""))
         o = replace(opts, osl_jitter=float(mine.get("osl_jitter", 0.0)))
         parts = decompose_case(c, o, corrected(float(mine.get("prefill_scale", 1.0))))
+        regime = disagg_regime(c, disagg_spec(c, o, None, c.isl + c.osl))   # calibration/disagg_regimes.py
         out.append({"id": c.row_id, "backend": c.backend, "gpu": c.dep.gpu.key, "model": c.dep.model.key,
                     "isl": c.isl, "osl": c.osl, "concurrency": c.concurrency, "xpyd": f"{c.prefill_workers}P"
                     f"{c.decode_workers}D", "prefill_workers": c.prefill_workers,
@@ -92,7 +96,7 @@ def decompose(df: Any, overrides: Mapping[str, Mapping[str, Any]], seed: int, op
                     "prefill_tp": c.prefill.dep.par.tp, "prefill_dp": c.prefill.dep.par.dp,
                     "decode_tp": c.decode.dep.par.tp, "decode_dp": c.decode.dep.par.dp,
                     "half": "held_out" if held_out(mp, seed) else "train",
-                    "duplicate_of": "" if dup == c.row_id else dup, **parts,
+                    "duplicate_of": "" if dup == c.row_id else dup, "regime": regime, **parts,
                     "measured_ttft_ms": round(c.measured_ttft_ms, 3), "measured_tpot_ms": round(c.measured_tpot_ms, 3),
                     "residual_ms": round(c.measured_ttft_ms - parts["simulated_ttft_ms"], 3)})
     return pd.DataFrame(out)
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = profile_seed(engines) if Path(engines).is_file() else 0
     frame = decompose(read_serving_files(a.measurements), overrides, seed)
     frame.to_csv(a.out, index=False)
-    print(frame[["id", "half", "duplicate_of", *PARTS, "simulated_ttft_ms", "measured_ttft_ms",
+    print(frame[["id", "half", "duplicate_of", "regime", *PARTS, "simulated_ttft_ms", "measured_ttft_ms",
                  "residual_ms"]].to_string(index=False))
     return 0
 

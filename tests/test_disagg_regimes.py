@@ -69,3 +69,15 @@ def test_handoff_fit_leaves_flagged_training_rows_out():
     assert every["engines"]["vllm"]["training_rows"] == 3 and every["engines"]["vllm"]["excluded_rows"] == 0
     # the row far above its bound pulls the hand-off up when it is kept
     assert every["engines"]["vllm"]["handoff_ms"] > kept["engines"]["vllm"]["handoff_ms"]
+
+
+def test_decomposition_names_the_flag():
+    from llmplan.calibration.disagg_decompose import decompose
+
+    rows = []
+    for n, share in ((4, 0.5), (6, 50.0)):
+        c = _case(silicon_data_source=f"x; silicon_concurrency={n}")
+        rows.append(row(id=f"c{n}", silicon_data_source=f"x; silicon_concurrency={n}",
+                        silicon_ttft_ms=share * full_queue_ttft_ms(c, _spec(c))))
+    f = decompose(pd.DataFrame(rows), {}, 0, OPTS).set_index("id")
+    assert f.loc["c4", "regime"] == "" and f.loc["c6", "regime"] == BEYOND_PREFILL_QUEUE
