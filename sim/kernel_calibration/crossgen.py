@@ -184,7 +184,8 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         guarded = tuple(m for g, m in pairs if target is not None and not same_compute(cal.gpus[g], target))
         groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual, extra, GEMM_POOLED_WEIGHT,
                                          share, family, guarded, target)
-    return PoolFamilyModel(family, groups)
+    # members of one calibration share their MoE work form (family_model.FamilyModel.work_form)
+    return PoolFamilyModel(family, groups, work_form=fm.work_form)
 
 
 #: figures that must agree for two GPUs to count as the same compute silicon (sibling tier)

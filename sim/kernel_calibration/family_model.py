@@ -19,6 +19,7 @@ import numpy as np
 if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
     import pandas as pd
 
+from llmplan.errors import UserError
 from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration.gbt import GBTModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
@@ -151,6 +152,9 @@ class FamilyModel:
     family: str
     groups: dict[str, GroupModel]
     shared_gbt: GBTModel | None = None
+    #: MoE work terms the groups were fitted with (features.MOE_FORMS); files without the
+    #: key were fitted with the ``uniform`` form and keep predicting with it
+    work_form: str = F.MOE_FORM
 
     def resolve_group(self, dtype: str | None) -> tuple[str | None, bool]:
         """(group to use, exact) for a query dtype; None when no group fits."""
@@ -163,13 +167,21 @@ class FamilyModel:
         return None, False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"groups": {g: m.to_dict() for g, m in sorted(self.groups.items())},
-                "shared_gbt": None if self.shared_gbt is None else self.shared_gbt.to_dict()}
+        out = {"groups": {g: m.to_dict() for g, m in sorted(self.groups.items())},
+               "shared_gbt": None if self.shared_gbt is None else self.shared_gbt.to_dict()}
+        if self.family == "moe":
+            out["work_form"] = self.work_form
+        return out
 
     @staticmethod
     def from_dict(family: str, d: dict[str, Any]) -> "FamilyModel":
         shared = None if d.get("shared_gbt") is None else GBTModel.from_dict(d["shared_gbt"])
-        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared)
+        form = str(d.get("work_form", F.MOE_FORM_UNIFORM))
+        if family == "moe" and form not in F.MOE_FORMS:
+            raise UserError(f"calibration MoE model has work form {form!r}, unknown to this version "
+                            f"(known: {', '.join(F.MOE_FORMS)})", key="calibration",
+                            fix="re-run `llmplan calibrate` with this version, or upgrade llmplan")
+        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form)
 
 
 def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures) -> tuple[np.ndarray, np.ndarray]:
@@ -194,7 +206,7 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures)
                     lo, hi = gm.ranges[c]
                     v = sub[c].to_numpy(dtype=np.float64)
                     use |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-        out[mask] = gm.predict_frame(F.frame_phys(model.family, sub, gpu), model.shared_gbt, use)
+        out[mask] = gm.predict_frame(F.frame_phys(model.family, sub, gpu, model.work_form), model.shared_gbt, use)
     return out, ~np.isnan(out)
 
 
@@ -205,8 +217,9 @@ def _wbytes(dtype: str) -> float:
     return F.DTYPE_BYTES.get(dtype, 2.0)
 
 
-def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any]) -> F.Phys:
-    """Physical terms of one protocol query (``q`` holds the canonical shape fields)."""
+def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], moe_form: str = F.MOE_FORM) -> F.Phys:
+    """Physical terms of one protocol query (``q`` holds the canonical shape fields;
+    ``moe_form``: the answering model's :attr:`FamilyModel.work_form`)."""
     ops = F.PY
     if family == "gemm":
         dt = q["dtype"]
@@ -227,7 +240,7 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any]) ->
                      q["moe_ep"], wb, 1.0 if fmt == "fp8_block" else 0.0,
                      1.0 if fmt in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
                      gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops,
-                     q.get("matrices", F.MOE_GATED_MATRICES))
+                     q.get("matrices", F.MOE_GATED_MATRICES), moe_form)
     if family == "mla_prefill":
         return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
                              gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from llmplan.sim.kernel_calibration import moe_routing
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 
 
@@ -287,15 +288,68 @@ def moe_matrices(kernel_source: Any) -> Any:
     return np.where(plain, MOE_PLAIN_MATRICES, MOE_GATED_MATRICES)
 
 
+#: MoE work-term forms. ``uniform``: calibration files fitted before 2026-11-24 session 9 (no
+#: ``work_form`` key; an even ``T x topk / EP`` split, touched experts from independent
+#: uniform choices, one 64-row tile efficiency). ``routed``: the routing the tables were
+#: measured with (:mod:`llmplan.sim.kernel_calibration.moe_routing`: routed pairs, touched
+#: experts and M tiles on the timed rank) and the tile work of both expert GEMMs. A fitted
+#: model records its form and is always evaluated with it, so older files predict as before.
+MOE_FORM_UNIFORM = "uniform"
+MOE_FORM_ROUTED = "routed"
+MOE_FORMS = (MOE_FORM_UNIFORM, MOE_FORM_ROUTED)
+#: the form new fits use
+MOE_FORM = MOE_FORM_ROUTED
+#: N tile of the expert GEMMs (CUTLASS/Triton grouped GEMMs run 128-wide output tiles)
+MOE_TILE_N = 128
+
+
 def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
         w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES) -> Phys:
+        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES, form: str = MOE_FORM) -> Phys:
+    """Fused expert layer on one GPU: ``matrices`` weight matrices of h x I per expert (3 gated,
+    2 plain: :func:`moe_matrices`), the intermediate split ``moe_tp`` ways, the experts
+    ``moe_ep`` ways; ``skew`` 0 is balanced routing, else the power-law exponent of the
+    tables' routing. ``form`` picks the work terms (:data:`MOE_FORMS`)."""
+    if form == MOE_FORM_UNIFORM:
+        return _moe_uniform(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, w_bytes, block_scaled,
+                            weight_only, skew, peak, gpu, ops, matrices)
+    if form != MOE_FORM_ROUTED:
+        raise ValueError(f"unknown MoE work form {form!r} (known: {', '.join(MOE_FORMS)})")
+    local = ops.maximum(experts / moe_ep, 1.0)
+    inter_l = inter / moe_tp
+    # routed (token, expert) pairs, distinct experts and M tiles on the timed GPU
+    if ops is PY:
+        assign, touched, mtiles = moe_routing.routing_load(tokens, experts, topk, moe_ep, skew)
+    else:
+        assign, touched, mtiles = moe_routing.routing_load_arrays(tokens, experts, topk, moe_ep, skew)
+    n_up = (matrices - 1.0) * inter_l       # first GEMM (gate+up, or up): N = (m-1) I, K = hidden
+    n_down = hidden                          # second GEMM (down): N = hidden, K = I
+    flops = 2.0 * assign * hidden * inter_l * matrices
+    # each touched expert's weights read once; activations gathered per pair; tokens in and out
+    nbytes = touched * matrices * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
+    t_c = _us_compute(flops, peak)
+    t_m = _us_memory(nbytes, gpu)
+    nt_up, nt_down = ops.ceil(n_up / MOE_TILE_N), ops.ceil(n_down / MOE_TILE_N)
+    # issued tile work (every M tile of a touched expert times every N tile of both GEMMs) over the ideal
+    issued = mtiles * moe_routing.TILE_M * MOE_TILE_N * (nt_up * hidden + nt_down * inter_l)
+    q = ops.maximum(issued / (assign * (n_up * hidden + n_down * inter_l)), 1.0)
+    units = mtiles * (nt_up + nt_down)
+    x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
+         ops.log2(assign), ops.log2(assign / touched), ops.log2(touched / local), skew, ops.log2(w_bytes),
+         block_scaled, weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m),
+         ops.log2(t_c + t_m)]
+    return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
+
+
+def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
+                 w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
+                 ops: Any, matrices: Any) -> Phys:
+    """The ``uniform`` work terms (:data:`MOE_FORM_UNIFORM`), kept for calibration files fitted with them."""
     local = ops.maximum(experts / moe_ep, 1.0)
     inter_l = inter / moe_tp
     assign = tokens * topk / moe_ep                       # expected routed (token, expert) pairs here
     touched = local * (1.0 - (1.0 - 1.0 / local) ** assign)
     touched = ops.maximum(touched, ops.minimum(local, 1.0))
-    # ``matrices`` weight matrices of h x I per expert (3 gated, 2 plain: :func:`moe_matrices`)
     flops = 2.0 * assign * hidden * inter_l * matrices
     nbytes = touched * matrices * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
     t_c = _us_compute(flops, peak)
@@ -417,8 +471,9 @@ def _peak(df: Any, name: str, gpu: GPUFeatures) -> np.ndarray:
     return df[name].map(lambda v: gpu.peak(COMPUTE_DTYPE.get(v, "bf16"))).to_numpy(dtype=np.float64)
 
 
-def frame_phys(family: str, df: Any, gpu: GPUFeatures) -> Phys:
-    """Physical terms and features for every row of a canonical frame of one GPU."""
+def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM) -> Phys:
+    """Physical terms and features for every row of a canonical frame of one GPU
+    (``moe_form``: the MoE work terms, :data:`MOE_FORMS`)."""
     c = lambda n: _col(df, n)  # noqa: E731
     if family == "gemm":
         return gemm(c("m"), c("n"), c("k"), _map(df, "dtype", DTYPE_BYTES, 2.0), _peak(df, "dtype", gpu), gpu)
@@ -437,7 +492,8 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures) -> Phys:
                    (dt == "fp8_block").to_numpy(np.float64),
                    dt.isin(["int4_wo", "w4a16_mxfp4"]).to_numpy(np.float64), c("skew"),
                    _peak(df, "dtype", gpu), gpu,
-                   matrices=moe_matrices(df["kernel_source"]) if "kernel_source" in df else MOE_GATED_MATRICES)
+                   matrices=moe_matrices(df["kernel_source"]) if "kernel_source" in df else MOE_GATED_MATRICES,
+                   form=moe_form)
     if family == "mla_prefill":
         return mla_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"),
                            _map(df, "kv_dtype", DTYPE_BYTES, 2.0), gpu.peak("bf16"), gpu)
