@@ -432,8 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     import json
     from pathlib import Path
 
+    import sys
+
     from llmplan.calibration.engine_fit import load_engine_overrides, profile_seed
     from llmplan.calibration.serving_rows import read_serving_files
+    from llmplan.errors import EXIT_USER_ERROR, UserError
 
     ap = argparse.ArgumentParser(description="Fit the disaggregated hand-off delay per engine (training half).")
     ap.add_argument("--measurements", nargs="+", required=True)
@@ -445,15 +448,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-regimes", action="store_true",
                     help="fit on every training row, also those whose measured TTFT exceeds a full prefill queue "
                          "(calibration.disagg_regimes; left out by default)")
+    ap.add_argument("--engine-profiles", default="default",
+                    help="engine terms the replays use: 'default' (the shipped sim/data/engine_profiles.json) or a "
+                         "file written by calibration.engine_fit (to judge a scratch refit)")
     a = ap.parse_args(argv)
-    overrides, engines = load_engine_overrides("default")
+    try:
+        overrides, engines = load_engine_overrides(a.engine_profiles)
+    except UserError as e:   # one or two lines, no traceback
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
     seed = profile_seed(engines) if Path(engines).is_file() else 0
     df = read_serving_files(a.measurements)
     doc = fit_handoff(df, SimOptions(), overrides, seed, a.workers, exclude_regimes=not a.keep_regimes)
     Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(json.dumps(doc, indent=1, sort_keys=True))
     if a.score:
-        held, _ = load_engine_overrides("default", holdout=True)   # as `llmplan validate serving --holdout`
+        held, _ = load_engine_overrides(a.engine_profiles, holdout=True)   # as `llmplan validate serving --holdout`
         print(score_heldout(df, held, doc, seed, a.workers).to_string(index=False))
     return 0
 

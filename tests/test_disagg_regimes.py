@@ -81,3 +81,13 @@ def test_decomposition_names_the_flag():
                         silicon_ttft_ms=share * full_queue_ttft_ms(c, _spec(c))))
     f = decompose(pd.DataFrame(rows), {}, 0, OPTS).set_index("id")
     assert f.loc["c4", "regime"] == "" and f.loc["c6", "regime"] == BEYOND_PREFILL_QUEUE
+
+
+def test_handoff_fit_cli_refuses_a_missing_engine_profile(tmp_path, capsys):
+    from llmplan.calibration.serving_disagg_rows import main
+
+    out = tmp_path / "h.json"
+    assert main(["--measurements", str(tmp_path), "--out", str(out), "--engine-profiles",
+                 str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--engine-profiles" in err and "Traceback" not in err and not out.exists()
