@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration import moe_routing
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import GPUCollectives, fit_gpu_collectives
 from llmplan.sim.kernel_calibration.family_model import GROUP_COLUMN, FamilyModel, GroupModel, group_keys, shape_ranges
@@ -245,9 +246,19 @@ def _map(tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]], workers: int,
         _WORK = []
 
 
+def _warm_moe_routing(meas: Measurements) -> None:
+    """Evaluate the MoE routing load of every measured shape once, before worker processes
+    fork (they inherit the cache instead of each recomputing it; results do not depend on it)."""
+    df = meas.family("moe")
+    if len(df):
+        moe_routing.routing_load_arrays(df["num_tokens"], df["num_experts"], df["topk"], df["moe_ep"], df["skew"])
+
+
 def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
                  progress: Progress | None = None) -> dict[str, dict[str, dict[str, FamilyModel]]]:
     items = _work_items(meas)
+    if opts.workers > 1:
+        _warm_moe_routing(meas)
     # 1. the engine's pooled base fit over all dtype groups of a family (the groups' prior)
     prior_keys: list[tuple[str, str, str]] = sorted({(g, b, f) for g, b, f, _, _ in items})
     prior_tasks = []

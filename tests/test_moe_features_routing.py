@@ -1,7 +1,8 @@
 """MoE work terms on constructed shapes: experts touched under uniform routing, the weight
 bytes they read, the routed (token, expert) pairs per EP rank and the 64-row tile quantisation
-(sim/kernel_calibration/features.moe). Values are derived here from the shape, independently
-of the code's own intermediate variables."""
+(sim/kernel_calibration/features.moe, form ``uniform``: the work terms calibration files fitted
+before the ``routed`` form keep; tests/test_moe_routing.py covers ``routed``). Values are derived
+here from the shape, independently of the code's own intermediate variables."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ PEAK = GPU.peak("bf16")
 
 
 def _moe(tokens, hidden=2048, inter=768, topk=8, experts=128, tp=1, ep=1, wb=2.0, ops=F.PY, matrices=3.0):
-    return F.moe(tokens, hidden, inter, topk, experts, tp, ep, wb, 0.0, 0.0, 0.0, PEAK, GPU, ops, matrices)
+    return F.moe(tokens, hidden, inter, topk, experts, tp, ep, wb, 0.0, 0.0, 0.0, PEAK, GPU, ops, matrices,
+                 form=F.MOE_FORM_UNIFORM)
 
 
 def _x(phys: F.Phys, name: str) -> float:
