@@ -73,6 +73,7 @@ from llmplan.calibration.benchmark_clients import (AIPERF_MEASURED_WAVES, AIPERF
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
+from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
 from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
@@ -639,6 +640,8 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
         step.capture_up_to(case.graph_capture_tokens)
     if case.backend == "vllm" and vllm_allreduce_rms_fusion(case.version):  # -O2 fusion (calibration.vllm_launch)
         step.fuse_allreduce_rms()
+    if case.backend == "sglang" and sglang_allreduce_rms_fusion(case.version):  # >= 0.5.7 default (calibration.sglang_launch)
+        step.fuse_sglang_allreduce_rms()
     return step
 
 

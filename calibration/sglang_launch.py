@@ -32,6 +32,12 @@ where SGLang's default list (:func:`llmplan.sim.cuda_graphs.capture_sizes`) stop
 H100/H200 and pads to multiples of 8. Applies to every generator version (the flag is in every
 template); only the Llama-3.1-8B 0.5.6.post2 runs at TP1/TP2 with N > 256 have decode batches beyond
 the default capture.
+
+**FlashInfer AllReduce + RMSNorm fusion from SGLang 0.5.7** (:func:`allreduce_rms_fusion`): ``ServerArgs``
+turns ``enable_flashinfer_allreduce_fusion`` on by default on SM90 / SM100 for DeepSeek-V3, gpt-oss,
+GLM-4-MoE and Qwen3-MoE since sgl-project/sglang PR #14764 (merged 2025-12-10); 0.5.7 is the first
+release after it (which models, GPUs, layouts and step sizes: sim/sglang_allreduce_rms.py). A version
+that is not a release number (``glm5-hopper``) does not take it.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from llmplan.calibration.benchmark_clients import collection_file
 GENERATOR_PREFILL_EXTRA_TOKENS = 1500
 #: first SGLang version whose generator template passes ``--enable-mixed-chunk``
 GENERATOR_MIXED_CHUNK_FROM = (0, 5, 6)
+#: first SGLang release whose ServerArgs enable the FlashInfer AllReduce + RMSNorm fusion on SM90 (PR #14764)
+ALLREDUCE_RMS_FUSION_FROM = (0, 5, 7)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -68,3 +76,11 @@ def generator_cuda_graph_every_batch(row: Mapping[str, Any]) -> bool:
     ``max_batch_size`` (aiconfigurator's generator, every version: ``--cuda-graph-bs 1 2 ... bs``)."""
     source = collection_file(row)
     return source is not None and source[0] == "sglang"
+
+
+def allreduce_rms_fusion(version: str | None) -> bool:
+    """Whether the SGLang release ``version`` (the row's ``backend_version``) enables the FlashInfer
+    AllReduce + RMSNorm fusion by default on Hopper for the models of
+    :data:`llmplan.sim.sglang_allreduce_rms.AUTO_ARCHITECTURES`; False for a non-release build."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(version or "").strip())
+    return bool(m) and tuple(int(x) for x in m.groups()) >= ALLREDUCE_RMS_FUSION_FROM

@@ -38,6 +38,7 @@ from llmplan.sim.trtllm_mla_module import applies as mla_module_applies, module_
 from llmplan.sim.links import domain_gpus, group_link, span_collective, stage_link
 from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, StepShape, StepTiming
 from llmplan.sim.vllm_allreduce_rms import fused_max_tokens
+from llmplan.sim.sglang_allreduce_rms import fused_max_tokens as sglang_fused_max_tokens
 from llmplan.sim.vllm_minimax_qk_norm import applies as minimax_qk_norm_tp, qk_bytes, variance_allreduce_bytes
 from llmplan.sim.wideep_moe import group_moe
 
@@ -87,7 +88,7 @@ class AnalyticalStepModel:
         self._graph_bs = (sglang_graph_max_bs(gpu.memory_bytes, par.tp, par.pp)
                           if self.engine.name == "sglang" and gpu.memory_bytes > 0 else None)
         self._graph_pads = True  # False: every decode batch up to _graph_bs captured (capture_every_batch)
-        self._ar_rms_tokens = 0  # vLLM: steps up to this many rows fold both norms into the all-reduce
+        self._ar_rms_tokens = 0  # vLLM / SGLang: steps up to this many rows fold both norms into the all-reduce
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
         self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
@@ -255,6 +256,15 @@ class AnalyticalStepModel:
         self._ar_rms_tokens = fused_max_tokens(self.gpu.key, self.par.tp, self.par.dp, self.par.pp,
                                                self.model.hidden_size, ACT_BYTES)
 
+    def fuse_sglang_allreduce_rms(self) -> None:
+        """SGLang release whose default turns the FlashInfer AllReduce + RMSNorm fusion on
+        (``calibration.sglang_launch``): steps up to 2,048 tokens fold both RMSNorms of a layer into
+        the TP all-reduce where the model and layout qualify (sim/sglang_allreduce_rms.py)."""
+        if self.engine.name != "sglang":
+            raise ValueError(f"fuse_sglang_allreduce_rms is SGLang's fusion, not {self.engine.name}'s")
+        self._ar_rms_tokens = sglang_fused_max_tokens(self.gpu.key, self.model.architecture, self.par.tp,
+                                                      self.par.dp, self.par.pp)
+
     def _rows(self, shape: StepShape) -> int:
         """Token rows of the linear operators: CUDA-graph padding (sim/cuda_graphs.py)."""
         if not self._graph_pads:
@@ -362,7 +372,7 @@ class AnalyticalStepModel:
         per_layer = 1 if m.block_pattern else 2  # Nemotron-H blocks: one norm, one TP all-reduce each
         # TensorRT-LLM: norms inside the all-reduce kernel, RoPE inside attention (sim/trtllm_fusions.py)
         folded = norms_in_allreduce(self.engine.kernel_backend, m, par)
-        if T <= self._ar_rms_tokens:  # vLLM's fused all-reduce + RMSNorm (sim/vllm_allreduce_rms.py)
+        if T <= self._ar_rms_tokens:  # fused all-reduce + RMSNorm (sim/{vllm,sglang}_allreduce_rms.py)
             folded = per_layer
         ops.append(self._op("norms", "memory", norm, (per_layer - folded) * L))
         # ---- attention projections
