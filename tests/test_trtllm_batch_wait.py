@@ -117,3 +117,11 @@ def test_negative_options_are_refused():
         check_engine(EngineProfile(name="trtllm", batch_wait_max_tokens_ratio=-0.5))
     assert e.value.key == "engine.batch_wait_timeout_iters"
     check_engine(EngineProfile(name="trtllm", **WAIT))   # valid values pass
+
+
+def test_other_engines_refuse_the_options():
+    from llmplan.cli.resolve import check_engine
+    from llmplan.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="TensorRT-LLM option"):
+        check_engine(EngineProfile(name="vllm", batch_wait_timeout_iters=20))

@@ -135,6 +135,9 @@ def check_engine(engine: EngineProfile) -> None:
     if engine.batch_wait_timeout_iters < 0 or engine.batch_wait_max_tokens_ratio < 0:
         raise ConfigError("batch waiting needs batch_wait_timeout_iters >= 0 and batch_wait_max_tokens_ratio >= 0",
                           key="engine.batch_wait_timeout_iters", fix="use 0 (off, TensorRT-LLM's default) or a positive value")
+    if engine.name != "trtllm" and (engine.batch_wait_timeout_iters or engine.batch_wait_max_tokens_ratio):
+        raise ConfigError(f"batch waiting is a TensorRT-LLM option; engine '{engine.name}' would ignore it",
+                          key="engine.batch_wait_timeout_iters", fix="set both batch_wait options to 0 or use engine=trtllm")
 
 
 def workload_stats(requests, rate_rps: float, arrival_cv: float) -> WorkloadStats:
