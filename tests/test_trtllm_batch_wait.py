@@ -125,3 +125,27 @@ def test_other_engines_refuse_the_options():
 
     with pytest.raises(ConfigError, match="TensorRT-LLM option"):
         check_engine(EngineProfile(name="vllm", batch_wait_timeout_iters=20))
+
+
+
+def _closed_loop(monkeypatch, fast_forward, **extra):
+    from llmplan.sim.workload import LengthSpec, WorkloadSpec
+
+    monkeypatch.setattr(replica_mod, "FAST_FORWARD", fast_forward)
+    spec = WorkloadSpec(preset=None, arrival="closed_loop", concurrency=8, num_requests=80,
+                        input_tokens=LengthSpec(kind="fixed", mean_tokens=512),
+                        output_tokens=LengthSpec(kind="uniform", min_tokens=60, max_tokens=70), seed=3)
+    res = simulate_serving(spec, [make_replica(COST, name="trtllm", **ENGINE, **extra)], window=MeasureWindow(0, 0))
+    assert res.unfinished == 0
+    return res
+
+
+def test_fast_forward_keeps_the_wait(checked, monkeypatch):
+    fast = _closed_loop(monkeypatch, True, **WAIT)
+    slow = _closed_loop(monkeypatch, False, **WAIT)
+    assert fast.requests["ttft_ms"].tolist() == pytest.approx(slow.requests["ttft_ms"].tolist())
+    plain = _closed_loop(monkeypatch, True)
+    # prompts re-sent while others decode sit out up to 20 decode steps (10 ms each), then run
+    # together: their step is longer by up to the other 7 prompts' 51.2 ms each
+    d = fast.summary["ttft_ms_mean"] - plain.summary["ttft_ms_mean"]
+    assert 100 < d <= 20 * 10 + 7 * 51.2, d
