@@ -17,6 +17,7 @@ import datetime as dt
 import time
 from pathlib import Path
 
+from llmplan.calibration.cli_validate import add_moe_form_arg
 from llmplan.errors import UserError
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
@@ -39,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, metavar="N",
                    help="processes to fit with (default 2; the result does not depend on it)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_moe_form_arg(p)
     return p
 
 
@@ -109,7 +111,7 @@ def main(argv: list[str]) -> int:
                   f"{', '.join(meas.gpus)} in {time.perf_counter() - t0:.1f}s")
     if args.workers < 1:
         raise UserError(f"--workers {args.workers}: must be >= 1", key="workers")
-    opts = FitOptions(residuals=not args.no_residuals, workers=args.workers,
+    opts = FitOptions(residuals=not args.no_residuals, workers=args.workers, moe_form=args.moe_form,
                       fit_date=_fit_date(args.fit_date, [meas.root / s.path for s in meas.sources]))
     cal = _fit_with_progress(meas, opts, console, args.quiet, fit_calibration)
     # the folder's name only: shipped files carry no absolute path of the fitting machine

@@ -29,6 +29,15 @@ FAMILY_ALIASES = {"attn_prefill": "attention_prefill", "prefill": "attention_pre
                   "comm": "custom_allreduce,nccl,moe_a2a"}
 
 
+def add_moe_form_arg(p: argparse.ArgumentParser) -> None:
+    """``--moe-form``: the MoE work terms of a fit (features.MOE_FORMS; the shipped file's is the default)."""
+    from llmplan.sim.kernel_calibration import features as F
+
+    p.add_argument("--moe-form", choices=F.MOE_FORMS, default=F.MOE_FORM,
+                   help=f"MoE work terms of the fit (default {F.MOE_FORM}, the shipped calibration's; "
+                        "'routed': the tables' own routing, docs/ACCURACY.md 'MoE kernels (session 9)')")
+
+
 def _kernels_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmplan validate kernels",
                                 description="Predict every measured kernel row of one GPU and score the errors "
@@ -50,6 +59,7 @@ def _kernels_parser() -> argparse.ArgumentParser:
                    help="score at most N rows per family (deterministic sample; default 100000)")
     p.add_argument("--no-roofline", action="store_true", help="skip the roofline comparison")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_moe_form_arg(p)
     return p
 
 
@@ -87,6 +97,12 @@ def kernels_main(argv: list[str]) -> int:
     from llmplan.calibration.validate_kernels import validate_kernels
 
     split = parse_split(a.split) if a.split else None
+    from llmplan.calibration.fit import FitOptions
+    from llmplan.sim.kernel_calibration import features as F
+
+    if a.moe_form != F.MOE_FORM and not (split or a.holdout_gpu):
+        raise UserError(f"--moe-form {a.moe_form} applies to a refit: the calibration file's MoE models keep the form "
+                        "they were fitted with", key="moe-form", fix="add --split KIND:FRAC:SEED or --holdout-gpu NAME")
     if a.max_rows is not None and a.max_rows < 1:
         raise UserError("--max-rows must be >= 1", key="max-rows")
     families = _families(a.family)
@@ -117,7 +133,8 @@ def kernels_main(argv: list[str]) -> int:
         status.start()
         progress = lambda label, done, total: status.update(f"refitting: {label} ({done}/{total})")  # noqa: E731
     try:
-        res = validate_kernels(meas, gpu, cal, split, holdout, families, a.max_rows, progress=progress,
+        res = validate_kernels(meas, gpu, cal, split, holdout, families, a.max_rows,
+                               opts=FitOptions(residuals=False, moe_form=a.moe_form), progress=progress,
                                roofline=not a.no_roofline, force_tier=None if a.tier == "auto" else a.tier,
                                band_cal=band_cal)
     finally:

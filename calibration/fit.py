@@ -86,6 +86,7 @@ class FitOptions:
     crossgen_rows: int = 40000       # rows per (family, GPU) scored leave-one-GPU-out
     fit_date: str = "unspecified"
     family_caps: tuple[tuple[str, FamilyCaps], ...] = FAMILY_CAPS
+    moe_form: str = F.MOE_FORM       # MoE work terms (features.MOE_FORMS), recorded in the file
 
     def caps(self, family: str) -> FamilyCaps:
         """The family's fit effort: its ``family_caps`` entry, else the defaults above."""
@@ -142,7 +143,7 @@ def fit_group(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOptions,
     ``prior``: the engine's pooled fit over all groups of the family. Groups covering few
     shape configurations (e.g. one MoE expert configuration) are shrunk towards it
     strongly, so the base model still extrapolates like its siblings."""
-    phys = F.frame_phys(family, df, gpu)
+    phys = F.frame_phys(family, df, gpu, opts.moe_form)
     y_us = df["latency_ms"].to_numpy(dtype=np.float64) * 1e3
     caps = opts.caps(family)
     ib = _subsample(len(df), caps.max_rows_base, seed)
@@ -167,7 +168,7 @@ def fit_pooled_base(family: str, df: pd.DataFrame, gpu: GPUFeatures, opts: FitOp
     """One base fit over every dtype group of an engine's family (the groups' prior)."""
     idx = _subsample(len(df), opts.caps(family).max_rows_base, seed)
     sub = df.iloc[idx]
-    return fit_base(F.frame_phys(family, sub, gpu), sub["latency_ms"].to_numpy(dtype=np.float64) * 1e3,
+    return fit_base(F.frame_phys(family, sub, gpu, opts.moe_form), sub["latency_ms"].to_numpy(dtype=np.float64) * 1e3,
                     max_rows=len(idx) + 1)
 
 
@@ -198,7 +199,7 @@ def fit_shared_gbt(family: str, parts: list[tuple[pd.DataFrame, GroupModel]], gp
         cap = max(1, int(round(caps.max_rows_gbt * len(df) / max(total, 1))))
         idx = _subsample(len(df), cap, seed + i)
         sub = df.iloc[idx]
-        phys = F.frame_phys(family, sub, gpu)
+        phys = F.frame_phys(family, sub, gpu, opts.moe_form)
         xs.append(residual_features(family, phys))
         rs.append(np.log(sub["latency_ms"].to_numpy(dtype=np.float64) * 1e3 / predict_us(gm.base, phys)))
     if total < opts.min_rows_gbt:
@@ -257,7 +258,7 @@ def _warm_moe_routing(meas: Measurements) -> None:
 def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
                  progress: Progress | None = None) -> dict[str, dict[str, dict[str, FamilyModel]]]:
     items = _work_items(meas)
-    if opts.workers > 1:
+    if opts.workers > 1 and opts.moe_form == F.MOE_FORM_ROUTED:
         _warm_moe_routing(meas)
     # 1. the engine's pooled base fit over all dtype groups of a family (the groups' prior)
     prior_keys: list[tuple[str, str, str]] = sorted({(g, b, f) for g, b, f, _, _ in items})
@@ -281,7 +282,7 @@ def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOpti
         key = (gpu, backend, family)
         if family in SHARED_GBT_FAMILIES and priors[key] is not None:
             shared.setdefault(key, []).append((df.reset_index(drop=True), gm))
-        out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {})).groups[group] = gm
+        out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {}, work_form=opts.moe_form)).groups[group] = gm
     # 3. the shared residual ensembles
     shared_keys = sorted(shared)
     shared_fits = _map([(fit_shared_gbt, (k[2], shared[k], gpus[k[0]], opts, _seed(*k, "shared")))

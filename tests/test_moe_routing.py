@@ -63,7 +63,8 @@ def test_few_tokens_touch_distinct_experts_not_uniform_draws():
     assert touched == 347
     legacy = F.moe(16.0, 1024.0, 2688.0, 22.0, 512.0, 1.0, 1.0, 2.0, 0.0, 0.0, 0.0, 989.0, GPU, F.PY,
                    form=F.MOE_FORM_UNIFORM)
-    routed = F.moe(16.0, 1024.0, 2688.0, 22.0, 512.0, 1.0, 1.0, 2.0, 0.0, 0.0, 0.0, 989.0, GPU, F.PY)
+    routed = F.moe(16.0, 1024.0, 2688.0, 22.0, 512.0, 1.0, 1.0, 2.0, 0.0, 0.0, 0.0, 989.0, GPU, F.PY,
+                   form=F.MOE_FORM_ROUTED)
     weights = 3 * 1024 * 2688 * 2.0
     assert routed.nbytes - legacy.nbytes == pytest.approx((347 - 512 * (1 - (1 - 1 / 512) ** 352)) * weights)
 
@@ -101,13 +102,14 @@ def _frame(tokens: list[int], skew: float = 1.01, ep: int = 8) -> pd.DataFrame:
                          "latency_ms": [1.0] * n})
 
 
-def test_scalar_and_frame_terms_agree():
+@pytest.mark.parametrize("form", F.MOE_FORMS)
+def test_scalar_and_frame_terms_agree(form):
     df = _frame([1, 64, 5000])
-    frame = F.frame_phys("moe", df, GPU)
+    frame = F.frame_phys("moe", df, GPU, form)
     for i, t in enumerate(df["num_tokens"]):
         q = {"num_tokens": int(t), "hidden": 7168, "inter": 2048, "topk": 8, "num_experts": 256, "moe_tp": 1,
              "moe_ep": 8, "dtype": "fp8_block", "skew": 1.01}
-        one = scalar_phys("moe", GPU, "fp8_block", q)
+        one = scalar_phys("moe", GPU, "fp8_block", q, form)
         assert one.t_c == pytest.approx(frame.t_c[i], rel=1e-12)
         assert one.t_m == pytest.approx(frame.t_m[i], rel=1e-12)
         assert one.q == pytest.approx(frame.q[i], rel=1e-12)
@@ -118,7 +120,8 @@ def test_tile_work_counts_both_gemms():
     # 64 tokens x top-8 of 256 experts, EP 8, balanced: 512 pairs, 2 on each expert -> 64 on the
     # 32 local experts, one 64-row M tile each (2 rows used); N tiles: gate+up 4096/128 = 32,
     # down 7168/128 = 56
-    p = F.moe(64.0, 7168.0, 2048.0, 8.0, 256.0, 1.0, 8.0, 1.0, 1.0, 0.0, 0.0, 1979.0, GPU, F.PY)
+    p = F.moe(64.0, 7168.0, 2048.0, 8.0, 256.0, 1.0, 8.0, 1.0, 1.0, 0.0, 0.0, 1979.0, GPU, F.PY,
+              form=F.MOE_FORM_ROUTED)
     assert p.waves == math.ceil(32 * (32 + 56) / GPU.sm_count)
     assert R.routing_load(64, 256, 8, 8, 0.0) == (64.0, 32.0, 32.0)
     assert p.q == pytest.approx(64 / 2)

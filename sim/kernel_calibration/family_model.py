@@ -169,8 +169,8 @@ class FamilyModel:
     def to_dict(self) -> dict[str, Any]:
         out = {"groups": {g: m.to_dict() for g, m in sorted(self.groups.items())},
                "shared_gbt": None if self.shared_gbt is None else self.shared_gbt.to_dict()}
-        if self.family == "moe":
-            out["work_form"] = self.work_form
+        if self.family == "moe" and self.work_form != F.MOE_FORM_UNIFORM:
+            out["work_form"] = self.work_form   # files without the key are ``uniform``
         return out
 
     @staticmethod

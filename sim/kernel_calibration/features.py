@@ -297,8 +297,12 @@ def moe_matrices(kernel_source: Any) -> Any:
 MOE_FORM_UNIFORM = "uniform"
 MOE_FORM_ROUTED = "routed"
 MOE_FORMS = (MOE_FORM_UNIFORM, MOE_FORM_ROUTED)
-#: the form new fits use
-MOE_FORM = MOE_FORM_ROUTED
+#: the form fits use unless told otherwise (calibration.fit.FitOptions.moe_form, `llmplan calibrate
+#: --moe-form`): ``uniform``, the shipped calibration's. ``routed`` improves the grouped-split MoE
+#: MAPE on every GPU on seed 1 (mean 15.7 -> 14.7%) but not on seed 2 for L40S/H100/H200 (mean
+#: 15.2 -> 14.9%), and costs ~1.3 s of routing per MoE plan process (docs/ACCURACY.md, "MoE
+#: kernels (session 9)"): not yet the default.
+MOE_FORM = MOE_FORM_UNIFORM
 #: N tile of the expert GEMMs (CUTLASS/Triton grouped GEMMs run 128-wide output tiles)
 MOE_TILE_N = 128
 
