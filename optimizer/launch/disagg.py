@@ -92,7 +92,8 @@ def _pool_spec(p: Mapping, model: ModelSpec, engine: EngineProfile, wl: Workload
         kv_cache_dtype=p["kv_cache_dtype"], gpu_memory_utilization=eng.gpu_memory_utilization,
         block_size=eng.block_size, enable_prefix_caching=eng.enable_prefix_caching, max_model_len=int(max_len),
         gpus_per_node=GPUS_PER_NODE.get(p["gpu"], DEFAULT_GPUS_PER_NODE), name=k8s_name(f"{model.key}-{role}"),
-        notes=tuple(notes))
+        notes=tuple(notes), batch_wait_timeout_iters=eng.batch_wait_timeout_iters,
+        batch_wait_max_tokens_ratio=eng.batch_wait_max_tokens_ratio)
 
 
 def worker_urls(s: LaunchSpec) -> list[str]:

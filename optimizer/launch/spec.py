@@ -48,6 +48,9 @@ class LaunchSpec:
     name: str = "llmplan"         # Kubernetes object name (DNS-1123)
     notes: tuple[str, ...] = field(default=())
     speculation: Optional[SpecLaunch] = None   # the plan's speculative decoding (None: off)
+    # TensorRT-LLM batch waiting as simulated (sim/trtllm_batch_wait.py; 0 = off, the default)
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     @property
     def gpus_per_replica(self) -> int:
@@ -125,7 +128,8 @@ def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile,
         gpu_memory_utilization=eng.gpu_memory_utilization, block_size=eng.block_size,
         enable_prefix_caching=eng.enable_prefix_caching, max_model_len=int(max_len), gpus_per_node=per_node,
         name=k8s_name(f"{model.key}-{c.name}"),
-        notes=tuple(notes), speculation=from_candidate(c, model.hf_id, mtp_layers(model) if _is_mtp(c) else 0))
+        notes=tuple(notes), speculation=from_candidate(c, model.hf_id, mtp_layers(model) if _is_mtp(c) else 0),
+        batch_wait_timeout_iters=eng.batch_wait_timeout_iters, batch_wait_max_tokens_ratio=eng.batch_wait_max_tokens_ratio)
 
 
 @dataclass(frozen=True)

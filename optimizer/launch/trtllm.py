@@ -23,13 +23,20 @@ DOC = "TensorRT-LLM 1.0.0, https://nvidia.github.io/TensorRT-LLM/1.0.0/commands/
 OPTIONS_FILE = "extra_llm_api_options.yaml"
 
 
+#: the batch-waiting options' release (TorchLlmArgs; sim/trtllm_batch_wait.py)
+BATCH_WAIT_DOC = "TensorRT-LLM >= 1.1, https://nvidia.github.io/TensorRT-LLM/llm-api/reference.html (TorchLlmArgs)"
+
+
 def options(s: LaunchSpec) -> dict:
-    return {**trtllm_options(s.speculation, s.model_hf_id)[0],
-        "enable_chunked_prefill": bool(s.chunked_prefill),
-        "enable_attention_dp": bool(s.attention_dp),
-        "kv_cache_config": {"dtype": "fp8" if s.kv_cache_dtype == "fp8" else "auto",
-                            "enable_block_reuse": bool(s.enable_prefix_caching)},
-    }
+    out = {**trtllm_options(s.speculation, s.model_hf_id)[0],
+           "enable_chunked_prefill": bool(s.chunked_prefill),
+           "enable_attention_dp": bool(s.attention_dp),
+           "kv_cache_config": {"dtype": "fp8" if s.kv_cache_dtype == "fp8" else "auto",
+                               "enable_block_reuse": bool(s.enable_prefix_caching)}}
+    if s.batch_wait_timeout_iters or s.batch_wait_max_tokens_ratio:  # the plan simulated batch waiting
+        out |= {"batch_wait_timeout_iters": int(s.batch_wait_timeout_iters),
+                "batch_wait_max_tokens_ratio": float(s.batch_wait_max_tokens_ratio)}
+    return out
 
 
 def command(s: LaunchSpec) -> LaunchCommand:
@@ -48,5 +55,8 @@ def command(s: LaunchSpec) -> LaunchCommand:
                      f"`mpirun -np {s.gpus_per_replica} trtllm-llmapi-launch trtllm-serve ...` (TensorRT-LLM 1.0.0 "
                      "multi-node serving); the hostfile must list the pods of the LeaderWorkerSet group")
     notes += trtllm_options(s.speculation, s.model_hf_id)[1]
+    if s.batch_wait_timeout_iters or s.batch_wait_max_tokens_ratio:
+        notes.append(f"batch waiting ({OPTIONS_FILE}: batch_wait_timeout_iters {s.batch_wait_timeout_iters}, "
+                     f"batch_wait_max_tokens_ratio {s.batch_wait_max_tokens_ratio:g}) needs {BATCH_WAIT_DOC}")
     text = yaml.safe_dump(options(s), sort_keys=True)
     return LaunchCommand(tuple(argv), ((OPTIONS_FILE, text),), tuple(notes), DOC)
