@@ -127,6 +127,18 @@ def test_other_engines_refuse_the_options():
         check_engine(EngineProfile(name="vllm", batch_wait_timeout_iters=20))
 
 
+def test_prefill_first_steps_refuse_the_options():
+    """The scheduler waits only in in-flight batching (EngineState._plan_chunked): a prefill-first
+    engine would run the same schedule with or without the options, so the config is refused."""
+    from llmplan.cli.resolve import check_engine
+    from llmplan.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        check_engine(EngineProfile(name="trtllm", chunked_prefill=False, **WAIT))
+    assert e.value.key == "engine.chunked_prefill"
+    check_engine(EngineProfile(name="trtllm", chunked_prefill=False))   # off: nothing to ignore
+
+
 
 def _closed_loop(monkeypatch, fast_forward, **extra):
     from llmplan.sim.workload import LengthSpec, WorkloadSpec

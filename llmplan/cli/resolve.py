@@ -138,6 +138,12 @@ def check_engine(engine: EngineProfile) -> None:
     if engine.name != "trtllm" and (engine.batch_wait_timeout_iters or engine.batch_wait_max_tokens_ratio):
         raise ConfigError(f"batch waiting is a TensorRT-LLM option; engine '{engine.name}' would ignore it",
                           key="engine.batch_wait_timeout_iters", fix="set both batch_wait options to 0 or use engine=trtllm")
+    if not engine.chunked_prefill and (engine.batch_wait_timeout_iters or engine.batch_wait_max_tokens_ratio):
+        # sim.scheduler applies batch waiting in TensorRT-LLM's in-flight batching only, not in prefill-first steps
+        raise ConfigError("batch waiting is modelled on in-flight batching (engine.chunked_prefill=true); "
+                          "chunked_prefill=false would ignore it", key="engine.chunked_prefill",
+                          fix="set engine.chunked_prefill=true (engine.whole_prompts=true for unchunked prompts) "
+                              "or both batch_wait options to 0")
 
 
 def workload_stats(requests, rate_rps: float, arrival_cv: float) -> WorkloadStats:
