@@ -328,11 +328,7 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
         assign, touched, mtiles = moe_routing.routing_load_arrays(tokens, experts, topk, moe_ep, skew)
     n_up = (matrices - 1.0) * inter_l       # first GEMM (gate+up, or up): N = (m-1) I, K = hidden
     n_down = hidden                          # second GEMM (down): N = hidden, K = I
-    flops = 2.0 * assign * hidden * inter_l * matrices
-    # each touched expert's weights read once; activations gathered per pair; tokens in and out
-    nbytes = touched * matrices * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
-    t_c = _us_compute(flops, peak)
-    t_m = _us_memory(nbytes, gpu)
+    flops, nbytes, t_c, t_m = _moe_work(tokens, hidden, inter_l, assign, touched, matrices, w_bytes, peak, gpu)
     nt_up, nt_down = ops.ceil(n_up / MOE_TILE_N), ops.ceil(n_down / MOE_TILE_N)
     # issued tile work (every M tile of a touched expert times every N tile of both GEMMs) over the ideal
     issued = mtiles * moe_routing.TILE_M * MOE_TILE_N * (nt_up * hidden + nt_down * inter_l)
@@ -345,6 +341,16 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
+def _moe_work(tokens: Any, hidden: Any, inter_l: Any, assign: Any, touched: Any, matrices: Any, w_bytes: Any,
+              peak: Any, gpu: GPUFeatures) -> tuple[Any, Any, Any, Any]:
+    """(flops, bytes, compute us, memory us) of the expert GEMMs of both forms: ``assign`` routed
+    (token, expert) pairs; each of the ``touched`` experts' weights read once, activations gathered
+    per pair, tokens in and out."""
+    flops = 2.0 * assign * hidden * inter_l * matrices
+    nbytes = touched * matrices * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
+    return flops, nbytes, _us_compute(flops, peak), _us_memory(nbytes, gpu)
+
+
 def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
                  w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
                  ops: Any, matrices: Any) -> Phys:
@@ -354,10 +360,7 @@ def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, 
     assign = tokens * topk / moe_ep                       # expected routed (token, expert) pairs here
     touched = local * (1.0 - (1.0 - 1.0 / local) ** assign)
     touched = ops.maximum(touched, ops.minimum(local, 1.0))
-    flops = 2.0 * assign * hidden * inter_l * matrices
-    nbytes = touched * matrices * hidden * inter_l * w_bytes + assign * hidden * 2.0 * 2.0 + tokens * hidden * 4.0
-    t_c = _us_compute(flops, peak)
-    t_m = _us_memory(nbytes, gpu)
+    flops, nbytes, t_c, t_m = _moe_work(tokens, hidden, inter_l, assign, touched, matrices, w_bytes, peak, gpu)
     per = assign / touched
     eff_t = per / (ops.ceil(per / 64) * 64)
     q = 1.0 / eff_t
