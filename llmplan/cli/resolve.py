@@ -135,10 +135,11 @@ def check_engine(engine: EngineProfile) -> None:
     if engine.batch_wait_timeout_iters < 0 or engine.batch_wait_max_tokens_ratio < 0:
         raise ConfigError("batch waiting needs batch_wait_timeout_iters >= 0 and batch_wait_max_tokens_ratio >= 0",
                           key="engine.batch_wait_timeout_iters", fix="use 0 (off, TensorRT-LLM's default) or a positive value")
-    if engine.name != "trtllm" and (engine.batch_wait_timeout_iters or engine.batch_wait_max_tokens_ratio):
+    waits = bool(engine.batch_wait_timeout_iters or engine.batch_wait_max_tokens_ratio)
+    if engine.name != "trtllm" and waits:
         raise ConfigError(f"batch waiting is a TensorRT-LLM option; engine '{engine.name}' would ignore it",
                           key="engine.batch_wait_timeout_iters", fix="set both batch_wait options to 0 or use engine=trtllm")
-    if not engine.chunked_prefill and (engine.batch_wait_timeout_iters or engine.batch_wait_max_tokens_ratio):
+    if not engine.chunked_prefill and waits:
         # sim.scheduler applies batch waiting in TensorRT-LLM's in-flight batching only, not in prefill-first steps
         raise ConfigError("batch waiting is modelled on in-flight batching (engine.chunked_prefill=true); "
                           "chunked_prefill=false would ignore it", key="engine.chunked_prefill",
