@@ -127,6 +127,12 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
             res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                        app.calibration, progress, verifier, search_setting(model, asdict(app.speculative)))
         res.notes[:0] = notes
+        e = app.engine
+        if e.batch_wait_timeout_iters or e.batch_wait_max_tokens_ratio:   # sim/trtllm_batch_wait.py: DES only
+            res.notes.append("TensorRT-LLM batch waiting is simulated only: the analytical screen (candidates.csv, "
+                             "pareto.csv, the choice of finalists) leaves it out" + (
+                                 "; search.finalists=0 simulated nothing, so this plan leaves it out too"
+                                 if space.finalists <= 0 else ""))
         check_checkpoint_servable(model, res, [g.key for g in gpus])
         if res.selection.feasible and space.finalists > 0:
             from llmplan.optimizer.verify import simulate_selection
