@@ -97,7 +97,8 @@ class Replica:
         self.unit_tokens = unit_tokens_for(prefix_block_tokens, e.block_size)
         blocks = spec.kv_capacity_tokens // e.block_size // self.pp
         seqs = max(1, e.max_num_seqs // self.pp)
-        self.ves = [EngineState(i, e, blocks, self.unit_tokens, seqs) for i in range(self.pp)]
+        dp = int(getattr(spec.cost_model, "dp", 1) or 1)   # attention DP ranks (sim.dp_layout)
+        self.ves = [EngineState(i, e, blocks, self.unit_tokens, seqs, dp) for i in range(self.pp)]
         self.prefix_caching = e.enable_prefix_caching
         self.outstanding = 0
         self.stage_free_at = 0.0

@@ -105,7 +105,8 @@ class Seq:
 class EngineState:
     """Queues, KV blocks and the decode aggregates of one engine; plans and applies steps."""
 
-    def __init__(self, index: int, engine: EngineProfile, total_blocks: int, unit_tokens: int, max_seqs: int):
+    def __init__(self, index: int, engine: EngineProfile, total_blocks: int, unit_tokens: int, max_seqs: int,
+                 attention_dp: int = 1):
         self.index = index
         self.B = engine.block_size
         self.U = unit_tokens
@@ -118,7 +119,7 @@ class EngineState:
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
         self.overlap = overlap_scheduler(engine.name)   # arrivals while busy skip the step already scheduled
-        self.batch_wait = batch_wait(engine)   # TensorRT-LLM batch waiting (sim.trtllm_batch_wait); None = off
+        self.batch_wait = batch_wait(engine, attention_dp)   # TensorRT-LLM batch waiting (sim.trtllm_batch_wait); None = off
         self.held = False                      # the planned step left a waiting request for a later step
         self.reserved = 0                      # blocks reserved by running requests (no_evict)
         self.pool = KVBlockPool(total_blocks, engine.block_size, self.ub, engine.enable_prefix_caching)

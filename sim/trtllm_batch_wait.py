@@ -59,10 +59,11 @@ class BatchWait:
         return False
 
 
-def batch_wait(engine: EngineProfile) -> Optional[BatchWait]:
+def batch_wait(engine: EngineProfile, attention_dp: int = 1) -> Optional[BatchWait]:
     """The engine's batch-waiting state, or None when it does not wait (other engines; both
-    options 0, TensorRT-LLM's default)."""
-    if engine.name not in BATCH_WAIT_ENGINES:
+    options 0, TensorRT-LLM's default; ``attention_dp`` > 1 ranks: the executor skips the wait
+    under attention DP)."""
+    if engine.name not in BATCH_WAIT_ENGINES or attention_dp > 1:
         return None
     if engine.batch_wait_timeout_iters <= 0 and engine.batch_wait_max_tokens_ratio <= 0:
         return None

@@ -51,6 +51,25 @@ def test_off_by_default_and_only_for_trtllm():
     assert (w.timeout_iters, w.max_tokens_ratio, w.max_num_tokens) == (20, 0.9, 16384)
 
 
+class _AttentionDP(LinearStepCost):
+    dp = 2   # attention DP ranks, as AnalyticalStepModel.dp
+
+
+def test_attention_dp_replicas_do_not_wait(checked):
+    """PyExecutor._schedule waits only ``if not self.enable_attention_dp``: an attention-DP replica
+    schedules as if batch waiting were off."""
+    assert batch_wait(EngineProfile(name="trtllm", **WAIT), attention_dp=2) is None
+    reqs = [Request(0.0, 10, 60), Request(105.0, 1000, 2)]
+    dp = _AttentionDP(**{f: getattr(COST, f) for f in COST.__dataclass_fields__})
+
+    def ttfts(**extra):
+        res = simulate_serving(reqs, [make_replica(dp, **ENGINE, **extra)], window=MeasureWindow(0, 0))
+        return res.requests["ttft_ms"].tolist()
+
+    assert ttfts(name="trtllm", **WAIT) == ttfts(name="trtllm")
+    assert _ttfts(reqs, **WAIT) != _ttfts(reqs)   # the same requests wait without attention DP
+
+
 def test_prompt_waits_twenty_decode_steps_while_another_decodes(checked):
     # request 0: prefill 0-11 ms, then 10 ms decode steps; request 1 arrives at 105 ms. Without
     # waiting (overlap scheduler only) it joins the step at 121 ms: 10 + 100 ms -> first token at 231.
