@@ -180,3 +180,12 @@ def test_fast_forward_keeps_the_wait(checked, monkeypatch):
     # together: their step is longer by up to the other 7 prompts' 51.2 ms each
     d = fast.summary["ttft_ms_mean"] - plain.summary["ttft_ms_mean"]
     assert 100 < d <= 20 * 10 + 7 * 51.2, d
+
+
+def test_cli_names_the_negative_option(capsys, tmp_path):
+    """config_checks' range table refuses a negative option under its own key (exit 2)."""
+    from simulate_cli_helpers import run_cli
+
+    for key, value in (("batch_wait_max_tokens_ratio", "-0.5"), ("batch_wait_timeout_iters", "-1")):
+        code, out, err = run_cli(["simulate", "engine=trtllm", f"engine.{key}={value}"], capsys, tmp_path)
+        assert code == 2 and f"engine.{key}: must be >= 0" in out + err, (key, out, err)

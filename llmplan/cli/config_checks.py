@@ -65,6 +65,7 @@ RANGES: dict[str, Rule] = {
     "engine.ttft_per_request_ms": NON_NEGATIVE, "engine.ttft_per_prompt_token_ms": NON_NEGATIVE,
     "engine.eager_step_ms_per_layer": NON_NEGATIVE,
     "engine.activation_reserve_gb": NON_NEGATIVE,
+    "engine.batch_wait_timeout_iters": NON_NEGATIVE, "engine.batch_wait_max_tokens_ratio": NON_NEGATIVE,
     "deployment.tp": AT_LEAST_1, "deployment.pp": AT_LEAST_1, "deployment.ep": AT_LEAST_1, "deployment.dp": AT_LEAST_1,
     "deployment.replicas": Rule(lambda v: 1 <= v <= MAX_REPLICAS, f"in [1, {MAX_REPLICAS}]"),
     **{f"deployment.{pool}.{k}": AT_LEAST_1 for pool in ("prefill", "decode")
