@@ -460,12 +460,12 @@ class AnalyticalStepModel:
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
                     e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])
             ops.append(self._op("moe_experts", "moe", moe_kt, n_moe))
+            # the shared expert's local width when it runs as its own MLP (0: none, or folded into the fused MoE)
+            sh = e.num_shared_experts * e.shared_intermediate_size // tp if e.num_shared_experts and not fused else 0
             if e.num_shared_experts and not fused:
-                sh = e.num_shared_experts * e.shared_intermediate_size // tp
                 ops.append(self._op("shared_up", "gemm", k.gemm(T, (2 if m.gated_mlp else 1) * sh, h, wd["shared_experts"]), n_moe))
                 ops.append(self._op("shared_down", "gemm", k.gemm(T, h, sh, wd["shared_experts"]), n_moe))
-            sh_act = e.num_shared_experts * e.shared_intermediate_size // tp if e.num_shared_experts and not fused else 0
-            for name, kt in moe_layer_extra_ops(k, self.engine.kernel_backend, m, T, sh_act):  # sim/deepseek_routing.py
+            for name, kt in moe_layer_extra_ops(k, self.engine.kernel_backend, m, T, sh):  # sim/deepseek_routing.py
                 ops.append(self._op(name, "memory", kt, n_moe))
             if self.dp > 1:  # attention DP: tokens gathered to / returned from the experts (sim/ep_comm.py)
                 for name, kt in moe_exchange(k, self._collective, self.engine.kernel_backend, self.engine.moe_all2all,
