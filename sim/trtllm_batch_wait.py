@@ -69,3 +69,12 @@ def batch_wait(engine: EngineProfile, attention_dp: int = 1) -> Optional[BatchWa
         return None
     return BatchWait(engine.batch_wait_timeout_iters, engine.batch_wait_max_tokens_ratio,
                      engine.max_num_batched_tokens)
+
+
+def simulated_only_note(engine: EngineProfile, attention_dp: int = 1) -> str:
+    """The opening of a note for outputs that show analytical figures (the planner's screen,
+    optimizer.evaluate, has no batch waiting) beside simulated ones; "" when the engine does not wait."""
+    if batch_wait(engine, attention_dp) is None:
+        return ""
+    return (f"TensorRT-LLM batch waiting (batch_wait_timeout_iters {engine.batch_wait_timeout_iters}, "
+            f"batch_wait_max_tokens_ratio {engine.batch_wait_max_tokens_ratio:g}) is simulated only")

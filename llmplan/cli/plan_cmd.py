@@ -21,6 +21,7 @@ from llmplan.optimizer.day_plan import DayInfeasible
 from llmplan.optimizer import risk
 from llmplan.optimizer.fleet import plan_fleet, settle_rate
 from llmplan.optimizer.planner import plan
+from llmplan.sim.trtllm_batch_wait import simulated_only_note
 
 SUMMARY = ("Enumerate GPU type x TP/PP/EP x precision x batch, screen each analytically, verify the\n"
            "finalists in the serving simulator, and solve an ILP for the cheapest deployment\n"
@@ -127,12 +128,11 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
             res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                        app.calibration, progress, verifier, search_setting(model, asdict(app.speculative)))
         res.notes[:0] = notes
-        e = app.engine
-        if e.batch_wait_timeout_iters or e.batch_wait_max_tokens_ratio:   # sim/trtllm_batch_wait.py: DES only
-            res.notes.append("TensorRT-LLM batch waiting is simulated only: the analytical screen (candidates.csv, "
-                             "pareto.csv, the choice of finalists) leaves it out" + (
-                                 "; search.finalists=0 simulated nothing, so this plan leaves it out too"
-                                 if space.finalists <= 0 else ""))
+        waits = simulated_only_note(app.engine)   # sim/trtllm_batch_wait.py: the DES waits, the screen does not
+        if waits:
+            res.notes.append(waits + ": the analytical screen (candidates.csv, pareto.csv, the choice of finalists) "
+                             "leaves it out" + ("; search.finalists=0 simulated nothing, so this plan leaves it out too"
+                                                if space.finalists <= 0 else ""))
         check_checkpoint_servable(model, res, [g.key for g in gpus])
         if res.selection.feasible and space.finalists > 0:
             from llmplan.optimizer.verify import simulate_selection

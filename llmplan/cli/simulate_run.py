@@ -14,6 +14,7 @@ from llmplan.sim.engine_terms import fit_range_note, operating_point
 from llmplan.sim.metrics import SLOThresholds
 from llmplan.sim.replica import ReplicaSpec
 from llmplan.sim.serving import simulate_serving
+from llmplan.sim.trtllm_batch_wait import simulated_only_note
 
 PCTS = ("mean", "p50", "p90", "p95", "p99")
 
@@ -68,6 +69,10 @@ def run_des(app, dep, step, mem, rate: float | None, slos: list[SLOTarget], out:
         far = fit_range_note(engine.name, operating_point(summary["requests_per_s"] / dep.replicas, done))
         if far:
             summary["notes"].append(far)
+    waits = simulated_only_note(engine, dep.par.dp)   # the DES waits; the analytical model (optimizer.evaluate) does not
+    if waits:
+        summary["notes"].append(waits + ": the analytical figures (the analytical p90 column, the capacity a "
+                                "default rate is drawn from) leave it out")
     if spec_info is not None:
         summary["speculative"] = spec_info
         summary["notes"].append(spec_info["note"])
