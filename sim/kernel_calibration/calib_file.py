@@ -36,6 +36,7 @@ from llmplan.errors import UserError
 from llmplan.sim.kernel_calibration.collectives import GPUCollectives
 from llmplan.sim.kernel_calibration.family_model import FamilyModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+from llmplan.sim.kernel_calibration.section_lazy import lazy_section
 
 FORMAT = "llmplan-kernel-calibration"
 VERSION = 2
@@ -43,7 +44,7 @@ READABLE_VERSIONS = (1, 2)
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "default_calibration.json"
 
 
-Sections = dict[str, dict[str, FamilyModel]]     # backend -> family -> model
+Sections = Mapping[str, Mapping[str, FamilyModel]]     # backend -> family -> model
 
 
 def _parse_section(d: dict[str, Any]) -> Sections:
@@ -78,7 +79,11 @@ class LazySections(Mapping):
         if entry.get("sha256") and hashlib.sha256(raw).hexdigest() != entry["sha256"]:
             raise UserError(f"{self._source}: section '{entry['file']}' does not match its checksum",
                             key="calibration", fix="re-run `llmplan calibrate` (files of two fits were mixed)")
-        sec = _parse_section(json.loads(raw.decode("utf-8")))
+        text = raw.decode("utf-8")
+        # each (engine, family) parsed when first asked for (section_lazy: same floats)
+        sec = lazy_section(text, FamilyModel.from_dict)
+        if sec is None:
+            sec = _parse_section(json.loads(text))
         self._loaded[gpu] = sec
         return sec
 

@@ -72,23 +72,47 @@ class TierChoice:
     source_gpu: str | None            # measured GPU whose parameters stand in (None: cross-gen)
     features: GPUFeatures             # figures stand-in models are evaluated with
     vendor: str | None = None         # the target's vendor (cross-gen pools that vendor's GPUs first)
-    _families: dict[tuple[str, str], list[Candidate]] = field(default_factory=dict, repr=False)
+    _own_cands: dict[tuple[str, str], Candidate | None] = field(default_factory=dict, repr=False)
+    _orders: dict[tuple[str, str | None], tuple[str, ...]] = field(default_factory=dict, repr=False)
     _pool: dict[tuple[str, str], Candidate | None] = field(default_factory=dict, repr=False)
     _collectives: "CollectiveSource | None" = field(default=None, repr=False)
 
     def candidates(self, family: str, backend: str, prefer: str | None = None) -> Iterator[Candidate]:
         """Models to try in order for a family: the stand-in GPU's model for the asked engine,
         then for its other measured engines (a dtype group one engine lacks; ``prefer``'s
-        first when given), then the cross-gen pool. Lazy: the pool (which reads every measured
-        GPU) is built only when a query reaches it."""
-        own = self.own(family, backend)
-        if prefer is not None:
-            rank = {backend: 0, prefer: 1}
-            own = sorted(own, key=lambda c: rank.get(c.backend, 2))
-        yield from own
+        first when given), then the cross-gen pool. Lazy: another engine's model (a section
+        file reads each engine's families when first asked for) and the pool (which reads
+        every measured GPU) are built only when a query reaches them."""
+        order = self._order(backend, prefer)
+        for b in order:
+            cand = self._own_one(family, b)
+            if cand is not None:
+                yield cand
         pool = self.pool(family, backend)
         if pool is not None:
             yield pool
+
+    def _order(self, backend: str, prefer: str | None) -> tuple[str, ...]:
+        """The stand-in GPU's engines in the order :meth:`candidates` tries them (cached)."""
+        key = (backend, prefer)
+        hit = self._orders.get(key)
+        if hit is None:
+            order = [backend] + [b for b in self.cal.backends(self.source_gpu) if b != backend] \
+                if self.source_gpu else []
+            if prefer is not None:
+                rank = {backend: 0, prefer: 1}
+                order = sorted(order, key=lambda b: rank.get(b, 2))
+            hit = self._orders[key] = tuple(order)
+        return hit
+
+    def _own_one(self, family: str, b: str) -> Candidate | None:
+        """The stand-in GPU's candidate for one engine (cached; None: not fitted)."""
+        key = (family, b)
+        if key in self._own_cands:
+            return self._own_cands[key]
+        fm = self.cal.family_model(self.source_gpu, b, family) if self.source_gpu else None
+        cand = self._own_cands[key] = None if fm is None else Candidate(fm, self.tier, self.features, b)
+        return cand
 
     def pool(self, family: str, backend: str) -> Candidate | None:
         """The cross-gen candidate (built once per family and engine)."""
@@ -101,19 +125,8 @@ class TierChoice:
         return self._pool[key]
 
     def own(self, family: str, backend: str) -> list[Candidate]:
-        """The stand-in GPU's candidates (cached), asked engine first."""
-        key = (family, backend)
-        hit = self._families.get(key)
-        if hit is None:
-            hit = []
-            if self.source_gpu:
-                order = [backend] + [b for b in self.cal.backends(self.source_gpu) if b != backend]
-                for b in order:
-                    fm = self.cal.family_model(self.source_gpu, b, family)
-                    if fm is not None:
-                        hit.append(Candidate(fm, self.tier, self.features, b))
-            self._families[key] = hit
-        return hit
+        """The stand-in GPU's candidates, asked engine first (reads every engine's model)."""
+        return [c for c in (self._own_one(family, b) for b in self._order(backend, None)) if c is not None]
 
     @property
     def collectives(self) -> "CollectiveSource":
