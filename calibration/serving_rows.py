@@ -75,6 +75,7 @@ from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch,
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
+from llmplan.calibration.vllm_launch import runs_data_parallel as vllm_runs_data_parallel
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
 from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
 from llmplan.calibration.trtllm_sweep_launch import sweep_engine as trtllm_sweep_engine
@@ -376,7 +377,9 @@ def parallelism_of(row: Mapping[str, Any], model: ModelSpec, domain: int = 0) ->
     named = id_layout(row) or (product_layout(row, domain) if domain > 0 else None)
     if named is not None:
         t, e = named
-        return Parallelism(1, pp, e, dp=t) if _int(row.get("attention_dp_size"), 1) > 1 else Parallelism(t, pp, e)
+        # attention DP only where the launch could run it (calibration.vllm_launch.runs_data_parallel)
+        dp_run = _int(row.get("attention_dp_size"), 1) > 1 and vllm_runs_data_parallel(row)
+        return Parallelism(1, pp, e, dp=t) if dp_run else Parallelism(t, pp, e)
     ep = max(1, _int(row.get("moe_ep_size"), 1))  # empty or 0: not written, no EP
     moe_tp = _int(row.get("moe_tp_size"), 0)
     adp = _int(row.get("attention_dp_size"), 0)

@@ -33,6 +33,19 @@ https://docs.vllm.ai/en/v0.18.2/design/fusions/), while the ``-O2`` preset of v0
 in between that switched it on was not established, so rows of 0.15-0.17 keep the unfused step, as
 do rows without a version. The step model applies the fusion's own conditions (GPU, TP/DP/PP,
 step size: sim/vllm_allreduce_rms.py).
+
+**No data parallelism in the InferenceX vLLM launches** (:func:`runs_data_parallel`). The
+single-node vLLM scripts behind the sweep rows (``gptoss_fp4_h100.sh`` / ``_h200.sh``,
+``minimaxm2.5_fp8_h100.sh`` / ``_h200.sh``, ``kimik2.5_int4_h200.sh`` at 626932a1, the v0.18.0 image
+update) start ``vllm serve --tensor-parallel-size=$TP`` with ``--enable-expert-parallel`` at most:
+none passes ``--data-parallel-size``, and the master config lists MiniMax-M2.5 on H100 as
+``{ tp: 4, ep: 4 }`` only (``.github/configs/nvidia-master.yaml``, 2026-03-27 to 2026-04-09). vLLM
+runs attention data-parallel only with ``--data-parallel-size`` > 1
+(https://docs.vllm.ai/en/v0.12.0/serving/data_parallel_deployment/), so these runs had none. One
+export (``source_file=2026-04-06.csv``, 15 MiniMax-M2.5 H100 rows, ids ``..._tp4_ep4_<n>``) wrote
+``attention_dp_size`` 4 and ``moe_ep_size`` 16 for that ``tp 4, ep 4`` launch (its sibling export
+``2026-03-25.csv`` of the same launch writes ``attention_dp_size`` 1, ``moe_ep_size`` 4); the layout
+the id names is kept (``calibration.serving_rows.id_layout``), without the attention DP.
 """
 
 from __future__ import annotations
@@ -70,3 +83,19 @@ def allreduce_rms_fusion(version: str) -> bool:
     RMSNorm fusion by default (module docstring); False for a version that is not a release number."""
     m = re.match(r"(\d+)\.(\d+)", str(version or "").strip())
     return bool(m) and (int(m.group(1)), int(m.group(2))) >= ALLREDUCE_RMS_FUSION_FROM
+
+
+def runs_data_parallel(row: Mapping[str, Any]) -> bool:
+    """Whether the launch behind the row can have run attention data-parallel: False for the
+    sweep rows (:func:`calibration.benchmark_clients.length_range_ratio` < 1) of vLLM on
+    H100/H200, whose InferenceX launches pass no ``--data-parallel-size`` (module docstring);
+    True otherwise (the row's ``attention_dp_size`` stands)."""
+    if str(row.get("backend") or "").strip().lower() != "vllm":
+        return True
+    if str(row.get("system") or "").strip().lower() not in HOPPER:
+        return True
+    try:
+        isl, osl = int(float(row.get("isl") or 0)), int(float(row.get("osl") or 0))
+    except (TypeError, ValueError):
+        return True
+    return length_range_ratio(row, isl, osl) >= 1.0
