@@ -165,28 +165,47 @@ class CalibratedKernelModel:
         for name in ("gemm", "attention_prefill", "attention_decode", "moe", "mla_prefill", "mla_decode",
                      "mla_bmm", "gated_delta_net", "collective", "gemm_prequantized"):
             setattr(self, "_c_" + name, functools.lru_cache(maxsize=_CACHE_SIZE)(getattr(self, "_" + name)))
+        #: (family, dtype, prefer) -> the candidate and dtype group that answer it (:meth:`_resolve`)
+        self._resolved: dict[tuple[str, str | None, str | None], tuple[Any, str, bool] | None] = {}
+        # typed: KernelTime.bytes keeps the caller's int or float
+        self._c_memory_op = functools.lru_cache(maxsize=_CACHE_SIZE, typed=True)(self._roof.memory_op)
 
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset(),
                  prefer: str | None = None) -> KernelTime | None:
-        # the stand-in GPU's engines in order, then (only if needed) the cross-gen pool
+        found = self._resolve(family, dtype, prefer)
+        if found is None:
+            return None
+        cand, group, exact = found
+        fm, tier = cand.model, cand.tier
+        exact = exact or group in also_exact
+        # which engine's table answered travels with the answer (KernelTime.table): no
+        # per-model record that the first query of a family would fix for all later ones
+        table = cand.backend if tier != "cross-gen" else ""
+        gm = fm.groups[group]
+        phys = scalar_phys(family, cand.features, group, q, fm.work_form)
+        alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
+        ms, bound = gm.predict_one(phys, alt)
+        extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)
+        return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap, table)
+
+    def _resolve(self, family: str, dtype: str | None, prefer: str | None) -> tuple[Any, str, bool] | None:
+        """(candidate, dtype group, exact) answering a family and query dtype: the first of the
+        stand-in GPU's engines in order, then (only if needed) the cross-gen pool, that has a
+        group for it (None: no candidate has). Depends on nothing but the arguments, so it is
+        remembered per (family, dtype, prefer)."""
+        key = (family, dtype, prefer)
+        if key in self._resolved:
+            return self._resolved[key]
+        found = None
         for cand in self.choice.candidates(family, self.backend, prefer):
-            fm, tier, feat = cand.model, cand.tier, cand.features
-            group, exact = fm.resolve_group(dtype)
-            if group is None:
-                continue
-            exact = exact or group in also_exact
-            # which engine's table answered travels with the answer (KernelTime.table): no
-            # per-model record that the first query of a family would fix for all later ones
-            table = cand.backend if tier != "cross-gen" else ""
-            gm = fm.groups[group]
-            phys = scalar_phys(family, feat, group, q, fm.work_form)
-            alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
-            ms, bound = gm.predict_one(phys, alt)
-            extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)
-            return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap, table)
-        return None
+            group, exact = cand.model.resolve_group(dtype)
+            if group is not None:
+                found = (cand, group, exact)
+                break
+        self._resolved[key] = found
+        return found
 
     # -- KernelModel protocol ----------------------------------------------------------------
     def gemm(self, m: int, n: int, k: int, dtype: str) -> KernelTime:
@@ -398,7 +417,7 @@ class CalibratedKernelModel:
                                                   num_v_heads, head_v_dim)
 
     def memory_op(self, nbytes: float) -> KernelTime:
-        return self._roof.memory_op(nbytes)
+        return self._c_memory_op(nbytes)
 
     def collective(self, op: str, message_bytes: float, num_gpus: int, link: Link) -> KernelTime:
         if op not in OPS:

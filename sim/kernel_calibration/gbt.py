@@ -87,7 +87,8 @@ class GBTModel:
         if self.n_trees == 0:
             return self.bias
         feats, thr, shape, pw, leaves, offs = self._flat
-        idx = (x[feats] > thr).reshape(shape).dot(pw).astype(np.int64)
+        # ``take`` / ``greater``: the same elements as ``x[feats] > thr``, fewer checks per call
+        idx = np.greater(x.take(feats), thr).reshape(shape).dot(pw).astype(np.intp)
         return float(leaves[offs + idx].sum()) + self.bias
 
     def to_dict(self, digits: int = 5) -> dict[str, Any]:

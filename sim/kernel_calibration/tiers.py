@@ -163,6 +163,8 @@ class CollectiveSource:
     own: GPUCollectives | None        # the stand-in GPU's measurements
     curves_ok: bool                   # its measured curves apply (links are the measured ones)
     _pooled: dict[str, AlphaBeta] | None = None
+    _found: dict[tuple[str, str, str, int, str], tuple[AlphaBeta, str] | None] = field(default_factory=dict,
+                                                                                         repr=False)
 
     @staticmethod
     def for_choice(choice: TierChoice) -> "CollectiveSource":
@@ -204,7 +206,14 @@ class CollectiveSource:
 
     def alpha_beta(self, kind: str, op: str, dtype: str, n: int, mode: str = "graph"
                    ) -> tuple[AlphaBeta, str] | None:
-        """(parameters, tier): the stand-in GPU's own fit, else the pooled cross-gen fit."""
+        """(parameters, tier): the stand-in GPU's own fit, else the pooled cross-gen fit
+        (remembered per query: the tables do not change)."""
+        key = (kind, op, dtype, n, mode)
+        if key not in self._found:
+            self._found[key] = self._alpha_beta(kind, op, dtype, n, mode)
+        return self._found[key]
+
+    def _alpha_beta(self, kind: str, op: str, dtype: str, n: int, mode: str) -> tuple[AlphaBeta, str] | None:
         if self.own is not None:
             ab = lookup_alpha_beta(self.own.alpha_beta, kind, op, dtype, n, mode)
             if ab is not None:
