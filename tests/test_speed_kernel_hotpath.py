@@ -35,6 +35,28 @@ def test_gbt_predict_one_equals_the_written_out_walk_on_random_inputs():
         one = g.predict_one(q)
         assert one == _plain_one(g, q)
         assert one == pytest.approx(batch[i], rel=1e-12, abs=1e-12)
+    # queries with the same outcome of every test: answered from the remembered sums
+    assert g._memo
+    nudged = queries[20:] + 1e-9
+    for q in nudged:
+        assert g.predict_one(q) == _plain_one(g, q)
+    for q in queries:
+        assert g.predict_one(q) == _plain_one(g, q)
+    # the distinct tests cover every node
+    test_feat, test_thr, node_test = g._tests
+    assert np.array_equal(test_feat[node_test], g.feats.ravel())
+    assert np.array_equal(test_thr[node_test], g.thresholds.ravel())
+    assert len(test_feat) < g.feats.size
+
+
+def test_remembered_sums_are_bounded():
+    from llmplan.sim.kernel_calibration import gbt as gbt_mod
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 3))
+    g = fit_gbt(x, x[:, 0] ** 2, ["a", "b", "c"], GBTParams(n_trees=10, depth=3))
+    for q in rng.normal(size=(300, 3)) * 3:
+        g.predict_one(q)
+        assert len(g._memo) <= gbt_mod._MEMO_SIZE
 
 
 def test_shipped_ensemble_predict_one_equals_the_written_out_walk():

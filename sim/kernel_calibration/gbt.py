@@ -24,6 +24,10 @@ from typing import Any
 import numpy as np
 
 
+#: remembered single-query sums per ensemble (cleared when full)
+_MEMO_SIZE = 1 << 14
+
+
 @dataclass(frozen=True)
 class GBTParams:
     """Hyper-parameters of :func:`fit_gbt` (defaults chosen on the shipped data)."""
@@ -49,6 +53,8 @@ class GBTModel:
     _pow2: np.ndarray = field(init=False, repr=False)
     _rows: np.ndarray = field(init=False, repr=False)
     _flat: tuple = field(init=False, repr=False)
+    _tests: tuple = field(init=False, repr=False, compare=False)
+    _memo: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.feats = np.asarray(self.feats, dtype=np.int64).reshape(len(self.leaves), -1)
@@ -61,6 +67,13 @@ class GBTModel:
         # flat copies for the single-query fast path
         self._flat = (self.feats.ravel(), self.thresholds.ravel(), self.feats.shape, self._pow2.astype(np.float64),
                       self.leaves.ravel(), self._rows * self.leaves.shape[1])
+        # the distinct (feature, threshold) tests of the ensemble (a quarter of its nodes in the
+        # shipped fits) and, per node, which test it is: the single-query path compares each
+        # test once and remembers the sum per outcome of all tests (see predict_one)
+        pairs = np.stack([self._flat[0], self._flat[1].view(np.int64)], axis=1)
+        uniq, node_test = np.unique(pairs, axis=0, return_inverse=True) if len(pairs) else (pairs, np.zeros(0, int))
+        self._tests = (uniq[:, 0].copy(), uniq[:, 1].copy().view(np.float64), node_test.ravel().astype(np.intp))
+        self._memo = {}
 
     @property
     def n_trees(self) -> int:
@@ -83,13 +96,28 @@ class GBTModel:
         return out
 
     def predict_one(self, x: np.ndarray) -> float:
-        """Fast path for a single feature vector."""
+        """Fast path for a single feature vector.
+
+        Every node's comparison ``x[feat] > threshold`` is one of the ensemble's distinct
+        tests, so the leaves (and their sum) depend only on the outcomes of those tests:
+        the sum is remembered per outcome vector (about half the queries of a plan repeat
+        one) and computed, on a miss, exactly as before (the same leaves summed by numpy
+        in tree order), so a remembered answer is the float the walk gives."""
         if self.n_trees == 0:
             return self.bias
-        feats, thr, shape, pw, leaves, offs = self._flat
-        # ``take`` / ``greater``: the same elements as ``x[feats] > thr``, fewer checks per call
-        idx = np.greater(x.take(feats), thr).reshape(shape).dot(pw).astype(np.intp)
-        return float(leaves[offs + idx].sum()) + self.bias
+        test_feat, test_thr, node_test = self._tests
+        outcome = np.greater(x.take(test_feat), test_thr)
+        key = outcome.tobytes()
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        _, _, shape, pw, leaves, offs = self._flat
+        idx = outcome.take(node_test).reshape(shape).dot(pw).astype(np.intp)
+        out = float(leaves[offs + idx].sum()) + self.bias
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = out
+        return out
 
     def to_dict(self, digits: int = 5) -> dict[str, Any]:
         """Plain-JSON form; leaf values and thresholds rounded to ``digits`` significant digits."""
