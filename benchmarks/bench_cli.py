@@ -9,6 +9,7 @@ Usage:
   python benchmarks/bench_cli.py                 # default plan, analytical-only plan, simulate 10k
   python benchmarks/bench_cli.py --repeats 5 --only plan
   PYTHONPATH=/path/to/other/checkout python benchmarks/bench_cli.py   # time another checkout (a baseline)
+  python benchmarks/bench_cli.py --only plan --compare PYTHONPATH=/path/to/base   # interleaved: this tree vs a base
   python benchmarks/bench_cli.py --only day_plan --compare LLMPLAN_WORKERS=1   # interleaved: as is vs one process
 
 ``--compare ENV=VALUE`` times every command twice per repeat, interleaved, as is and with that
@@ -57,8 +58,11 @@ def time_once(args: list[str], env: dict[str, str] | None = None) -> tuple[float
     out = tempfile.mkdtemp(prefix="llmplan-bench-")
     try:
         c0, t0 = _children_cpu_s(), time.perf_counter()
+        # cwd: the empty output folder, never a checkout (``python -m`` puts the working directory
+        # first on sys.path, ahead of PYTHONPATH: run from a checkout, both sides of a
+        # ``--compare PYTHONPATH=...`` timed that checkout)
         r = subprocess.run([sys.executable, "-m", "llmplan.cli", *args, f"hydra.run.dir={out}"],
-                           capture_output=True, text=True, env={**os.environ, **(env or {})})
+                           capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=out)
         dt, cpu = time.perf_counter() - t0, _children_cpu_s() - c0
         if r.returncode not in (0, 3):
             raise SystemExit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
