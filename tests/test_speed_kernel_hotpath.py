@@ -42,8 +42,9 @@ def test_gbt_predict_one_equals_the_written_out_walk_on_random_inputs():
         assert g.predict_one(q) == _plain_one(g, q)
     for q in queries:
         assert g.predict_one(q) == _plain_one(g, q)
-    # the distinct tests cover every node
+    # the distinct tests cover every node, each test once
     test_feat, test_thr, node_test = g._tests
+    assert len(set(zip(test_feat.tolist(), test_thr.tolist()))) == len(test_feat)
     assert np.array_equal(test_feat[node_test], g.feats.ravel())
     assert np.array_equal(test_thr[node_test], g.thresholds.ravel())
     assert len(test_feat) < g.feats.size

@@ -53,7 +53,7 @@ class GBTModel:
     _pow2: np.ndarray = field(init=False, repr=False)
     _rows: np.ndarray = field(init=False, repr=False)
     _flat: tuple = field(init=False, repr=False)
-    _tests: tuple = field(init=False, repr=False, compare=False)
+    _tests: tuple | None = field(init=False, repr=False, compare=False)
     _memo: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -67,12 +67,7 @@ class GBTModel:
         # flat copies for the single-query fast path
         self._flat = (self.feats.ravel(), self.thresholds.ravel(), self.feats.shape, self._pow2.astype(np.float64),
                       self.leaves.ravel(), self._rows * self.leaves.shape[1])
-        # the distinct (feature, threshold) tests of the ensemble (a quarter of its nodes in the
-        # shipped fits) and, per node, which test it is: the single-query path compares each
-        # test once and remembers the sum per outcome of all tests (see predict_one)
-        pairs = np.stack([self._flat[0], self._flat[1].view(np.int64)], axis=1)
-        uniq, node_test = np.unique(pairs, axis=0, return_inverse=True) if len(pairs) else (pairs, np.zeros(0, int))
-        self._tests = (uniq[:, 0].copy(), uniq[:, 1].copy().view(np.float64), node_test.ravel().astype(np.intp))
+        self._tests = None          # built by the first single query (_distinct_tests)
         self._memo = {}
 
     @property
@@ -105,6 +100,8 @@ class GBTModel:
         in tree order), so a remembered answer is the float the walk gives."""
         if self.n_trees == 0:
             return self.bias
+        if self._tests is None:
+            self._tests = _distinct_tests(self._flat[0], self._flat[1])
         test_feat, test_thr, node_test = self._tests
         outcome = np.greater(x.take(test_feat), test_thr)
         key = outcome.tobytes()
@@ -144,6 +141,20 @@ class GBTModel:
     def rounded(self, digits: int = 5) -> "GBTModel":
         """The model exactly as it will be after a JSON round trip."""
         return GBTModel.from_dict(self.to_dict(digits))
+
+
+def _distinct_tests(feats: np.ndarray, thr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (feature, threshold) tests of an ensemble's nodes (a quarter of the nodes in
+    the shipped fits) and, per node, which test it is: ``feats == test_feat[node_test]`` and
+    ``thr == test_thr[node_test]``, thresholds told apart by their bits."""
+    bits = thr.view(np.int64)
+    order = np.lexsort((bits, feats))
+    f, b = feats[order], bits[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (f[1:] != f[:-1]) | (b[1:] != b[:-1])
+    node_test = np.empty(len(order), dtype=np.intp)
+    node_test[order] = np.cumsum(new) - 1
+    return f[new].copy(), b[new].copy().view(np.float64), node_test
 
 
 def _round(v: float, digits: int) -> float:
