@@ -115,3 +115,23 @@ def test_negative_handoff_exits_2(tmp_path):
     with pytest.raises(UserError) as e:
         run_simulate(compose("simulate", HETERO + ["deployment.kv_transfer.handoff_ms=-5"]), tmp_path)
     assert "handoff_ms" in str(e.value.key)
+
+
+def test_decode_pool_outside_the_fitted_range_is_said(tmp_path):
+    """A decode worker running more sequences than the served rows the engine terms were fitted on
+    gets the fitted-range note (issue 12), in summary.json; inside the range it gets none."""
+    from llmplan.sim.engine_terms import fitted_range
+
+    lo, hi = fitted_range("vllm")["concurrency"]
+    keep = [a for a in HETERO if not a.startswith(("workload.rate_rps", "deployment.decode.workers",
+                                                   "workload.num_requests"))]
+    lengths = ["workload.input_tokens.mean_tokens=1200", "workload.output_tokens.mean_tokens=2000"]
+    over = keep + lengths + ["workload.rate_rps=60", "deployment.decode.workers=1", "workload.num_requests=600",
+                             "engine.max_num_seqs=512"]
+    assert run_simulate(compose("simulate", over), tmp_path) == 0
+    notes = [n for n in _summary(tmp_path)["notes"] if "engine terms were fitted on" in n]
+    assert len(notes) == 1 and notes[0].startswith("decode pool: ") and "concurrency" in notes[0]
+    assert f"not in [{lo:.0f}, {hi:.0f}]" in notes[0]
+    inside = keep + lengths + ["workload.rate_rps=2", "deployment.decode.workers=1", "workload.num_requests=60"]
+    assert run_simulate(compose("simulate", inside), tmp_path / "in") == 0
+    assert not [n for n in _summary(tmp_path / "in")["notes"] if "engine terms were fitted on" in n]
