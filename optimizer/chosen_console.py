@@ -107,6 +107,9 @@ def latency_line(d: dict) -> str | None:
 
 
 def chosen_lines(d: dict) -> list[str]:
-    """The lines under the chosen table: latencies, P(SLO met), headroom per pool, P(every SLO met)."""
+    """The lines under the chosen table: latencies, P(SLO met), headroom per pool, P(every SLO met),
+    and the split's own notes (plan.json 'disaggregated'.'notes': how its sizing grew, a pool outside
+    the engine terms' fitted range)."""
     lat = latency_line(d)
-    return ([lat] if lat else []) + split_lines(d)
+    notes = [f"note ({_xpyd(d)}): {n}" for n in (d.get("disaggregated") or {}).get("notes") or []]
+    return ([lat] if lat else []) + split_lines(d) + notes

@@ -317,7 +317,13 @@ def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats,
     met = (not res.overloaded) and all(x["simulated_ms"] <= x["limit_ms"] for x in targets.values())
     from llmplan.optimizer.disagg_sim_stats import pool_activity, targets_log_sd
 
+    from llmplan.sim.engine_terms import decode_operating_point, fit_range_note
+
+    done = res.requests[res.requests["measured"] & res.requests["finished"]]
+    far = fit_range_note(engine.name, decode_operating_point(wl.rate_rps / opt.decode.workers, done)) if len(done) else ""
     return {"requests": requests, "workload": "poisson at the plan's rate, lengths fixed at the workload means",
+            # the decode pool's operating point against the served rows the engine terms were fitted on
+            "outside_fit": far,
             "overloaded": bool(res.overloaded), "targets": targets, "slo_met": bool(met),
             "kv_transfer_ms_mean": s.get("transfer_ms_mean"),
             # the sampling spread of each simulated statistic and each pool's activity, for the
@@ -364,6 +370,8 @@ def verify_and_grow(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStat
             pick.workers += pick.role in roles
         sim = verify_option(opt, model, engine, wl, slos, calibration, requests)
     opt.simulated = sim
+    if sim.get("outside_fit"):
+        opt.notes.append(f"decode pool: {sim['outside_fit']}")
     now = f"{opt.prefill.workers}P{opt.decode.workers}D"
     if now != first:
         opt.notes.append(f"the analytical sizing {first} missed a target in simulation; grown to {now} "

@@ -116,6 +116,14 @@ def operating_point(rate_rps: float, done: Any) -> dict[str, float]:
             "isl": float(done["input_tokens"].mean()), "osl": float(done["output_tokens"].mean())}
 
 
+def decode_operating_point(rate_rps: float, done: Any) -> dict[str, float]:
+    """A disaggregated decode worker's operating point (:func:`operating_point`'s quantities):
+    running sequences by Little's law over the decode phase (the worker's rate x mean time from
+    the KV's arrival, ``kv_arrival_ms``, to the last token, ``finish_ms``), mean lengths."""
+    return {"concurrency": rate_rps * float((done["finish_ms"] - done["kv_arrival_ms"]).mean()) / 1000.0,
+            "isl": float(done["input_tokens"].mean()), "osl": float(done["output_tokens"].mean())}
+
+
 def fit_range_note(engine: str, point: dict[str, float], path: str | None = None) -> str:
     """A note when an operating point lies outside the served rows the engine's terms were
     fitted on (issue 12: extrapolated terms are said, not silently trusted); "" when inside."""

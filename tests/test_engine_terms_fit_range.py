@@ -54,3 +54,24 @@ def test_simulate_says_when_the_operating_point_is_outside_the_fit(capsys, tmp_p
     notes = [n for n in summary["notes"] if "engine terms were fitted on" in n]
     assert len(notes) == 1 and f"not in [{lo:.0f}, {hi:.0f}]" in notes[0]
     assert "engine terms were fitted on" in out
+
+
+def test_decode_operating_point_counts_the_decode_phase_only():
+    done = pd.DataFrame({"kv_arrival_ms": [100.0, 500.0], "finish_ms": [1100.0, 3500.0],
+                         "input_tokens": [1000, 3000], "output_tokens": [100, 300]})
+    pt = engine_terms.decode_operating_point(4.0, done)
+    assert pt == {"concurrency": 8.0, "isl": 2000.0, "osl": 200.0}  # 4 req/s x 2 s mean decode phase
+
+
+def test_planned_split_says_when_its_decode_pool_is_outside_the_fit(tmp_path, capsys):
+    """The default plan chooses a split whose decode worker runs more sequences than the vLLM rows
+    the terms were fitted on: plan.json's split carries the note and the console prints it."""
+    lo, hi = engine_terms.fitted_range("vllm")["concurrency"]
+    code, out, _ = run_cli(["plan"], capsys, tmp_path)
+    assert code == 0
+    d = json.loads((tmp_path / "plan.json").read_text())
+    dis = d["disaggregated"]
+    assert d["mode"] == "disagg" and "concurrency" in dis["simulated"]["outside_fit"]
+    assert f"not in [{lo:.0f}, {hi:.0f}]" in dis["simulated"]["outside_fit"]
+    assert dis["notes"].count(f"decode pool: {dis['simulated']['outside_fit']}") == 1
+    assert "decode pool: outside the served rows" in out

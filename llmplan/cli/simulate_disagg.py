@@ -17,6 +17,7 @@ from llmplan.errors import EXIT_OK, ConfigError, InfeasibleDeployment, UserError
 from llmplan.optimizer.enumerate import kv_dtype_for
 from llmplan.optimizer.types import SLOTarget
 from llmplan.sim.deployment import Deployment, build, parallelism_problem
+from llmplan.sim.engine_terms import decode_operating_point, fit_range_note
 from llmplan.sim.types import Parallelism, Precision
 
 POOLS = ("prefill", "decode")
@@ -126,21 +127,6 @@ def describe(app, spec, pre: Deployment, dec: Deployment) -> dict:
     return out
 
 
-def decode_fit_range_note(engine: str, requests, rate_rps: float | None, decode_workers: int) -> str:
-    """The fitted-range note (sim.engine_terms.fit_range_note) for a decode worker's operating point:
-    running sequences by Little's law over the decode phase (rate per worker x mean time from the
-    KV's arrival to the last token), mean prompt / output lengths; "" when inside or unmeasured."""
-    from llmplan.sim.engine_terms import fit_range_note
-
-    done = requests[requests["measured"] & requests["finished"]]
-    if not len(done) or not rate_rps:
-        return ""
-    point = {"concurrency": rate_rps / decode_workers * float((done["finish_ms"] - done["kv_arrival_ms"]).mean()) / 1000,
-             "isl": float(done["input_tokens"].mean()), "osl": float(done["output_tokens"].mean())}
-    far = fit_range_note(engine, point)
-    return f"decode pool: {far}" if far else ""
-
-
 def simulate_disagg_summary(app, model, slos: list[SLOTarget], out: Path) -> tuple[dict, list[str]]:
     """Run the disaggregated simulation of the config; (summary.json dict, extra files written)."""
     from llmplan.sim.disaggregated import estimate_disagg_capacity_rps, simulate_disaggregated
@@ -164,9 +150,11 @@ def simulate_disagg_summary(app, model, slos: list[SLOTarget], out: Path) -> tup
                                                       "prefill_steps", "decode_steps")}
     summary["analytical"] = {"capacity_rps": round(cap, 4), "capacity_limit": "min(prefill pool, decode pool)",
                              "rate_rps": app.workload.rate_rps}
-    far = decode_fit_range_note(app.engine.name, res.requests, summary.get("requests_per_s"), dec.replicas)
-    if far:
-        summary["notes"].append(far)
+    done = res.requests[res.requests["measured"] & res.requests["finished"]]
+    if len(done) and summary.get("requests_per_s"):
+        far = fit_range_note(app.engine.name, decode_operating_point(summary["requests_per_s"] / dec.replicas, done))
+        if far:
+            summary["notes"].append(f"decode pool: {far}")
     if app.workload.rate_rps is None and app.workload.arrival in ("poisson", "gamma"):
         summary["notes"] = [f"workload.rate_rps not set: driving at {s.get('offered_rate_rps') or 0:.4g} req/s, "
                             f"about 80% of the estimated capacity {cap:.3g} req/s (the smaller of the prefill and "
