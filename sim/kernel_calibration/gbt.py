@@ -57,7 +57,10 @@ class GBTModel:
     _memo: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.feats = np.asarray(self.feats, dtype=np.int64).reshape(len(self.leaves), -1)
+        feats = np.asarray(self.feats, dtype=np.int64)
+        # an empty ensemble keeps its depth (reshape(0, -1) cannot infer it)
+        self.feats = feats.reshape(0, feats.shape[-1] if feats.ndim == 2 else 0) if len(self.leaves) == 0 \
+            else feats.reshape(len(self.leaves), -1)
         self.thresholds = np.asarray(self.thresholds, dtype=np.float64).reshape(self.feats.shape)
         self.leaves = np.asarray(self.leaves, dtype=np.float64)
         depth = self.feats.shape[1]
