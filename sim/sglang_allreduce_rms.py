@@ -39,8 +39,8 @@ AUTO_ARCHITECTURES = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM", "G
                                 "Qwen3MoeForCausalLM"})
 #: ``communicator.FUSE_ALLREDUCE_MAX_BATCH_SIZE`` (tokens of one step), SGLang v0.5.x
 FUSED_MAX_TOKENS = 2048
-#: catalog GPUs of compute capability 9.0 / 10.0 (``is_sm90_supported() or is_sm100_supported()``)
-SM90_SM100 = frozenset({"h100_sxm", "h200_sxm", "b200_sxm"})
+#: catalog GPUs (hardware_catalog keys) of compute capability 9.0 / 10.0 (``is_sm90_supported() or is_sm100_supported()``)
+SM90_SM100 = frozenset({"h100_sxm", "h200_sxm", "b200", "gb200"})
 #: GPUs of one HGX node (``nnodes == 1`` bound)
 NODE_GPUS = 8
 

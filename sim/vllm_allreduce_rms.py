@@ -32,8 +32,8 @@ from __future__ import annotations
 MiB = 1024 * 1024
 #: FlashInfer fused all-reduce size caps per compute capability and TP size (MiB), vLLM v0.16.0
 FUSED_MAX_MB = {90: {2: 64.0, 4: 2.0, 8: 0.5}, 100: {2: 64.0, 4: 32.0, 8: 1.0}}
-#: compute capability of the catalog GPUs the fusion covers (Hopper 9.0, Blackwell 10.0)
-CAPABILITY = {"h100_sxm": 90, "h200_sxm": 90, "b200_sxm": 100}
+#: compute capability of the catalog GPUs (hardware_catalog keys) the fusion covers (Hopper 9.0, Blackwell 10.0)
+CAPABILITY = {"h100_sxm": 90, "h200_sxm": 90, "b200": 100, "gb200": 100}
 
 
 def fused_max_tokens(gpu_key: str, tp: int, dp: int, pp: int, hidden: int, act_bytes: float) -> int:

@@ -51,7 +51,7 @@ def test_version_rule():
 def test_fused_size_follows_sglangs_rule():
     assert fused_max_tokens("h200_sxm", "DeepseekV3ForCausalLM", 8, 1, 1) == FUSED_MAX_TOKENS == 2048
     assert fused_max_tokens("h100_sxm", "Qwen3MoeForCausalLM", 4, 1, 1) == 2048
-    assert fused_max_tokens("b200_sxm", "GptOssForCausalLM", 2, 1, 1) == 2048
+    assert fused_max_tokens("b200", "GptOssForCausalLM", 2, 1, 1) == 2048
     # not on SGLang's list (dense Qwen3, Llama, GLM-5's DSA model, Qwen3.5 in the 0.5.x list of PR #14764)
     for arch in ("Qwen3ForCausalLM", "LlamaForCausalLM", "GlmMoeDsaForCausalLM", "Qwen3_5MoeForConditionalGeneration"):
         assert fused_max_tokens("h200_sxm", arch, 8, 1, 1) == 0, arch

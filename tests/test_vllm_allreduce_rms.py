@@ -48,7 +48,7 @@ def test_fused_size_follows_flashinfers_caps():
     assert fused_max_tokens("h200_sxm", 8, 1, 1, 2880, 2.0) == int(0.5 * MiB // (2880 * 2))
     assert fused_max_tokens("h100_sxm", 4, 1, 1, 3072, 2.0) == int(2 * MiB // (3072 * 2))
     assert fused_max_tokens("h100_sxm", 2, 1, 1, 8192, 2.0) == int(64 * MiB // (8192 * 2))
-    assert fused_max_tokens("b200_sxm", 4, 1, 1, 3072, 2.0) == int(32 * MiB // (3072 * 2))  # Blackwell cap
+    assert fused_max_tokens("b200", 4, 1, 1, 3072, 2.0) == int(32 * MiB // (3072 * 2))  # Blackwell cap
     # no fusion: TP 1, attention DP or pipeline stages (vLLM 0.18 gating), another GPU, a TP size without a cap
     assert fused_max_tokens("h200_sxm", 1, 1, 1, 2880, 2.0) == 0
     assert fused_max_tokens("h200_sxm", 4, 2, 1, 2880, 2.0) == 0
@@ -84,3 +84,14 @@ def test_only_vllm_steps_take_the_fusion():
     sg = replace(case.dep, engine=sr.engine_profiles()["sglang"])
     with pytest.raises(ValueError):
         build(sg, None, 2048)[0].fuse_allreduce_rms()
+
+
+def test_fusion_tables_name_catalog_gpus():
+    """The fusion tables are keyed by hardware-catalog keys (the step model's gpu.key): a key the
+    catalog does not have (e.g. a measurement folder name) would silently never fuse."""
+    from llmplan.hardware_catalog.loader import load_catalog
+    from llmplan.sim import sglang_allreduce_rms, vllm_allreduce_rms
+
+    catalog = load_catalog()
+    assert set(vllm_allreduce_rms.CAPABILITY) <= set(catalog)
+    assert sglang_allreduce_rms.SM90_SM100 <= set(catalog)
