@@ -169,7 +169,7 @@ def outside_fit(row: dict, overrides: dict[str, dict[str, Any]]) -> str:
     were fitted on ("" when inside or when the file has no range)."""
     rng = overrides.get(str(row.get("backend") or "").strip().lower(), {}).get("fitted_range") or {}
     vals = {"concurrency": concurrency_of(row), "isl": row.get("isl"), "osl": row.get("osl")}
-    return "; ".join(outside_range({k: (float(lo), float(hi)) for k, (lo, hi) in rng.items()}, vals))
+    return "; ".join(outside_range(rng, vals))
 
 
 # ----------------------------------------------------------------------------- aggregates

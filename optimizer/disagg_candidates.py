@@ -317,10 +317,10 @@ def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats,
     met = (not res.overloaded) and all(x["simulated_ms"] <= x["limit_ms"] for x in targets.values())
     from llmplan.optimizer.disagg_sim_stats import pool_activity, targets_log_sd
 
-    from llmplan.sim.engine_terms import decode_operating_point, fit_range_note
+    from llmplan.sim.engine_terms import fit_range_note, operating_point
 
     done = res.requests[res.requests["measured"] & res.requests["finished"]]
-    far = fit_range_note(engine.name, decode_operating_point(wl.rate_rps / opt.decode.workers, done)) if len(done) else ""
+    far = fit_range_note(engine.name, operating_point(wl.rate_rps / opt.decode.workers, done, decode_only=True)) if len(done) else ""
     return {"requests": requests, "workload": "poisson at the plan's rate, lengths fixed at the workload means",
             # the decode pool's operating point against the served rows the engine terms were fitted on
             "outside_fit": far,

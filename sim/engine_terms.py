@@ -94,8 +94,8 @@ def fitted_range(engine: str, path: str | None = None) -> dict[str, tuple[float,
     return {k: (float(lo), float(hi)) for k, (lo, hi) in rng.items()}
 
 
-def outside_range(rng: dict[str, tuple[float, float]], values: dict[str, Any]) -> list[str]:
-    """One phrase per value of ``values`` outside its ``rng`` interval ("concurrency 600 not in
+def outside_range(rng: dict[str, Any], values: dict[str, Any]) -> list[str]:
+    """One phrase per value of ``values`` outside its ``rng`` (low, high) pair ("concurrency 600 not in
     [4, 144]"); values that are missing or not numbers are skipped."""
     bad = []
     for k, (lo, hi) in rng.items():
@@ -108,19 +108,14 @@ def outside_range(rng: dict[str, tuple[float, float]], values: dict[str, Any]) -
     return bad
 
 
-def operating_point(rate_rps: float, done: Any) -> dict[str, float]:
+def operating_point(rate_rps: float, done: Any, decode_only: bool = False) -> dict[str, float]:
     """A replica's simulated operating point in the fitted range's quantities, from its finished
     requests (a table with ``e2e_ms``, ``input_tokens``, ``output_tokens``): running requests by
-    Little's law (the replica's rate x mean end-to-end time) and the mean prompt / output lengths."""
-    return {"concurrency": rate_rps * float(done["e2e_ms"].mean()) / 1000.0,
-            "isl": float(done["input_tokens"].mean()), "osl": float(done["output_tokens"].mean())}
-
-
-def decode_operating_point(rate_rps: float, done: Any) -> dict[str, float]:
-    """A disaggregated decode worker's operating point (:func:`operating_point`'s quantities):
-    running sequences by Little's law over the decode phase (the worker's rate x mean time from
-    the KV's arrival, ``kv_arrival_ms``, to the last token, ``finish_ms``), mean lengths."""
-    return {"concurrency": rate_rps * float((done["finish_ms"] - done["kv_arrival_ms"]).mean()) / 1000.0,
+    Little's law (the replica's rate x mean time in it) and the mean prompt / output lengths.
+    ``decode_only``: a disaggregated decode worker, whose requests stay from the KV's arrival
+    (``kv_arrival_ms``) to the last token (``finish_ms``)."""
+    busy = done["finish_ms"] - done["kv_arrival_ms"] if decode_only else done["e2e_ms"]
+    return {"concurrency": rate_rps * float(busy.mean()) / 1000.0,
             "isl": float(done["input_tokens"].mean()), "osl": float(done["output_tokens"].mean())}
 
 

@@ -59,7 +59,7 @@ def test_simulate_says_when_the_operating_point_is_outside_the_fit(capsys, tmp_p
 def test_decode_operating_point_counts_the_decode_phase_only():
     done = pd.DataFrame({"kv_arrival_ms": [100.0, 500.0], "finish_ms": [1100.0, 3500.0],
                          "input_tokens": [1000, 3000], "output_tokens": [100, 300]})
-    pt = engine_terms.decode_operating_point(4.0, done)
+    pt = engine_terms.operating_point(4.0, done, decode_only=True)
     assert pt == {"concurrency": 8.0, "isl": 2000.0, "osl": 200.0}  # 4 req/s x 2 s mean decode phase
 
 

@@ -17,7 +17,7 @@ from llmplan.errors import EXIT_OK, ConfigError, InfeasibleDeployment, UserError
 from llmplan.optimizer.enumerate import kv_dtype_for
 from llmplan.optimizer.types import SLOTarget
 from llmplan.sim.deployment import Deployment, build, parallelism_problem
-from llmplan.sim.engine_terms import decode_operating_point, fit_range_note
+from llmplan.sim.engine_terms import fit_range_note, operating_point
 from llmplan.sim.types import Parallelism, Precision
 
 POOLS = ("prefill", "decode")
@@ -152,7 +152,7 @@ def simulate_disagg_summary(app, model, slos: list[SLOTarget], out: Path) -> tup
                              "rate_rps": app.workload.rate_rps}
     done = res.requests[res.requests["measured"] & res.requests["finished"]]
     if len(done) and summary.get("requests_per_s"):
-        far = fit_range_note(app.engine.name, decode_operating_point(summary["requests_per_s"] / dec.replicas, done))
+        far = fit_range_note(app.engine.name, operating_point(summary["requests_per_s"] / dec.replicas, done, decode_only=True))
         if far:
             summary["notes"].append(f"decode pool: {far}")
     if app.workload.rate_rps is None and app.workload.arrival in ("poisson", "gamma"):
