@@ -74,6 +74,7 @@ from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
+from llmplan.calibration.sglang_sweep_launch import inferencex_prefill_tokens
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
 from llmplan.calibration.vllm_launch import runs_data_parallel as vllm_runs_data_parallel
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
@@ -154,6 +155,8 @@ class ServingCase:
     graph_capture_tokens: int = 0
     # distinct prompts the client drew from (calibration.benchmark_clients.prompt_pool_size); 0 = unique
     prompt_pool: int = 0
+    # SGLang prefill batch set by the run's launch script (calibration.sglang_sweep_launch); 0 = SGLang's default
+    prefill_chunk_tokens: int = 0
 
     @property
     def dense(self) -> bool:
@@ -473,7 +476,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
                        ttft, tpot, _text(row.get("backend_version")), deployment_key(row),
                        length_range_ratio(row, isl, osl), backend == "sglang" and generator_mixed_chunk(row),
                        backend == "sglang" and generator_cuda_graph_every_batch(row),
-                       vllm_max_capture_tokens(row, isl, osl), prompt_pool_size(row))
+                       vllm_max_capture_tokens(row, isl, osl), prompt_pool_size(row),
+                       inferencex_prefill_tokens(row, isl, osl))
     return RowMapping(index, case, SIMULATED)
 
 
@@ -702,7 +706,7 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
                                       generator_max_prefill_tokens(case.isl))
     elif chunks_prompts(e):
         # SGLang: prefill batches of its default chunk size, a longer prompt cut over several
-        e = sglang_replay_engine(e, case.dep.gpu.memory_bytes, par.tp, par.pp, par.dp)
+        e = sglang_replay_engine(e, case.dep.gpu.memory_bytes, par.tp, par.pp, par.dp, case.prefill_chunk_tokens)
     elif not e.chunked_prefill and e.max_num_batched_tokens < case.isl + hi:
         # a prefill-first engine must take a whole prompt (plus recomputed output) in one step
         e = replace(e, max_num_batched_tokens=case.isl + hi)

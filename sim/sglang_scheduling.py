@@ -70,13 +70,17 @@ def mixed_chunk_engine(engine: EngineProfile, device_bytes: int, tp: int, pp: in
                    max_num_batched_tokens=max(per_rank * max(dp, 1), engine.max_num_seqs))
 
 
-def replay_engine(engine: EngineProfile, device_bytes: int, tp: int, pp: int, dp: int = 1) -> EngineProfile:
+def replay_engine(engine: EngineProfile, device_bytes: int, tp: int, pp: int, dp: int = 1,
+                  chunk_tokens: int = 0) -> EngineProfile:
     """A served SGLang run's engine: the prefill budget is SGLang's default chunk (per attention-DP
-    rank, so ``dp`` times it per replica), never raised to the whole prompt. Other engines, and
+    rank, so ``dp`` times it per replica), never raised to the whole prompt. ``chunk_tokens`` > 0:
+    the run's launch set ``min(--chunked-prefill-size, --max-prefill-tokens)`` to that instead
+    (e.g. the InferenceX scripts, :mod:`llmplan.calibration.sglang_sweep_launch`). Other engines, and
     SGLang profiles with mixed chunks, are returned unchanged."""
     if not chunks_prompts(engine):
         return engine
-    tokens = max(sglang_chunk_tokens(device_bytes, tp, pp) * max(dp, 1), engine.max_num_seqs)
+    per_rank = chunk_tokens if chunk_tokens > 0 else sglang_chunk_tokens(device_bytes, tp, pp)
+    tokens = max(per_rank * max(dp, 1), engine.max_num_seqs)
     return replace(engine, max_num_batched_tokens=tokens)
 
 

@@ -1,0 +1,63 @@
+"""SGLang prefill budget of the InferenceX sweep runs (the launch scripts behind the SGLang sweep rows).
+
+The SGLang sweep rows of the database dump (``source_file=2026-03-25.csv`` / ``db-dump/2026-04-27``,
+measured 2026-03-25, the InferenceX client: :mod:`calibration.benchmark_clients`) were launched by
+SemiAnalysisAI/InferenceX's single-node scripts, which set SGLang's prefill budget explicitly:
+
+* **DeepSeek-R1 / DeepSeek-V3 fp8 on H200** (``benchmarks/single_node/dsr1_fp8_h200.sh``; the same
+  flags in every version from b0c4ed21 of 2026-01-22 to 1b234994 of 2026-06-02, i.e. the rows' date):
+  ``--chunked-prefill-size 32768 --max-prefill-tokens 32768`` (also ``--attention-backend flashinfer
+  --disable-radix-cache --stream-interval 10 --mem-fraction-static 0.82``, ``--max-running-requests``
+  / ``--cuda-graph-max-bs`` 512 for 1k/1k and 256 otherwise). A prefill batch takes up to 32,768
+  tokens, i.e. four 8k prompts, where SGLang's default on H200 is ``min(8192, 16384)``.
+* **Qwen3.5-397B-A17B fp8 on H200** (``benchmarks/single_node/qwen3.5_fp8_h200.sh``, from f65d6b4b of
+  2026-03-04 on): ``--chunked-prefill-size 16384`` with ``max_prefill_tokens`` at its 16,384 default,
+  so 16,384 tokens per prefill batch (also ``--kv-cache-dtype fp8_e4m3``, not replayed here: an fp8
+  cache changes the attention kernels, which the SGLang tables do not give for this model;
+  ``--max-running-requests 128`` and ``--cuda-graph-max-bs $CONC``, which do not bind at N <= 64; and
+  ``--enable-flashinfer-allreduce-fusion``, which does nothing for this model in SGLang 0.5.9: its
+  layers normalise with ``GemmaRMSNorm``, which has no ``forward_with_allreduce_fusion``, and
+  ``LayerCommunicator`` fuses only a norm that has it, ``layers/communicator.py`` / ``layers/layernorm.py``
+  of the 0.5.9 wheel).
+* **GLM-5 fp8 on H200** (``glm5_fp8_h200.sh``): no prefill flags; SGLang's defaults apply.
+
+SGLang's prefill batch is ``min(chunked_prefill_size, max_prefill_tokens)`` tokens
+(``PrefillAdder``: ``rem_chunk_tokens`` and ``rem_input_tokens``; :mod:`llmplan.sim.sglang_scheduling`),
+so the budget below replaces the default chunk in the prefill-first replay
+(:func:`llmplan.sim.sglang_scheduling.replay_engine`). Only rows that are InferenceX sweep rows
+(client lengths drawn in ``[0.8 L, L]``), on H200, of these models, take it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from llmplan.calibration.benchmark_clients import length_range_ratio
+
+#: GPU the scripts below are for (``*_h200.sh``)
+INFERENCEX_GPU = "h200_sxm"
+#: prefill tokens per batch, ``min(--chunked-prefill-size, --max-prefill-tokens)``, by model family
+#: (lower-case substring of the row's model path); first match wins
+INFERENCEX_PREFILL_TOKENS: tuple[tuple[str, int], ...] = (
+    ("deepseek-r1", 32768),    # dsr1_fp8_h200.sh: 32768 / 32768
+    ("deepseek-v3", 32768),    # the same runs, labelled DeepSeek-V3 in the 2026-04-27 dump
+    ("qwen3.5-397b", 16384),   # qwen3.5_fp8_h200.sh: 16384 / default 16384
+)
+
+
+def inferencex_prefill_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
+    """Tokens of one SGLang prefill batch set by the row's InferenceX launch script; 0 when the
+    row is not such a run (another engine, GPU, model or source) and SGLang's default applies."""
+    if str(row.get("backend") or "").strip().lower() != "sglang":
+        return 0
+    if str(row.get("system") or "").strip().lower() != INFERENCEX_GPU:
+        return 0
+    if str(row.get("mode") or "agg").strip().lower() != "agg":   # the scripts launch one aggregated server
+        return 0
+    if length_range_ratio(row, isl, osl) >= 1.0:   # not a sweep row of the InferenceX client
+        return 0
+    model = str(row.get("model_path") or "").strip().lower()
+    for key, tokens in INFERENCEX_PREFILL_TOKENS:
+        if key in model:
+            return tokens
+    return 0
