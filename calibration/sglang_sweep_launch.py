@@ -21,6 +21,15 @@ SemiAnalysisAI/InferenceX's single-node scripts, which set SGLang's prefill budg
   of the 0.5.9 wheel).
 * **GLM-5 fp8 on H200** (``glm5_fp8_h200.sh``): no prefill flags; SGLang's defaults apply.
 
+**Memory fraction.** Each script also passes ``--mem-fraction-static`` (DeepSeek-R1/V3 0.82, Qwen3.5
+0.8, GLM-5 0.85; the same values at 41aff0af of 2026-03-06 and 626932a1 of 2026-03-27, around the
+rows' date) where SGLang's own rule gives 0.897 at TP 8 on H200
+(:func:`llmplan.sim.kv_budget.sglang_default_fraction`). The fraction is (weights + KV pool) / device
+memory, so the pool is smaller than the replay assumed: DeepSeek-V3 TP 8 keeps about 40 of 51 GB for
+its KV cache (MLA: every rank holds the whole latent cache). :func:`inferencex_mem_fraction` gives the
+value; the row's engine profile carries it as ``mem_fraction_static`` (``calibration.serving_rows.map_row``),
+so the KV capacity, the admission of the replay and the ``admission-limited`` flag follow it.
+
 SGLang's prefill batch is ``min(chunked_prefill_size, max_prefill_tokens)`` tokens
 (``PrefillAdder``: ``rem_chunk_tokens`` and ``rem_input_tokens``; :mod:`llmplan.sim.sglang_scheduling`),
 so the budget below replaces the default chunk in the prefill-first replay
@@ -45,18 +54,46 @@ INFERENCEX_PREFILL_TOKENS: tuple[tuple[str, int], ...] = (
 )
 
 
+#: ``--mem-fraction-static`` of the same scripts, by model family (as above)
+INFERENCEX_MEM_FRACTION: tuple[tuple[str, float], ...] = (
+    ("deepseek-r1", 0.82),     # dsr1_fp8_h200.sh
+    ("deepseek-v3", 0.82),
+    ("qwen3.5-397b", 0.8),     # qwen3.5_fp8_h200.sh
+    ("glm-5", 0.85),           # glm5_fp8_h200.sh
+)
+
+
+def _inferencex_row(row: Mapping[str, Any], isl: int, osl: int) -> str | None:
+    """The row's lower-case model path when it is an aggregated SGLang InferenceX sweep run on H200."""
+    if str(row.get("backend") or "").strip().lower() != "sglang":
+        return None
+    if str(row.get("system") or "").strip().lower() != INFERENCEX_GPU:
+        return None
+    if str(row.get("mode") or "agg").strip().lower() != "agg":   # the scripts launch one aggregated server
+        return None
+    if length_range_ratio(row, isl, osl) >= 1.0:   # not a sweep row of the InferenceX client
+        return None
+    return str(row.get("model_path") or "").strip().lower()
+
+
+def inferencex_mem_fraction(row: Mapping[str, Any], isl: int, osl: int) -> float | None:
+    """``--mem-fraction-static`` of the row's InferenceX launch script; None when the row is not such
+    a run and SGLang's default rule applies."""
+    model = _inferencex_row(row, isl, osl)
+    if model is None:
+        return None
+    for key, fraction in INFERENCEX_MEM_FRACTION:
+        if key in model:
+            return fraction
+    return None
+
+
 def inferencex_prefill_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
     """Tokens of one SGLang prefill batch set by the row's InferenceX launch script; 0 when the
     row is not such a run (another engine, GPU, model or source) and SGLang's default applies."""
-    if str(row.get("backend") or "").strip().lower() != "sglang":
+    model = _inferencex_row(row, isl, osl)
+    if model is None:
         return 0
-    if str(row.get("system") or "").strip().lower() != INFERENCEX_GPU:
-        return 0
-    if str(row.get("mode") or "agg").strip().lower() != "agg":   # the scripts launch one aggregated server
-        return 0
-    if length_range_ratio(row, isl, osl) >= 1.0:   # not a sweep row of the InferenceX client
-        return 0
-    model = str(row.get("model_path") or "").strip().lower()
     for key, tokens in INFERENCEX_PREFILL_TOKENS:
         if key in model:
             return tokens

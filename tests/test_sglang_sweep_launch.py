@@ -85,3 +85,37 @@ def test_a_sweep_row_is_mapped_with_its_launch_budget():
     assert sr.map_row(_row(source=GEN), 0, prof).case.prefill_chunk_tokens == 0
     assert sr.map_row(_row(model="zhipuai/GLM-5", isl=1024, osl=1024), 0, prof).case.prefill_chunk_tokens == 0
     assert math.isclose(sr.map_row(_row(), 0, prof).case.measured_ttft_ms, 447.0)
+
+
+@pytest.mark.parametrize("row, fraction", [
+    (_row(), 0.82),
+    (_row(model="deepseek-ai/DeepSeek-R1", isl=1024, osl=8192), 0.82),
+    (_row(model="Qwen/Qwen3.5-397B-A17B", isl=1024, osl=1024), 0.8),
+    (_row(model="zhipuai/GLM-5", isl=8192, osl=1024), 0.85),
+    (_row(source=GEN), None),
+    (_row(system="h100_sxm"), None),
+    (_row(backend="trtllm"), None),
+])
+def test_the_launch_scripts_memory_fraction(row, fraction):
+    assert sw.inferencex_mem_fraction(row, int(row["isl"]), int(row["osl"])) == fraction
+
+
+def test_the_launch_fraction_shrinks_the_kv_pool_and_holds_back_requests():
+    """DeepSeek-V3 TP 8 on H200 at 0.82 (SGLang's rule: 0.897): fewer KV tokens, and an 8k/1k run of
+    64 clients no longer fits whole (SGLang admits a request only with its prompt and output reserved)."""
+    from dataclasses import replace
+
+    from llmplan.calibration import serving_regimes as rg
+    from llmplan.sim.memory import plan_memory
+
+    row = dict(_row(), batch_size=64, silicon_data_source=SWEEP.replace("concurrency=4", "concurrency=64"))
+    case = sr.map_row(row, 0, sr.engine_profiles()).case
+    dep = case.dep
+    assert dep.engine.mem_fraction_static == 0.82
+    launched = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, dep.engine, case.isl + case.osl).kv_capacity_tokens
+    default = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, replace(dep.engine, mem_fraction_static=None),
+                          case.isl + case.osl).kv_capacity_tokens
+    assert 0.7 < launched / default < 0.8
+    assert launched < 64 * (8192 + 1024) < default
+    assert rg.admission_limit(case) < 64
+    assert rg.admission_limit(replace(case, dep=replace(dep, engine=replace(dep.engine, mem_fraction_static=None)))) == 64
