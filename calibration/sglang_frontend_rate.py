@@ -8,8 +8,9 @@ workers, driven by ``aiperf profile`` (ai-dynamo/aiconfigurator
 streamed chunk crosses the worker's Python: Dynamo documents that its Rust <-> Python bridge "crosses
 the GIL once per token (``spawn_blocking`` + ``with_gil`` + deserialize), so aggregate throughput is
 GIL-bound and stays roughly flat as concurrency rises", the lever being the engine's
-``--stream-interval`` (ai-dynamo/dynamo PR #10609, 2026-06-11, ``components/src/dynamo/common/backend/
-README.md``); SGLang's own TokenizerManager is a single-core process with the same limit at high
+``--stream-interval`` (ai-dynamo/dynamo PR #10609, 2026-06-11, a docs-only PR for
+``components/src/dynamo/common/backend/README.md``, closed; it says the unified bridge is at parity with
+the legacy per-token path, i.e. the behaviour predates it); SGLang's own TokenizerManager is a single-core process with the same limit at high
 concurrency (sgl-project/sglang issue #6553; ``--tokenizer-worker-num``, PR #8964), and Dynamo's
 SGLang worker forced incremental ``stream_output`` from v0.9.0 (PR #5510), which ai-dynamo/dynamo
 PR #7910 reports as a high-concurrency throughput and TTFT regression (C = 2,048: TTFT 1.3 -> 10.2 s,
