@@ -80,13 +80,21 @@ def prompt_compute_ratio(case: ServingCase) -> float:
 def admission_limit(case: ServingCase) -> int:
     """Sequences the replayed replica runs at once: min(max_num_seqs, the engine's running-request
     limit (:func:`default_max_running`; SGLang: :func:`sglang_running_limit`), KV capacity above
-    the watermark / (isl + osl) tokens)."""
+    the watermark / the tokens of one sequence). A sequence holds isl + osl tokens; a row whose
+    client draws its lengths (``length_ratio`` < 1: uniform in ``[ratio x L, L]``,
+    :mod:`calibration.benchmark_clients`) holds their mean, which is what the N clients' requests
+    reserve on average (SGLang reserves the prompt and the request's ``max_tokens``, the drawn
+    output length)."""
+    from llmplan.calibration.benchmark_clients import length_bounds
     from llmplan.sim.memory import plan_memory
 
     dep = case.dep
     e = dep.engine
     mem = plan_memory(dep.model, dep.gpu, dep.par, dep.prec, e, case.isl + case.osl)
-    kv_seqs = int(mem.kv_capacity_tokens * (1.0 - e.watermark) // max(1, case.isl + case.osl))
+    per_seq = float(case.isl + case.osl)
+    if case.length_ratio < 1.0:
+        per_seq = sum(sum(length_bounds(n, case.length_ratio)) / 2.0 for n in (case.isl, case.osl))
+    kv_seqs = int(mem.kv_capacity_tokens * (1.0 - e.watermark) // max(1.0, per_seq))
     if case.backend == "sglang":
         return min(int(e.max_num_seqs), sglang_running_limit(case, mem.kv_capacity_tokens), kv_seqs)
     return min(int(e.max_num_seqs), default_max_running(case.backend), kv_seqs)

@@ -101,8 +101,9 @@ def test_the_launch_scripts_memory_fraction(row, fraction):
 
 
 def test_the_launch_fraction_shrinks_the_kv_pool_and_holds_back_requests():
-    """DeepSeek-V3 TP 8 on H200 at 0.82 (SGLang's rule: 0.897): fewer KV tokens, and an 8k/1k run of
-    64 clients no longer fits whole (SGLang admits a request only with its prompt and output reserved)."""
+    """DeepSeek-V3 TP 8 on H200 at 0.82 (SGLang's rule: 0.897): fewer KV tokens, and 64 requests of
+    the full 8k + 1k tokens no longer fit at once (SGLang admits a request only with its prompt and
+    output reserved)."""
     from dataclasses import replace
 
     from llmplan.calibration import serving_regimes as rg
@@ -117,5 +118,22 @@ def test_the_launch_fraction_shrinks_the_kv_pool_and_holds_back_requests():
                           case.isl + case.osl).kv_capacity_tokens
     assert 0.7 < launched / default < 0.8
     assert launched < 64 * (8192 + 1024) < default
-    assert rg.admission_limit(case) < 64
-    assert rg.admission_limit(replace(case, dep=replace(dep, engine=replace(dep.engine, mem_fraction_static=None)))) == 64
+    full = replace(case, length_ratio=1.0)   # every request at the full 8k + 1k tokens
+    assert rg.admission_limit(full) < 64
+    assert rg.admission_limit(replace(full, dep=replace(dep, engine=replace(dep.engine, mem_fraction_static=None)))) == 64
+
+
+def test_admission_counts_the_clients_mean_lengths():
+    """The InferenceX client draws lengths in [0.8 L, L]: at 0.82 the DeepSeek-V3 TP 8 pool holds 59
+    sequences of the full 8k + 1k tokens but 65 of the mean ones, so 64 clients are not flagged
+    admission-limited (their measured TTFT: 420 ms at 1k/8k, N = 64, against 311 ms at N = 32)."""
+    from dataclasses import replace
+
+    from llmplan.calibration import serving_regimes as rg
+
+    row = dict(_row(isl=1024, osl=8192), batch_size=64,
+               silicon_data_source=SWEEP.replace("concurrency=4", "concurrency=64"))
+    case = sr.map_row(row, 0, sr.engine_profiles()).case
+    assert case.length_ratio == 0.8
+    assert rg.admission_limit(case) == 64
+    assert rg.admission_limit(replace(case, length_ratio=1.0)) == 59
