@@ -45,26 +45,27 @@ from llmplan.calibration.benchmark_clients import length_range_ratio
 
 #: GPU the scripts below are for (``*_h200.sh``)
 INFERENCEX_GPU = "h200_sxm"
-#: prefill tokens per batch, ``min(--chunked-prefill-size, --max-prefill-tokens)``, by model family
-#: (lower-case substring of the row's model path); first match wins
+#: prefill tokens per batch, ``min(--chunked-prefill-size, --max-prefill-tokens)``, by model (the
+#: lower-case name after the organisation in the row's model path, an ``-fp8`` suffix dropped)
 INFERENCEX_PREFILL_TOKENS: tuple[tuple[str, int], ...] = (
-    ("deepseek-r1", 32768),    # dsr1_fp8_h200.sh: 32768 / 32768
-    ("deepseek-v3", 32768),    # the same runs, labelled DeepSeek-V3 in the 2026-04-27 dump
-    ("qwen3.5-397b", 16384),   # qwen3.5_fp8_h200.sh: 16384 / default 16384
+    ("deepseek-r1", 32768),        # dsr1_fp8_h200.sh: 32768 / 32768
+    ("deepseek-v3", 32768),        # the same runs, labelled DeepSeek-V3 in the 2026-04-27 dump
+    ("qwen3.5-397b-a17b", 16384),  # qwen3.5_fp8_h200.sh: 16384 / default 16384
 )
 
 
 #: ``--mem-fraction-static`` of the same scripts, by model family (as above)
 INFERENCEX_MEM_FRACTION: tuple[tuple[str, float], ...] = (
-    ("deepseek-r1", 0.82),     # dsr1_fp8_h200.sh
+    ("deepseek-r1", 0.82),         # dsr1_fp8_h200.sh
     ("deepseek-v3", 0.82),
-    ("qwen3.5-397b", 0.8),     # qwen3.5_fp8_h200.sh
-    ("glm-5", 0.85),           # glm5_fp8_h200.sh
+    ("qwen3.5-397b-a17b", 0.8),    # qwen3.5_fp8_h200.sh
+    ("glm-5", 0.85),               # glm5_fp8_h200.sh
 )
 
 
 def _inferencex_row(row: Mapping[str, Any], isl: int, osl: int) -> str | None:
-    """The row's lower-case model path when it is an aggregated SGLang InferenceX sweep run on H200."""
+    """The row's model name (lower case, organisation and an ``-fp8`` suffix dropped) when it is an
+    aggregated SGLang InferenceX sweep run on H200, else None."""
     if str(row.get("backend") or "").strip().lower() != "sglang":
         return None
     if str(row.get("system") or "").strip().lower() != INFERENCEX_GPU:
@@ -73,7 +74,8 @@ def _inferencex_row(row: Mapping[str, Any], isl: int, osl: int) -> str | None:
         return None
     if length_range_ratio(row, isl, osl) >= 1.0:   # not a sweep row of the InferenceX client
         return None
-    return str(row.get("model_path") or "").strip().lower()
+    name = str(row.get("model_path") or "").strip().lower().rsplit("/", 1)[-1]
+    return name[:-4] if name.endswith("-fp8") else name
 
 
 def inferencex_mem_fraction(row: Mapping[str, Any], isl: int, osl: int) -> float | None:
@@ -82,10 +84,7 @@ def inferencex_mem_fraction(row: Mapping[str, Any], isl: int, osl: int) -> float
     model = _inferencex_row(row, isl, osl)
     if model is None:
         return None
-    for key, fraction in INFERENCEX_MEM_FRACTION:
-        if key in model:
-            return fraction
-    return None
+    return dict(INFERENCEX_MEM_FRACTION).get(model)
 
 
 def inferencex_prefill_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
@@ -94,7 +93,4 @@ def inferencex_prefill_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int
     model = _inferencex_row(row, isl, osl)
     if model is None:
         return 0
-    for key, tokens in INFERENCEX_PREFILL_TOKENS:
-        if key in model:
-            return tokens
-    return 0
+    return dict(INFERENCEX_PREFILL_TOKENS).get(model, 0)

@@ -33,6 +33,8 @@ def _row(model: str = "deepseek-ai/DeepSeek-V3", source: str = SWEEP, backend: s
     (_row(), 32768),
     (_row(model="deepseek-ai/DeepSeek-R1", isl=1024, osl=1024), 32768),
     (_row(model="Qwen/Qwen3.5-397B-A17B", isl=1024, osl=8192), 16384),
+    (_row(model="Qwen/Qwen3.5-397B-A17B-FP8", isl=1024, osl=8192), 16384),
+    (_row(model="deepseek-ai/DeepSeek-V3.2"), 0),      # another model, another script
     (_row(model="zhipuai/GLM-5"), 0),                  # glm5_fp8_h200.sh passes no prefill flags
     (_row(source=GEN), 0),                             # a generator collection row: its own launch
     (_row(isl=4000, osl=500), 0),                      # not an InferenceX scenario
