@@ -41,6 +41,7 @@ class DecodeEngineState(EngineState):
     def __init__(self, *args, on_reserve: Callable[[Seq, float], None], on_join: Callable[[Seq, float], None],
                  reserve_first: bool = False, **kw):
         super().__init__(*args, **kw)
+        self.sg = None   # SGLang's aggregated admission rule (sim.sglang_admission) not modelled on decode workers
         self.pending: deque[Seq] = deque()   # reserve_first: prefilled, waiting for decode room
         self.arrived: deque[Seq] = deque()   # KV complete on this worker, not yet decoding
         self.in_transit = 0                  # reserve_first: blocks allocated, KV on its way

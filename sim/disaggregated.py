@@ -297,6 +297,7 @@ class _Run:
         for r in self.pre:   # context servers run without the overlap scheduler (sim.trtllm_scheduling)
             for ve in r.ves:
                 ve.overlap = False
+                ve.sg = None   # SGLang's aggregated admission rule (sim.sglang_admission) not on prefill workers
         self.dec = [DecodeWorker(P + j, spec.decode.replica, loop, self.itl, self._finished, wl.prefix_block_tokens,
                                  interval, self._reserved, self._joined, spec.reserve_decode_kv) for j in range(D)]
         _check_requests(wl, self.pre, self.dec)

@@ -49,6 +49,7 @@ import math
 from collections import deque
 
 from llmplan.sim.kv_cache import KVBlockPool
+from llmplan.sim.sglang_admission import SGLangAdmission, admits, clipped_output_tokens, uses_sglang_admission
 from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.trtllm_batch_wait import batch_wait
 from llmplan.sim.trtllm_scheduling import overlap_scheduler
@@ -116,6 +117,9 @@ class EngineState:
         self.chunked = engine.chunked_prefill
         self.whole = engine.whole_prompts
         self.chunk_prompts = chunks_prompts(engine)   # SGLang: prefill-first batches cut the last prompt
+        # SGLang's own admission / retraction (sim.sglang_admission); None for other engines
+        self.sg = SGLangAdmission(dp_attention=attention_dp > 1) if uses_sglang_admission(engine) else None
+        self.sg_retracted = False              # the planned step retracted (SGLang: ratio set, not decayed)
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
         self.overlap = overlap_scheduler(engine.name)   # arrivals while busy skip the step already scheduled
@@ -168,6 +172,8 @@ class EngineState:
 
     def plan(self, now: float) -> bool:
         """Choose the next step's work (allocating its KV blocks). False when idle."""
+        if self.sg is not None and not self.running and not self.waiting:
+            self.sg.ratio.reset()   # SGLang: new_token_ratio back to init when the scheduler idles
         if self.chunked:
             chunks, preempted = self._plan_chunked(now)
         else:
@@ -182,6 +188,11 @@ class EngineState:
         pool, pc, c, B = self.pool, self.phase_cnt, self.counter, self.B
         preempted = False
         nb = pc[c % B]
+        if self.sg is not None:
+            self.sg_retracted = False
+            if nb > pool.free:
+                self._sg_retract(now)
+                return True
         while nb > pool.free:
             self._preempt(next(reversed(self.running.values())), now)
             preempted = True
@@ -189,6 +200,32 @@ class EngineState:
         if nb:
             pool.allocate(nb)
         return preempted
+
+    def _sg_retract(self, now: float) -> None:
+        """SGLang ``retract_decode`` (sim.sglang_admission): retract the request with the fewest
+        generated tokens (ties: longest prompt, then the latest admitted) until the decode step's new
+        blocks fit; it goes to the end of the waiting queue; the ratio is set from the requests kept."""
+        pool, pc, c, B, sg = self.pool, self.phase_cnt, self.counter, self.B, self.sg
+        while True:
+            best, victim = None, None
+            for order, s in enumerate(self.running.values()):
+                g = s.g + (c - s.c0) if s.state == DECODE else s.g
+                key = (-g, s.P, order)
+                if best is None or key > best:
+                    best, victim = key, s
+            self._preempt(victim, now)
+            self.waiting.popleft()
+            self.waiting.append(victim)   # FCFS: a retracted request joins the end of the queue
+            sg.retractions += 1
+            if pc[c % B] <= pool.free or not self.running:
+                break
+        nb = pc[c % B]
+        if nb:
+            pool.allocate(nb)
+        decoded = sum(s.g + (c - s.c0) if s.state == DECODE else s.g for s in self.running.values())
+        sg.ratio.retracted(decoded, len(self.running), sum(s.O for s in self.running.values()))
+        sg.full = False
+        self.sg_retracted = True
 
     def _match(self, seq: Seq) -> tuple[int, int]:
         if not seq.keys:
@@ -327,15 +364,27 @@ class EngineState:
         chunks: list[tuple[Seq, int, int]] = []
         budget = self.budget
         self.held = False
+        sg = self.sg
+        offset = 0.0   # SGLang: reserved output tokens (rem_total_token_offset, less the KV already taken)
+        if sg is not None:
+            offset = sg.reserved_tokens(self.counter)
         if self.chunk_prompts:   # the prompts cut by earlier prefill batches continue first
             for seq in self.prefilling:
                 if budget <= 0:
                     break
                 n = min(seq.target - seq.computed, budget)
+                if sg is not None:   # add_chunked_req: at most rem_total_tokens when that is positive
+                    rem = int(pool.free * B - offset)
+                    if rem > 0:
+                        n = min(n, rem)
+                    if seq.computed + n >= seq.target:
+                        offset += clipped_output_tokens(seq.O, seq.g)
                 chunks.append((seq, n, seq.computed))
                 budget -= n
         waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
         while waiting and budget > 0 and len(running) < self.max_seqs:
+            if sg is not None and sg.full:
+                break   # batch_is_full: no new prefill until a running request finishes or is retracted
             seq = waiting[0]
             if self.overlap and self._not_yet(seq):
                 break
@@ -348,12 +397,24 @@ class EngineState:
                     break
                 n = budget   # cut to the tokens left; its KV blocks are taken whole below
             new_blocks = -(-seq.target // B) - hit_units * ub - reuse
-            if pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks or self._no_room(seq):
+            if sg is not None:
+                # PrefillAdder.add_one_req (sim.sglang_admission); an engine with nothing running or
+                # prefilling takes the request (the replica refused any that can never fit)
+                if (running or chunks) and not admits(seq.target - hit, seq.O, seq.g,
+                                                      (pool.free - evict_blocks - reuse) * B - offset):
+                    sg.full = True
+                    sg.no_token_stops += 1
+                    break
+                if pool.free - new_blocks - evict_blocks - reuse < 0:
+                    break
+            elif pool.free - new_blocks - evict_blocks - reuse < self.watermark_blocks or self._no_room(seq):
                 break
             waiting.popleft()
             self._admit(seq, hit_units, new_blocks, now, reuse)
             chunks.append((seq, n, hit))
             budget -= n
+            if sg is not None and n == seq.target - hit:   # whole prompt: its output is reserved
+                offset += clipped_output_tokens(seq.O, 0)
         if chunks:
             self.plan_dec = 0
             return chunks, False
@@ -374,11 +435,15 @@ class EngineState:
         self.kv_base += seq.kvb
         self.phase_cnt[seq.phase] += 1
         heapq.heappush(self.heap, (c + seq.O - seq.g, seq.idx, seq.gen, seq))
+        if self.sg is not None:
+            self.sg.outputs.add(seq.idx, c + seq.O - seq.g, c)
         self.fresh.append((seq, seq.gen))
 
     def _leave_decode(self, seq: Seq) -> int:
         """Remove from the decode aggregates; returns the tokens of KV it holds."""
         k = self.counter - seq.c0
+        if self.sg is not None:
+            self.sg.outputs.remove(seq.idx, self.counter)
         self.n_dec -= 1
         self.n_dec_meas -= seq.measured
         self.kv_base -= seq.kvb
@@ -441,6 +506,8 @@ class EngineState:
         B = self.B
         if self.plan_dec:
             self.last_decode_ms = now
+            if self.sg is not None and not self.sg_retracted:
+                self.sg.ratio.step(self.plan_steps)   # SGLang: one decay per decode batch
             self.counter += self.plan_steps
             c, heap = self.counter, self.heap
             while heap and heap[0][0] <= c:
@@ -481,6 +548,8 @@ class EngineState:
                     self._join_decode(seq)
         self.plan_chunks = []
         self.last_done_ms = now
+        if finished and self.sg is not None:
+            self.sg.full = False   # the running batch shrank (scheduler: batch_is_full = False)
         return finished
 
     # ------------------------------------------------------------------ debugging
@@ -513,3 +582,6 @@ class EngineState:
         assert 0 <= pool.used <= pool.total and pool.used + pool.evictable <= pool.total
         assert len(self.running) <= self.max_seqs
         assert self.reserved == sum(s.resv for s in self.running.values())
+        if self.sg is not None:
+            dec_rem = sum(min(s.O - s.g - (c - s.c0), 4096) for s in dec)
+            assert len(self.sg.outputs) == len(dec) and self.sg.outputs.total(c) == dec_rem
