@@ -19,7 +19,10 @@ Three policies, chosen by ``EngineProfile.chunked_prefill`` and ``whole_prompts`
 
 KV blocks are allocated per step for the tokens computed (v1 ``allocate_slots``); new
 requests are admitted only while ``free - needed >= watermark`` blocks (v0
-``BlockSpaceManager.can_allocate``). TensorRT-LLM's capacity scheduler
+``BlockSpaceManager.can_allocate``). SGLang's prefill-first path uses SGLang's own rule instead
+(:mod:`sim.sglang_admission`): each running request reserves its remaining output tokens x
+``new_token_ratio``, a refused request marks the batch full until one finishes, and out of KV
+the request with the fewest generated tokens is retracted to the end of the queue. TensorRT-LLM's capacity scheduler
 (:data:`NO_EVICT_ENGINES`) admits a request only when the blocks of its *whole* sequence
 (prompt + requested output) fit next to the whole sequences of the running requests:
 ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``, its default
