@@ -172,3 +172,40 @@ def test_only_sglang_prefill_first_profiles_use_the_rule():
     assert not sa.uses_sglang_admission(_engine("vllm"))
     assert not sa.uses_sglang_admission(EngineProfile(name="sglang", chunked_prefill=True))   # mixed chunk
     assert _state(_engine("vllm"), 100).sg is None
+
+
+# ---------------------------------------------------------------- whole replica (DES)
+
+def _offline(monkeypatch, fast_forward: bool, name: str = "sglang"):
+    import llmplan.sim.replica as replica_mod
+    from llmplan.sim.metrics import MeasureWindow
+    from llmplan.sim.serving import simulate_serving
+    from llmplan.sim.testing_costs import LinearStepCost, make_replica
+    from llmplan.sim.workload import LengthSpec, WorkloadSpec
+
+    monkeypatch.setattr(replica_mod, "FAST_FORWARD", fast_forward)
+    cost = LinearStepCost(base_ms=10, per_seq_ms=0.01, per_decode_kv_token_ms=0, per_prefill_token_ms=0.01,
+                          per_attn_pair_ms=0)
+    spec = WorkloadSpec(preset=None, arrival="offline", num_requests=120,
+                        input_tokens=LengthSpec(kind="fixed", mean_tokens=500),
+                        output_tokens=LengthSpec(kind="uniform", min_tokens=200, max_tokens=1500), seed=2)
+    rep = make_replica(cost, kv_capacity_tokens=40_000, max_model_len=4096, name=name, kernel_backend=name,
+                       chunked_prefill=False, max_num_batched_tokens=4096, max_num_seqs=256,
+                       enable_prefix_caching=False)
+    res = simulate_serving(spec, [rep], window=MeasureWindow(0, 0))
+    assert res.unfinished == 0
+    return res
+
+
+def test_offline_run_retracts_under_pressure_and_fast_forward_changes_nothing(monkeypatch):
+    fast = _offline(monkeypatch, True)
+    slow = _offline(monkeypatch, False)
+    assert fast.requests.equals(slow.requests)
+    assert fast.summary["preemptions"] == slow.summary["preemptions"] > 0   # retractions
+    # vLLM-style admission (same prefill-first engine otherwise) admits on prompt blocks only and
+    # preempts 15 x as often; SGLang's reserve runs smaller batches: more steps, lower throughput
+    v = _offline(monkeypatch, True, name="vllm")
+    assert (fast.summary["preemptions"], v.summary["preemptions"]) == (6, 90)
+    assert (fast.summary["steps"], v.summary["steps"]) == (3831, 3571)
+    assert fast.summary["output_throughput_tps"] == pytest.approx(2659.06, rel=1e-4)
+    assert v.summary["output_throughput_tps"] == pytest.approx(2800.09, rel=1e-4)
