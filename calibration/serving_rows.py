@@ -74,7 +74,8 @@ from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
-from llmplan.calibration.sglang_sweep_launch import inferencex_mem_fraction, inferencex_prefill_tokens
+from llmplan.calibration.sglang_sweep_launch import (inferencex_mem_fraction, inferencex_prefill_tokens,
+                                                      inferencex_radix_cache_off)
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
 from llmplan.calibration.vllm_launch import runs_data_parallel as vllm_runs_data_parallel
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
@@ -470,6 +471,9 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     if backend == "sglang" and inferencex_mem_fraction(row, isl, osl) is not None:
         # InferenceX's SGLang launch scripts pass --mem-fraction-static (calibration.sglang_sweep_launch)
         engine = replace(engine, mem_fraction_static=inferencex_mem_fraction(row, isl, osl))
+    if backend == "sglang" and inferencex_radix_cache_off(row, isl, osl):
+        # --disable-radix-cache: no prefix cache, and SGLang's ignore_eos admission (sim.sglang_admission)
+        engine = replace(engine, enable_prefix_caching=False)
     mem = plan_memory(model, gpu, par, prec, engine, isl + osl)
     if not mem.fits:
         return skip(f"memory: {mem.reason}")

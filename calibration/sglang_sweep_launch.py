@@ -63,6 +63,13 @@ INFERENCEX_MEM_FRACTION: tuple[tuple[str, float], ...] = (
 )
 
 
+#: models whose script passes ``--disable-radix-cache`` (dsr1_fp8_h200.sh in both launch branches,
+#: qwen3.5_fp8_h200.sh; glm5_fp8_h200.sh does not, 626932a1 of 2026-03-27); the client always sends
+#: ``--ignore-eos`` (benchmarks/benchmark_lib.sh ``run_benchmark_serving``), so SGLang admits these
+#: runs by ``PrefillAdder.add_one_req_ignore_eos`` (:mod:`llmplan.sim.sglang_admission`)
+INFERENCEX_RADIX_CACHE_OFF: frozenset[str] = frozenset({"deepseek-r1", "deepseek-v3", "qwen3.5-397b-a17b"})
+
+
 def _inferencex_row(row: Mapping[str, Any], isl: int, osl: int) -> str | None:
     """The row's model name (lower case, organisation and an ``-fp8`` suffix dropped) when it is an
     aggregated SGLang InferenceX sweep run on H200, else None."""
@@ -94,3 +101,8 @@ def inferencex_prefill_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int
     if model is None:
         return 0
     return dict(INFERENCEX_PREFILL_TOKENS).get(model, 0)
+
+
+def inferencex_radix_cache_off(row: Mapping[str, Any], isl: int, osl: int) -> bool:
+    """True when the row's InferenceX launch script disables SGLang's radix (prefix) cache."""
+    return _inferencex_row(row, isl, osl) in INFERENCEX_RADIX_CACHE_OFF

@@ -52,7 +52,8 @@ import math
 from collections import deque
 
 from llmplan.sim.kv_cache import KVBlockPool
-from llmplan.sim.sglang_admission import SGLangAdmission, admits, clipped_output_tokens, uses_sglang_admission
+from llmplan.sim.sglang_admission import (SGLangAdmission, admits, clipped_output_tokens, ignore_eos_admits,
+                                           uses_sglang_admission)
 from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.trtllm_batch_wait import batch_wait
 from llmplan.sim.trtllm_scheduling import overlap_scheduler
@@ -121,7 +122,8 @@ class EngineState:
         self.whole = engine.whole_prompts
         self.chunk_prompts = chunks_prompts(engine)   # SGLang: prefill-first batches cut the last prompt
         # SGLang's own admission / retraction (sim.sglang_admission); None for other engines
-        self.sg = SGLangAdmission(dp_attention=attention_dp > 1) if uses_sglang_admission(engine) else None
+        self.sg = (SGLangAdmission(dp_attention=attention_dp > 1, ignore_eos=not engine.enable_prefix_caching)
+                   if uses_sglang_admission(engine) else None)
         self.sg_retracted = False              # the planned step retracted (SGLang: ratio set, not decayed)
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
@@ -229,6 +231,20 @@ class EngineState:
         sg.ratio.retracted(decoded, len(self.running), sum(s.O for s in self.running.values()))
         sg.full = False
         self.sg_retracted = True
+
+    def _sg_ignore_eos_admits(self, seq: Seq, free_tokens: int, offset: float) -> bool:
+        """SGLang ``add_one_req_ignore_eos`` (radix cache off; sim.sglang_admission): the prompt fits
+        and, taking requests in order of tokens left, no retraction can be needed. The running and
+        already-batched requests hold their prompt blocks in ``free_tokens`` already."""
+        B, c = self.B, self.counter
+        extend = -(-(seq.target) // B) * B
+        if extend > min(free_tokens, free_tokens - offset):
+            return False
+        states = [(seq.O - seq.g, seq.P + seq.g)]
+        for s in self.running.values():
+            g = s.g + (c - s.c0) if s.state == DECODE else s.g
+            states.append((s.O - g, s.P + g))
+        return ignore_eos_admits(states, free_tokens, extend)
 
     def _match(self, seq: Seq) -> tuple[int, int]:
         if not seq.keys:
@@ -403,8 +419,9 @@ class EngineState:
             if sg is not None:
                 # PrefillAdder.add_one_req (sim.sglang_admission); an engine with nothing running or
                 # prefilling takes the request (the replica refused any that can never fit)
-                if (running or chunks) and not admits(seq.target - hit, seq.O, seq.g,
-                                                      (pool.free - evict_blocks - reuse) * B - offset):
+                if (running or chunks) and not (
+                        self._sg_ignore_eos_admits(seq, pool.free * B, offset) if sg.ignore_eos else
+                        admits(seq.target - hit, seq.O, seq.g, (pool.free - evict_blocks - reuse) * B - offset)):
                     sg.full = True
                     sg.no_token_stops += 1
                     break
@@ -490,6 +507,8 @@ class EngineState:
         cached for its return when prefix caching is on and its shared units are a prefix."""
         units = len(seq.refkeys)
         n = 0
+        if self.sg is not None:   # SGLang retraction: only the prefilled tokens stay in the radix tree
+            tokens = min(tokens, seq.target)   # (release_kv_cache(is_insert=False); sim.sglang_admission)
         if self.prefix_caching and tuple(seq.refkeys) == seq.keys[:units]:
             n = max(0, min(tokens // self.B, blocks) - seq.shared_blocks)
         if n:

@@ -30,16 +30,30 @@ Retraction (``schedule_batch.py`` ``check_decode_mem`` / ``retract_decode``, 183
 next decode step's new pages do not fit the free + evictable tokens, requests are retracted, fewest
 generated tokens first (ties: longest prompt; among equals the last in the batch), at least one and
 until the step fits; they return to the *end* of the waiting queue (``_add_request_to_queue``,
-FCFS, the default ``schedule_policy``) and recompute prompt and generated tokens. The ratio is then
+FCFS, the default ``schedule_policy``) and recompute what is not cached: ``release_kv_cache(req,
+tree_cache, is_insert=False)`` frees the generated tokens, while the prompt, inserted into the radix
+tree when its prefill finished, stays there (evictable) when the radix cache is on. The ratio is then
 set to ``min(1, (sum len(output_ids) + SGLANG_RETRACT_DECODE_STEPS (20) x n) / (sum max_new_tokens
 + 1))`` over the requests kept.
 
 The simulator knows each request's output length; SGLang knows ``max_new_tokens``. The benchmark
 clients of the measured rows send ``max_tokens = osl`` with ``ignore_eos``, so the two are equal
-there; for traces the simulator takes the recorded output length as ``max_new_tokens``. The
-``ignore_eos`` branch of ``PrefillAdder`` (``add_one_req_ignore_eos``) applies only with the radix
-cache disabled (``getattr(tree_cache, "disable", True)``); the radix cache is on by default, so the
-general rule above is the one modelled. SGLang keeps no free-block watermark, so the engine
+there; for traces the simulator takes the recorded output length as ``max_new_tokens``.
+
+**Radix cache disabled + ignore_eos** (``add_one_req_ignore_eos``, 632-717; taken when
+``req.sampling_params.ignore_eos and getattr(tree_cache, "disable", True)``, 729-730): instead of the
+ratio reserve, the adder checks that no retraction can be needed. Every running request, every
+request already in the batch and the new one gives ``(tokens_left, tokens_occupied) = (max_new_tokens
+- len(output_ids), prompt + len(output_ids))`` (the ratio is 1.0 for ignore_eos requests); sorted by
+``tokens_left``, the request ``i`` with ``bs`` requests at or after it must leave ``cur_rem_tokens -
+ceil_page(extend) + sum of tokens_occupied before i - tokens_left_i x bs > IGNORE_EOS_RESERVE_TOKENS
+(1) x bs``, else ``NO_TOKEN``; and the prompt alone must fit ``min(cur_rem_tokens, rem_total_tokens)``.
+The simulator takes this branch for SGLang profiles without prefix caching
+(``enable_prefix_caching = False``, i.e. ``--disable-radix-cache``), treating every request as
+``ignore_eos`` (the simulator's output lengths are fixed in advance, as ``ignore_eos`` makes them);
+the InferenceX sweep runs launch DeepSeek-R1/V3 and Qwen3.5 with ``--disable-radix-cache`` and the
+client with ``--ignore-eos`` (:mod:`llmplan.calibration.sglang_sweep_launch`). With the radix cache
+on (SGLang's default and the planner's) the general rule above applies. SGLang keeps no free-block watermark, so the engine
 profile's ``watermark`` does not apply on this path; pages are the simulator's KV blocks
 (``conf/engine/sglang.yaml``: page size 1 modelled as 16-token blocks), so free tokens are counted
 in whole blocks. This module holds the arithmetic; the hooks are in
@@ -64,6 +78,8 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600
 CLIP_MAX_NEW_TOKENS = 4096
 #: ``SGLANG_RETRACT_DECODE_STEPS``
 RETRACT_DECODE_STEPS = 20
+#: ``IGNORE_EOS_RESERVE_TOKENS`` (schedule_policy.py): tokens kept per request in the ignore_eos check
+IGNORE_EOS_RESERVE_TOKENS = 1
 #: ``--schedule-conservativeness`` default and its DP-attention factor (server_args.py)
 SCHEDULE_CONSERVATIVENESS = 1.0
 DP_ATTENTION_CONSERVATIVENESS_FACTOR = 0.3
@@ -88,6 +104,23 @@ def admits(extend_tokens: int, max_new_tokens: int, generated: int, rem_total_to
 def retract_ratio(decoded_tokens: int, requests: int, max_new_tokens: int) -> float:
     """``new_token_ratio`` after a retraction (``retract_decode``), over the requests kept."""
     return min(1.0, (decoded_tokens + RETRACT_DECODE_STEPS * requests) / (max_new_tokens + 1))
+
+
+def ignore_eos_admits(states: list[tuple[int, int]], cur_rem_tokens: int, extend_tokens: int) -> bool:
+    """``add_one_req_ignore_eos``'s no-retraction test. ``states``: ``(tokens_left, tokens_occupied)``
+    of the running requests, the requests already in the batch and the new one; ``cur_rem_tokens``:
+    free + evictable tokens less the prompt tokens already taken by the batch; ``extend_tokens``: the
+    new request's prompt tokens to compute (page-rounded)."""
+    rem = cur_rem_tokens - extend_tokens
+    freed = 0
+    live = sorted(s for s in states if s[0] > 0)
+    n = len(live)
+    for i, (left, occupied) in enumerate(live):
+        bs = n - i
+        if rem + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
+            return False
+        freed += occupied
+    return True
 
 
 class NewTokenRatio:
@@ -172,9 +205,11 @@ class SGLangAdmission:
     """Per-engine state of SGLang's rule: the ratio, the running requests' remaining outputs, the
     ``batch_is_full`` flag and counters for reports."""
 
-    __slots__ = ("ratio", "outputs", "full", "retractions", "no_token_stops")
+    __slots__ = ("ratio", "outputs", "full", "retractions", "no_token_stops", "ignore_eos")
 
-    def __init__(self, conservativeness: float = SCHEDULE_CONSERVATIVENESS, dp_attention: bool = False):
+    def __init__(self, conservativeness: float = SCHEDULE_CONSERVATIVENESS, dp_attention: bool = False,
+                 ignore_eos: bool = False):
+        self.ignore_eos = ignore_eos   # radix cache off: add_one_req_ignore_eos's test
         self.ratio = NewTokenRatio(conservativeness, dp_attention)
         self.outputs = RemainingOutputs()
         self.full = False

@@ -11,9 +11,10 @@ from llmplan.sim.scheduler import DECODE, WAITING, EngineState, Seq
 from llmplan.sim.types import EngineProfile
 
 
-def _engine(name: str = "sglang", budget: int = 16384) -> EngineProfile:
+def _engine(name: str = "sglang", budget: int = 16384, radix_cache: bool = True) -> EngineProfile:
+    # the requests carry no prefix keys: the cache never hits; off = --disable-radix-cache
     return EngineProfile(name=name, kernel_backend=name, chunked_prefill=False, max_num_batched_tokens=budget,
-                         max_num_seqs=256, enable_prefix_caching=False, watermark=0.0)
+                         max_num_seqs=256, enable_prefix_caching=radix_cache, watermark=0.0)
 
 
 def _state(engine: EngineProfile, blocks: int) -> EngineState:
@@ -190,8 +191,7 @@ def _offline(monkeypatch, fast_forward: bool, name: str = "sglang"):
                         input_tokens=LengthSpec(kind="fixed", mean_tokens=500),
                         output_tokens=LengthSpec(kind="uniform", min_tokens=200, max_tokens=1500), seed=2)
     rep = make_replica(cost, kv_capacity_tokens=40_000, max_model_len=4096, name=name, kernel_backend=name,
-                       chunked_prefill=False, max_num_batched_tokens=4096, max_num_seqs=256,
-                       enable_prefix_caching=False)
+                       chunked_prefill=False, max_num_batched_tokens=4096, max_num_seqs=256)
     res = simulate_serving(spec, [rep], window=MeasureWindow(0, 0))
     assert res.unfinished == 0
     return res
@@ -207,5 +207,38 @@ def test_offline_run_retracts_under_pressure_and_fast_forward_changes_nothing(mo
     v = _offline(monkeypatch, True, name="vllm")
     assert (fast.summary["preemptions"], v.summary["preemptions"]) == (6, 90)
     assert (fast.summary["steps"], v.summary["steps"]) == (3831, 3571)
-    assert fast.summary["output_throughput_tps"] == pytest.approx(2659.06, rel=1e-4)
-    assert v.summary["output_throughput_tps"] == pytest.approx(2800.09, rel=1e-4)
+    assert fast.summary["output_throughput_tps"] == pytest.approx(2659.24, rel=1e-5)
+    assert v.summary["output_throughput_tps"] == pytest.approx(2809.30, rel=1e-5)
+
+
+# ---------------------------------------------------------------- radix cache off + ignore_eos
+
+def test_ignore_eos_check_walks_the_requests_by_tokens_left():
+    # two running requests: 100 and 300 tokens left, holding 1,000 and 2,000 tokens; the new one
+    # needs 500 more after its 1,000-token prompt
+    states = [(100, 1000), (300, 2000), (500, 1000)]
+    # 1,600 free after the prompt: 1600 - 100 x 3 = 1300 > 3; + 1000 - 300 x 2 = 2000 > 2;
+    # + 2000 - 500 = 3100 > 1 -> admitted
+    assert sa.ignore_eos_admits(states, 2600, 1000)
+    # 290 free after the prompt: 290 - 300 = -10 <= 3 -> NO_TOKEN
+    assert not sa.ignore_eos_admits(states, 1290, 1000)
+    # the boundary is strict: min_free must exceed 1 token per request still running
+    assert not sa.ignore_eos_admits([(10, 0)], 11, 0)
+    assert sa.ignore_eos_admits([(10, 0)], 12, 0)
+    # finished-looking states (no tokens left) do not count
+    assert sa.ignore_eos_admits([(0, 10**6), (10, 0)], 12, 0)
+
+
+def test_without_the_radix_cache_admission_guarantees_no_retraction():
+    st = _state(_engine(radix_cache=False), 1000)   # 16,000 tokens
+    assert st.sg.ignore_eos
+    _submit(st, [(1000, 3000)] * 20)
+    assert st.plan(0.0)
+    # requests of 4,000 tokens each: the fourth would need 4 x 4,000 = 16,000 > 16,000 - 4 x 1
+    assert len(st.plan_chunks) == 3 and st.sg.full
+    st.complete(1.0, [])
+    t = 1.0
+    while st.running or st.waiting:
+        _step(st, t)
+        t += 1.0
+    assert st.preemptions == 0 and st.sg.retractions == 0

@@ -139,3 +139,26 @@ def test_admission_counts_the_clients_mean_lengths():
     assert case.length_ratio == 0.8
     assert rg.admission_limit(case) == 64
     assert rg.admission_limit(replace(case, length_ratio=1.0)) == 59
+
+
+@pytest.mark.parametrize("row, off", [
+    (_row(), True),                                                           # dsr1_fp8_h200.sh
+    (_row(model="deepseek-ai/DeepSeek-R1", isl=1024, osl=1024), True),
+    (_row(model="Qwen/Qwen3.5-397B-A17B-FP8", isl=1024, osl=8192), True),     # qwen3.5_fp8_h200.sh
+    (_row(model="zhipuai/GLM-5", isl=1024, osl=1024), False),                 # glm5_fp8_h200.sh keeps it
+    (_row(source=GEN), False),
+    (_row(system="h100_sxm"), False),
+])
+def test_the_launch_scripts_disable_the_radix_cache(row, off):
+    """--disable-radix-cache with an --ignore-eos client: the replay runs without prefix caching and
+    SGLang admits by the ignore_eos rule (sim.sglang_admission)."""
+    assert sw.inferencex_radix_cache_off(row, int(row["isl"]), int(row["osl"])) is off
+
+
+@pytest.mark.parametrize("row, off", [(_row(), True), (_row(source=GEN), False),
+                                      (_row(model="zhipuai/GLM-5", isl=1024, osl=1024), False)])
+def test_a_mapped_row_without_the_radix_cache_takes_the_ignore_eos_admission(row, off):
+    engine = sr.map_row(row, 0, sr.engine_profiles()).case.dep.engine
+    assert engine.enable_prefix_caching is (not off)
+    st = EngineState(0, sg.replay_engine(engine, int(139.8 * GIB), 8, 1), 1000, 16, 64)
+    assert st.sg is not None and st.sg.ignore_eos is off
