@@ -122,7 +122,8 @@ class EngineState:
         self.whole = engine.whole_prompts
         self.chunk_prompts = chunks_prompts(engine)   # SGLang: prefill-first batches cut the last prompt
         # SGLang's own admission / retraction (sim.sglang_admission); None for other engines
-        self.sg = (SGLangAdmission(dp_attention=attention_dp > 1, ignore_eos=not engine.enable_prefix_caching)
+        self.sg = (SGLangAdmission(dp_attention=attention_dp > 1,
+                                   ignore_eos=not engine.enable_prefix_caching)
                    if uses_sglang_admission(engine) else None)
         self.sg_retracted = False              # the planned step retracted (SGLang: ratio set, not decayed)
         self.prefix_caching = engine.enable_prefix_caching

@@ -11,8 +11,8 @@ are of the 0.5.9 wheel; 0.5.6.post2 has the same code and defaults) counts the K
   request added to the prefill batch adds ``ceil_page(extend_input_len) + min(max_new_tokens, CLIP)``
   (``_update_prefill_budget``, 510-517; a prompt truncated to a chunk adds only its chunk, 825);
 * a waiting request is admitted only if ``extend_input_len + min(max_new_tokens - len(output_ids),
-  CLIP) < rem_total_tokens`` (``add_one_req``, 733-745 and 752); otherwise ``NO_TOKEN`` ends the batch and
-  the scheduler marks the running batch full (``batch_is_full``; ``scheduler.py``
+  CLIP) < rem_total_tokens`` (``add_one_req``, 733-745 and 752); otherwise ``NO_TOKEN`` ends the
+  batch and the scheduler marks the running batch full (``batch_is_full``; ``scheduler.py``
   ``get_new_batch_prefill``, 2103-2114) and builds no prefill batch until a running request
   finishes or is retracted (``batch_is_full = False`` when the batch shrinks, 1909-1910, 2262-2263);
 * the chunked (truncated) request continues with ``min(rem_chunk_tokens, rem_total_tokens)`` tokens
@@ -20,10 +20,10 @@ are of the 0.5.9 wheel; 0.5.6.post2 has the same code and defaults) counts the K
 
 ``CLIP`` is ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` (4,096). ``new_token_ratio``
 (``scheduler.py`` ``Scheduler.__init__`` 811-823, ``update_running_batch`` 2203-2260; ``environ.py``
-225-229, 0.5.6.post2 177-181): starts at ``init = min(SGLANG_INIT_NEW_TOKEN_RATIO (0.7) x --schedule-conservativeness
-(1.0), 1)``, falls by ``(init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (600)`` every decode batch
-down to ``min = init x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14)``, and goes back to ``init`` when the
-scheduler idles (``scheduler_runtime_checker_mixin.py`` ``self_check_during_idle``, 334). DP attention
+225-229, 0.5.6.post2 177-181): starts at ``init = min(SGLANG_INIT_NEW_TOKEN_RATIO (0.7) x
+--schedule-conservativeness (1.0), 1)``, falls by ``(init - min) /
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (600)`` every decode batch down to ``min = init x
+SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14)``, and goes back to ``init`` when the scheduler idles (``scheduler_runtime_checker_mixin.py`` ``self_check_during_idle``, 334). DP attention
 multiplies the conservativeness by 0.3 (``server_args.py`` ``_handle_data_parallelism``, 2114-2115).
 
 Retraction (``schedule_batch.py`` ``check_decode_mem`` / ``retract_decode``, 1834-1904): when the
@@ -41,7 +41,7 @@ clients of the measured rows send ``max_tokens = osl`` with ``ignore_eos``, so t
 there; for traces the simulator takes the recorded output length as ``max_new_tokens``.
 
 **Radix cache disabled + ignore_eos** (``add_one_req_ignore_eos``, 632-717; taken when
-``req.sampling_params.ignore_eos and getattr(tree_cache, "disable", True)``, 729-730): instead of the
+``req.sampling_params.ignore_eos and getattr(tree_cache, "disable", True)``, 731): instead of the
 ratio reserve, the adder checks that no retraction can be needed. Every running request, every
 request already in the batch and the new one gives ``(tokens_left, tokens_occupied) = (max_new_tokens
 - len(output_ids), prompt + len(output_ids))`` (the ratio is 1.0 for ignore_eos requests); sorted by
@@ -53,8 +53,10 @@ The simulator takes this branch for SGLang profiles without prefix caching
 ``ignore_eos`` (the simulator's output lengths are fixed in advance, as ``ignore_eos`` makes them);
 the InferenceX sweep runs launch DeepSeek-R1/V3 and Qwen3.5 with ``--disable-radix-cache`` and the
 client with ``--ignore-eos`` (:mod:`llmplan.calibration.sglang_sweep_launch`). With the radix cache
-on (SGLang's default and the planner's) the general rule above applies. SGLang keeps no free-block watermark, so the engine
-profile's ``watermark`` does not apply on this path; pages are the simulator's KV blocks
+on (SGLang's default and the planner's) the general rule above applies.
+
+SGLang keeps no free-block watermark, so the engine profile's ``watermark`` does not apply on this
+path; pages are the simulator's KV blocks
 (``conf/engine/sglang.yaml``: page size 1 modelled as 16-token blocks), so free tokens are counted
 in whole blocks. This module holds the arithmetic; the hooks are in
 :class:`llmplan.sim.scheduler.EngineState` (SGLang's prefill-first path only: ``--enable-mixed-chunk``
