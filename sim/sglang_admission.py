@@ -24,7 +24,8 @@ are of the 0.5.9 wheel; 0.5.6.post2 has the same code and defaults) counts the K
 --schedule-conservativeness (1.0), 1)``, falls by ``(init - min) /
 SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (600)`` every decode batch down to ``min = init x
 SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14)``, and goes back to ``init`` when the scheduler idles
-(``scheduler_runtime_checker_mixin.py`` ``self_check_during_idle``, 334). DP attention multiplies the conservativeness by 0.3 (``server_args.py`` ``_handle_data_parallelism``, 2114-2115).
+(``scheduler_runtime_checker_mixin.py`` ``self_check_during_idle``, 334). DP attention multiplies
+the conservativeness by 0.3 (``server_args.py`` ``_handle_data_parallelism``, 2114-2115).
 
 Retraction (``schedule_batch.py`` ``check_decode_mem`` / ``retract_decode``, 1834-1904): when the
 next decode step's new pages do not fit the free + evictable tokens, requests are retracted, fewest
