@@ -76,7 +76,6 @@ from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allredu
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
 from llmplan.calibration.vllm_launch import runs_data_parallel as vllm_runs_data_parallel
-from llmplan.calibration.vllm_launch import kv_cache_dtype as vllm_kv_cache_dtype
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
 from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
 from llmplan.calibration.trtllm_sweep_launch import sweep_engine as trtllm_sweep_engine
@@ -447,8 +446,6 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     prec = precision_of(row, model, gpu)
     if isinstance(prec, str):
         return skip(prec)
-    if backend == "vllm" and vllm_kv_cache_dtype(row) == "fp8" and gpu.supports("fp8"):
-        prec = replace(prec, kv_cache="fp8")   # the launch's --kv-cache-dtype fp8 (calibration.vllm_launch)
     model = block_fp8_model(row, model)
     par = parallelism_of(row, model, domain_gpus(gpu))
     if isinstance(par, str):

@@ -46,21 +46,6 @@ export (``source_file=2026-04-06.csv``, 15 MiniMax-M2.5 H100 rows, ids ``..._tp4
 ``attention_dp_size`` 4 and ``moe_ep_size`` 16 for that ``tp 4, ep 4`` launch (its sibling export
 ``2026-03-25.csv`` of the same launch writes ``attention_dp_size`` 1, ``moe_ep_size`` 4); the layout
 the id names is kept (``calibration.serving_rows.id_layout``), without the attention DP.
-
-**An fp8 KV cache in InferenceX's Llama-3.x-70B FP8 launches** (:func:`kv_cache_dtype`). vLLM stores
-the KV cache in the model's activation dtype unless started with ``--kv-cache-dtype fp8``
-(calibration/serving_rows.py ``KV_AUTO_MODEL_DTYPE``), and the rows do not record the flag. The
-launch behind the vLLM Llama-3.1-70B sweep rows (``source_file=2026-04-06.csv``, measured
-2025-10-29, no version; H100 TP 2/4/8, H200 TP 1-8) writes it: InferenceX's ``70b-tmpl.yml`` ran
-``nvidia/Llama-3.3-70B-Instruct-FP8`` on ``vllm/vllm-openai:v0.10.2`` (H100 ``tp-list [2, 4, 8]``),
-and ``benchmarks/70b_fp8_h100_docker.sh``, ``70b_fp8_h100_slurm.sh`` and ``70b_fp8_h200_slurm.sh``
-write ``kv-cache-dtype: fp8`` (with ``async-scheduling: true``, ``no-enable-prefix-caching``,
-``max-num-batched-tokens: 8192``, ``--max-num-seqs $CONC``, ``--gpu-memory-utilization 0.9``) into
-the server's ``config.yaml`` (SemiAnalysisAI/InferenceX at 9596d23d of 2025-10-29, the last state
-before the 70B scripts were removed that day and restored the next). None of the other InferenceX
-vLLM launches of these rows (gpt-oss H100/H200 of 2025-11 to 2026-03, MiniMax-M2.5, Kimi-K2.5 at
-5e2c705d and 626932a1) passes ``--kv-cache-dtype``: they keep vLLM's ``auto``. The vLLM kernel
-tables time both caches (``kv_cache_dtype`` fp8 in ``context_attention`` / ``generation_attention``).
 """
 
 from __future__ import annotations
@@ -114,33 +99,3 @@ def runs_data_parallel(row: Mapping[str, Any]) -> bool:
     except (TypeError, ValueError):
         return True
     return length_range_ratio(row, isl, osl) >= 1.0
-
-
-#: model ids (lower case) of the rows InferenceX's 70B FP8 vLLM launch produced (its checkpoint was
-#: nvidia/Llama-3.3-70B-Instruct-FP8; the rows name the Llama-3.1-70B architecture)
-LLAMA70B_FP8_MODELS = ("meta-llama/llama-3.1-70b", "meta-llama/llama-3.3-70b", "nvidia/llama-3.3-70b-instruct-fp8",
-                       "nvidia/llama-3.1-70b-instruct-fp8")
-#: weight precisions of that launch (``70b_fp8_*`` scripts)
-_FP8 = frozenset({"fp8", "fp8_static", "fp8_dynamic", "w8a8_fp8", "fp8_e4m3"})
-
-
-def kv_cache_dtype(row: Mapping[str, Any]) -> str:
-    """``--kv-cache-dtype`` of the launch behind the row where it is not vLLM's ``auto``: "fp8"
-    for the InferenceX Llama-3.x-70B FP8 sweep rows on H100/H200 (module docstring), "" otherwise."""
-    if str(row.get("backend") or "").strip().lower() != "vllm":
-        return ""
-    model = str(row.get("model_path") or "").strip().lower()
-    if not any(model == m or model.startswith(m + "-instruct") for m in LLAMA70B_FP8_MODELS):
-        return ""
-    if str(row.get("system") or "").strip().lower() not in HOPPER:
-        return ""
-    mode = str(row.get("gemm_quant_mode") or row.get("precision") or "").strip().lower()
-    if mode not in _FP8:
-        return ""
-    try:
-        isl, osl = int(float(row.get("isl") or 0)), int(float(row.get("osl") or 0))
-    except (TypeError, ValueError):
-        return ""
-    if length_range_ratio(row, isl, osl) >= 1.0:   # not a sweep row of the InferenceX client
-        return ""
-    return "fp8"
