@@ -35,6 +35,13 @@ InferenceX's master config of that date sweeps gpt-oss on H100 only up to N = 64
 replay is therefore not given a cap (it would be a number read off the targets); the rows keep
 their ``admission-limited`` / ``below decode floor`` flags.
 
+The same count bounds the KV a run held (:func:`kv_tokens_in_use`). The vLLM Llama-3.1-70B
+sweep rows (measured 2025-10-29) on one H200 held 240k-357k tokens at N = 32-64 (1k/8k N = 64,
+8k/1k N = 32 and 64), 1.3-1.9x the 185k tokens of the bf16 pool the replay gives that GPU: their
+launch wrote ``kv-cache-dtype: fp8`` (InferenceX ``benchmarks/70b_fp8_h200_slurm.sh`` at 9596d23d),
+whose pool (369k) holds it. Replaying those rows with an fp8 cache was tried and reverted: it
+made the training half worse (docs/ACCURACY.md, "vLLM rows (session 10)").
+
 Run ``python -m llmplan.calibration.vllm_running_sequences --measurements DIR [--min-concurrency 256]``.
 """
 
@@ -87,6 +94,31 @@ def row_estimate(row: Mapping[str, Any]) -> RunningEstimate:
                             mean_client_length(osl, ratio))
 
 
+def kv_tokens_in_use(row: Mapping[str, Any]) -> float:
+    """Lower bound of the KV tokens the run held on average: each running sequence (Little's law)
+    holds its prompt and, on average over its decode, half its output (requests waiting for their
+    first token, some of them mid-prefill, are not counted)."""
+    isl, osl = int(float(row["isl"])), int(float(row["osl"]))
+    est = row_estimate(row)
+    return est.running * (mean_client_length(isl, length_range_ratio(row, isl, osl)) + est.mean_output_tokens / 2.0)
+
+
+def kv_pool_tokens(row: Mapping[str, Any], index: int = 0, kv_cache: str = "") -> int:
+    """KV tokens the replayed replica's pool holds (the simulator's memory plan), with the row's
+    KV dtype or ``kv_cache`` ("bf16" / "fp8") instead; 0 when the row does not map."""
+    from dataclasses import replace
+
+    from llmplan.calibration.serving_rows import engine_profiles, map_row
+    from llmplan.sim.memory import plan_memory
+
+    m = map_row(row, index, engine_profiles())
+    if m.case is None:
+        return 0
+    d = m.case.dep
+    prec = replace(d.prec, kv_cache=kv_cache) if kv_cache else d.prec
+    return int(plan_memory(d.model, d.gpu, d.par, prec, d.engine, m.case.isl + m.case.osl).kv_capacity_tokens)
+
+
 def kv_pool_sequences(row: Mapping[str, Any], index: int = 0) -> int:
     """Whole sequences of ``isl + osl`` tokens the replayed replica's KV pool holds (the
     simulator's memory plan; 0 when the row does not map)."""
@@ -116,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model:
         df = df[df["model_path"].astype(str).str.contains(args.model, regex=False)]
     print(f"{'id':<72} {'ver':>7} {'tp':>2} {'isl':>5} {'osl':>5} {'N':>4} {'TTFT ms':>9} {'TPOT ms':>7} "
-          f"{'running':>7} {'KV seqs':>7}")
+          f"{'running':>7} {'KV seqs':>7} {'KV used':>8} {'KV pool':>8}")
     shown = 0
     for i, r in df.reset_index(drop=True).iterrows():
         row = r.to_dict()
@@ -127,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         ver = str(row.get("backend_version") if isinstance(row.get("backend_version"), str) else "-")
         print(f"{str(row['id'])[:72]:<72} {ver:>7} {int(float(row['tp_size'])):>2} {int(row['isl']):>5} "
               f"{int(row['osl']):>5} {est.concurrency:>4} {row['silicon_ttft_ms']:>9.0f} {row['silicon_tpot_ms']:>7.2f} "
-              f"{est.running:>7.1f} {kv_pool_sequences(row, i):>7}")
+              f"{est.running:>7.1f} {kv_pool_sequences(row, i):>7} {kv_tokens_in_use(row):>8.0f} {kv_pool_tokens(row, i):>8}")
     print(f"{shown} row(s) at concurrency >= {args.min_concurrency}; running = N x decode time / E2E "
-          "(Little's law, closed loop); KV seqs = whole isl + osl sequences of the replayed KV pool")
+          "(Little's law, closed loop); KV seqs / KV pool = whole isl + osl sequences / tokens of the replayed KV pool; "
+          "KV used = running x (prompt + half the output) tokens, a lower bound of what the run held")
     return 0
 
 

@@ -67,3 +67,21 @@ def test_kv_limited_rows_run_what_the_pool_holds(vllm_rows):
         ran, kv = vrs.row_estimate(row).running, vrs.kv_pool_sequences(row, i)
         assert ran < 70 and kv < 80
         assert abs(ran / kv - 1) < 0.15, (row["id"], ran, kv)
+
+
+def test_llama70b_h200_tp1_rows_held_more_kv_than_a_bf16_pool(vllm_rows):
+    """The launch's fp8 KV cache shows in the rows: at N >= 32 on one H200 the runs held more KV
+    tokens than the bf16 pool the replay computes, and no more than an fp8 pool."""
+    sel = (vllm_rows["model_path"] == "meta-llama/Llama-3.1-70B") & (vllm_rows["system"] == "h200_sxm") \
+        & (vllm_rows["tp_size"] == 1) & (vllm_rows["batch_size"] >= 32)
+    rows = vllm_rows[sel]
+    assert len(rows) >= 3
+    over = 0
+    for i, r in rows.iterrows():
+        row = r.to_dict()
+        used = vrs.kv_tokens_in_use(row)
+        bf16, fp8 = vrs.kv_pool_tokens(row, i, "bf16"), vrs.kv_pool_tokens(row, i, "fp8")
+        assert fp8 == pytest.approx(2 * bf16, rel=0.01)
+        assert used <= fp8, (row["id"], used, fp8)
+        over += used > 1.2 * bf16
+    assert over >= 3
