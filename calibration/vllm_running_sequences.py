@@ -20,10 +20,10 @@ KV pool the replay computes for them holds 122 (TP 2, 9k-token sequences: there 
 the limit) to 3,507 whole sequences (341-3,507 at TP 4 and 8, 550 at TP 2 with 2k-token
 sequences). Where the pool is the limit the estimate finds it: the vLLM 0.12.0 Qwen3-32B H100
 TP 2 rows with 4k prompts at N = 128 run 63-66 sequences against a replayed pool of 62-76. And
-``max_num_seqs`` is 512 in the
-InferenceX gpt-oss launch of that time (``--max-num-seqs=$CONC``, ``benchmarks/gptoss_fp4_h100_docker.sh``
-/ ``_slurm.sh`` at SemiAnalysisAI/InferenceX 4e135fd3, 2025-12-08) and 1,024 by vLLM's own
-default for the OpenAI server on a >= 70 GiB GPU (``EngineArgs.get_batch_defaults``, conf/engine/vllm.yaml).
+``max_num_seqs`` is 512 in the InferenceX gpt-oss launch of that time (``--max-num-seqs=$CONC``,
+``benchmarks/gptoss_fp4_h100_docker.sh`` / ``_slurm.sh`` at SemiAnalysisAI/InferenceX 4e135fd3,
+2025-12-08) and 1,024 by vLLM's own default for the OpenAI server on a >= 70 GiB GPU
+(``EngineArgs.get_batch_defaults``, conf/engine/vllm.yaml).
 So neither the KV pool nor a ``max_num_seqs`` explains the cap: it does not move with the
 sequence length or the TP size. A cap of ~100 requests in flight is aiohttp's default
 connection limit (``TCPConnector(limit=100)``, https://docs.aiohttp.org/en/stable/client_reference.html#tcpconnector)
