@@ -63,6 +63,8 @@ class ScaledSteps:
         return self.factor * self.step.stage_time_ms(shape)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "step" or name.startswith("__"):   # not set yet (copy / pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.step, name)
 
 

@@ -33,6 +33,8 @@ def test_scaled_steps_scale_step_and_stage_times_only():
     assert s.request_ttft_ms(1000) == cm.request_ttft_ms(1000)   # the front end is not a step
     with pytest.raises(ValueError):
         ScaledSteps(cm, 0.0)
+    import copy
+    assert copy.copy(s).step_time_ms(shape) == pytest.approx(s.step_time_ms(shape))   # no __getattr__ recursion
 
 
 def test_only_the_prefill_pool_is_scaled():
