@@ -74,7 +74,8 @@ def with_prefill_scaled(spec: Any, factor: float) -> Any:
     if factor == 1.0:
         return spec
     rs = spec.prefill.replica
-    return replace(spec, prefill=replace(spec.prefill, replica=replace(rs, cost_model=ScaledSteps(rs.cost_model, factor))))
+    scaled = replace(rs, cost_model=ScaledSteps(rs.cost_model, factor))
+    return replace(spec, prefill=replace(spec.prefill, replica=scaled))
 
 
 def replay_ttft_ms(case: DisaggCase, opts: SimOptions, wrap: Any = None, handoff_ms: float = 0.0,
