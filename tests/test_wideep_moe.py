@@ -88,28 +88,25 @@ def test_group_moe_uses_the_table_only_for_the_kernel_the_engine_runs():
     assert group_moe(k, "h200_sxm", "trtllm", "allgather_reducescatter", False, *a).latency_ms == 1.0
 
 
-def _prefill_moe_ms(par: Parallelism, prompts: int, isl: int) -> float:
+def _prefill_step_ms(par: Parallelism, prompts: int, isl: int) -> float:
     engine = EngineProfile(name="trtllm", kernel_backend="trtllm", max_num_seqs=256, host_overhead_ms=0.0,
                            host_overhead_per_seq_ms=0.0, host_overlap_per_seq_ms=0.0)
     step, _ = build(Deployment(load_model("deepseek-ai/DeepSeek-V3"), get_gpu("h200_sxm"), par, FP8, engine),
                     calibration=None, min_kv_tokens=2 * isl)
-    ops = step.breakdown(StepShape.build([(isl, 0)] * prompts, [])).ops
-    return sum(o.latency_ms for o in ops if o.name == "moe_experts")
+    return step.step_time_ms(StepShape.build([(isl, 0)] * prompts, []))
 
 
-def test_attention_dp_prefill_moe_is_not_cheaper_per_prompt_than_tp8():
+def test_attention_dp_prefill_is_not_cheaper_per_prompt_than_tp8():
     """Served TensorRT-LLM prefill workers of DeepSeek on 8 x H200 measure the same throughput with
     attention DP 8 and with TP8 (8k prompts: 2.85 req/s both, cfg291 / cfg675 and cfg294 / cfg679 in
     shared/measurements/h200_sxm/e2e_serving.csv). Before the wide-EP curves, the ADP8 step of 8
     prompts took 135 ms per prompt against TP8's 230 ms: its 64k-token MoE query was extrapolated
-    sublinearly (4.5 ms per layer; the measured wide-EP table: 4.6 ms at 16k tokens). Both layouts
-    now read the same measured CUTLASS curve (TP8 / EP8 prompt steps since sim/ep_moe_curve.py), so
-    their expert time per prompt agrees to the curve's last octave. (The whole ADP8 step is ~27%
-    cheaper per prompt than TP8's: no TP all-reduce, no replicated a-projections; the measured
-    equality of the two layouts is a known gap, docs/ACCURACY.md session 10.)"""
-    adp = _prefill_moe_ms(Parallelism(tp=1, ep=8, dp=8), 8, 8192) / 8
-    tp8 = _prefill_moe_ms(Parallelism(tp=8, ep=8), 1, 8192)
-    assert 0.85 < adp / tp8 < 1.15
+    sublinearly (4.5 ms per layer; the measured wide-EP table: 4.6 ms at 16k tokens). The pairs agree
+    to the spread of one deployment measured twice (docs/DISAGG.md), so the bound is loose: per
+    prompt the ADP8 step may be cheaper, not 40% cheaper on the same kernels."""
+    adp = _prefill_step_ms(Parallelism(tp=1, ep=8, dp=8), 8, 8192) / 8
+    tp8 = _prefill_step_ms(Parallelism(tp=8, ep=8), 1, 8192)
+    assert adp / tp8 > 0.85
 
 
 def test_extraction_from_a_missing_folder_exits_2_with_one_clear_message(tmp_path, capsys):
