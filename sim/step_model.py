@@ -40,7 +40,6 @@ from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, Ste
 from llmplan.sim.vllm_allreduce_rms import fused_max_tokens
 from llmplan.sim.sglang_allreduce_rms import fused_max_tokens as sglang_fused_max_tokens
 from llmplan.sim.vllm_minimax_qk_norm import applies as minimax_qk_norm_tp, qk_bytes, variance_allreduce_bytes
-from llmplan.sim.ep_moe_curve import ep_curve_applies, tp_ep_moe
 from llmplan.sim.wideep_moe import group_moe
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
@@ -125,7 +124,6 @@ class AnalyticalStepModel:
             self.engine.kernel_backend, m, self.gpu.key, self.prec.kv_cache, self._wd["attention"], self.heads,
             self.layers_per_stage, ak, self._linear(*lk) + self._attn(*ak)))
         self._mla_module_on = mla_module_applies(self.engine.kernel_backend, m)
-        self._ep_curve = ep_curve_applies(self.engine.kernel_backend, m.moe is not None, self.par.ep)
         self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
         self._decode_sc: dict[tuple[int, float], tuple[float, float]] = {}  # their (stage, comm)
         self._last_sc: tuple[StepShape | None, tuple[float, float]] = (None, (0.0, 0.0))
@@ -315,8 +313,6 @@ class AnalyticalStepModel:
         tokens) and whether the step is decode-only (picks the all-to-all kernels). ``rank``:
         the busiest rank's shape when the caller already has it (:func:`rank_shape`)."""
         if self.dp == 1:
-            if self._ep_curve:  # TensorRT-LLM EP MoE: the measured curve for steps with a prompt (sim/ep_moe_curve.py)
-                return self._token_key(self._rows(shape)), self._logit_rows(shape), None, not shape.prefill_seqs
             return self._token_key(self._rows(shape)), self._logit_rows(shape)
         if rank is None:
             rank = rank_shape(shape, self.dp)
@@ -458,13 +454,8 @@ class AnalyticalStepModel:
             # SGLang folds DeepSeek-V3/R1's shared expert into the fused MoE (sim/shared_experts.py)
             fused = 0 if group_tokens is not None else fused_shared_experts(
                 self.engine.kernel_backend, m, par, wd["routed_experts"], wd["shared_experts"])
-            # TensorRT-LLM's EP MoE without attention DP: its measured CUTLASS curve (sim/ep_moe_curve.py)
-            tp_ep = None if group_tokens is not None or fused else tp_ep_moe(
-                k, self.gpu.key, self.engine.kernel_backend, decode_only, T_moe, eh, e_inter, e.top_k,
-                e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])
-            moe_kt = tp_ep if tp_ep is not None else k.moe(
-                T_moe, eh, e.expert_intermediate_size, e.top_k + fused, e.num_experts + fused,
-                par.moe_tp, par.ep, self._moe_dtype, gated=m.gated_mlp) \
+            moe_kt = k.moe(T_moe, eh, e.expert_intermediate_size, e.top_k + fused, e.num_experts + fused,
+                           par.moe_tp, par.ep, self._moe_dtype, gated=m.gated_mlp) \
                 if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
                     e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])
