@@ -39,14 +39,7 @@ chunked prefill, the PyTorch backend's default) then prefills **one prompt per s
 8,192 default admitted up to seven 1k prompts together). The MTP variant of the script
 (``dsr1_fp8_h200_trt_mtp_slurm.sh``: ``((MTP+1) x MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64``) also
 admits one prompt per step; the rows do not say which variant ran, and MTP itself is not replayed.
-**gpt-oss-120b on H200** (TensorRT-LLM, measured 2025-11-02 and 2025-12-15, image
-``release:gpt-oss-dev``): InferenceX's ``benchmarks/gptoss_fp4_h200_trt_slurm.sh`` runs
-``trtllm-serve ... --max_batch_size $CONC --max_num_tokens 20000`` in every version from 28e5a01e
-(2025-09-19) through 2ee1e001 (2026-01-12), so the replay's 8,192 becomes 20,000 (two 8k prompts
-share a step). Same script, not modelled: CUDA-graph padding up to ``$CONC``,
-``moe_config.backend: TRITON``, ``stream_interval: 20``.
-
-DeepSeek script, not modelled: ``attention_dp_config`` (``enable_balance: true``, ``timeout_iters: 60``)
+Same script, not modelled: ``attention_dp_config`` (``enable_balance: true``, ``timeout_iters: 60``)
 of its attention-DP runs, CUDA-graph padding up to batch 128, ``stream_interval: 10``.
 """
 
@@ -68,10 +61,7 @@ SCRIPT_ROWS = frozenset({("meta-llama/llama-3.1-70b", "h200_sxm")})
 #: (model, GPU) of the rows of InferenceX's ``dsr1_fp8_h200_trt_slurm.sh`` (DeepSeek-R1-0528; the
 #: database labels the same runs R1 or V3)
 DSR1_SCRIPT_ROWS = frozenset({("deepseek-ai/deepseek-r1", "h200_sxm"), ("deepseek-ai/deepseek-v3", "h200_sxm")})
-#: (model, GPU) of the rows of InferenceX's ``gptoss_fp4_h200_trt_slurm.sh`` and its ``--max_num_tokens``
-GPTOSS_SCRIPT_ROWS = frozenset({("openai/gpt-oss-120b", "h200_sxm")})
-GPTOSS_SCRIPT_MAX_NUM_TOKENS = 20000
-#: the DeepSeek script's ``--max_num_tokens`` is ``CONC + ISL + 64`` rounded up to a multiple of 64
+#: that script's ``--max_num_tokens`` is ``CONC + ISL + 64`` rounded up to a multiple of 64
 DSR1_BUDGET_SLACK_TOKENS = 64
 DSR1_BUDGET_ROUND_TOKENS = 64
 
@@ -94,12 +84,6 @@ def inferencex_llama70b_row(row: Mapping[str, Any], isl: int, osl: int) -> bool:
     if (_text(row, "model_path"), _text(row, "system")) not in SCRIPT_ROWS:
         return False
     return length_range_ratio(row, isl, osl) < 1.0
-
-
-def _inferencex_row(row: Mapping[str, Any], isl: int, osl: int, rows: frozenset) -> bool:
-    """True for a TensorRT-LLM sweep row (the InferenceX client's lengths) of one of ``rows`` (model, GPU)."""
-    return (_text(row, "backend") == "trtllm" and (_text(row, "model_path"), _text(row, "system")) in rows
-            and length_range_ratio(row, isl, osl) < 1.0)
 
 
 def inferencex_dsr1_fp8_row(row: Mapping[str, Any], isl: int, osl: int) -> bool:
@@ -131,8 +115,6 @@ def sweep_engine(row: Mapping[str, Any], isl: int, osl: int, tp: int, engine: En
         conc = concurrency if concurrency is not None else engine.max_num_seqs
         tokens = max(dsr1_max_num_tokens(isl, conc) * max(1, dp), engine.max_num_seqs)
         return replace(engine, max_num_batched_tokens=tokens)
-    if _inferencex_row(row, isl, osl, GPTOSS_SCRIPT_ROWS):
-        return replace(engine, max_num_batched_tokens=max(GPTOSS_SCRIPT_MAX_NUM_TOKENS * max(1, dp), engine.max_num_seqs))
     if not inferencex_llama70b_row(row, isl, osl):
         return engine
     tokens = max(SCRIPT_MAX_NUM_TOKENS * dp, engine.max_num_seqs)

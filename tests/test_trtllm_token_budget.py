@@ -115,15 +115,3 @@ def test_one_prompt_per_step_under_the_script_budget():
 def test_prompt_longer_than_the_budget_is_refused():
     with pytest.raises(UserError, match="exceeds the token budget"):
         _run([Request(0.0, 2000, 10)], 1152)
-
-
-@pytest.mark.parametrize("isl, osl, tp", [(1024, 1024, 1), (8192, 1024, 4), (1024, 8192, 8)])
-def test_inferencex_gptoss_h200_launch_budget(isl, osl, tp):
-    row = _row(isl, osl, 16, model="openai/gpt-oss-120b", tp=tp) | {"moe_ep_size": tp, "moe_tp_size": 1,
-                                                                     "precision": "fp4", "moe_quant_mode": "mxfp4"}
-    m = map_row(row, 0, engine_profiles())
-    assert m.case is not None, m.status
-    assert m.case.dep.engine.max_num_batched_tokens == 20000
-    base = EngineProfile(name="trtllm", max_num_batched_tokens=8192, max_num_seqs=8)
-    assert sweep_engine(row | {"system": "h100_sxm"}, isl, osl, tp, base, 1, 16) is base
-    assert sweep_engine(row, 1024, 2048, tp, base, 1, 16) is base
