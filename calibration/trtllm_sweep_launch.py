@@ -39,6 +39,10 @@ chunked prefill, the PyTorch backend's default) then prefills **one prompt per s
 8,192 default admitted up to seven 1k prompts together). The MTP variant of the script
 (``dsr1_fp8_h200_trt_mtp_slurm.sh``: ``((MTP+1) x MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64``) also
 admits one prompt per step; the rows do not say which variant ran, and MTP itself is not replayed.
+Not mapped, tried: the gpt-oss-120b H200 sweep rows' ``--max_num_tokens 20000``
+(``gptoss_fp4_h200_trt_slurm.sh``, every version 2025-09-19 to 2026-01-12): refitted together with
+this budget, the training-half median APE of TTFT went 18.6 -> 19.7% (docs/ACCURACY.md, "TensorRT-LLM
+launch budgets (session 10)"), as in session 9's trial without a refit.
 Same script, not modelled: ``attention_dp_config`` (``enable_balance: true``, ``timeout_iters: 60``)
 of its attention-DP runs, CUDA-graph padding up to batch 128, ``stream_interval: 10``.
 """
