@@ -80,6 +80,7 @@ from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_captu
 from llmplan.calibration.vllm_launch import runs_data_parallel as vllm_runs_data_parallel
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
 from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
+from llmplan.calibration.trtllm_sweep_launch import script_sets_budget as trtllm_script_sets_budget
 from llmplan.calibration.trtllm_sweep_launch import sweep_engine as trtllm_sweep_engine
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
@@ -466,8 +467,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
         # aiconfigurator's harness: max_num_tokens = max_batch_size + isl + 1500 (calibration.trtllm_launch)
         tokens = max(trtllm_generator_max_num_tokens(isl, max(_int(row.get("batch_size"), conc), 1)) * par.dp, seqs)
     engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens)
-    if backend == "trtllm":   # InferenceX's Llama-3.1-70B launch script (calibration.trtllm_sweep_launch)
-        engine = trtllm_sweep_engine(row, isl, osl, par.tp, engine, par.dp)
+    if backend == "trtllm":   # InferenceX's Llama-3.1-70B / DeepSeek-R1 launch scripts (calibration.trtllm_sweep_launch)
+        engine = trtllm_sweep_engine(row, isl, osl, par.tp, engine, par.dp, conc)
     if backend == "sglang" and inferencex_mem_fraction(row, isl, osl) is not None:
         # InferenceX's SGLang launch scripts pass --mem-fraction-static (calibration.sglang_sweep_launch)
         engine = replace(engine, mem_fraction_static=inferencex_mem_fraction(row, isl, osl))
@@ -717,7 +718,8 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     elif not e.chunked_prefill and e.max_num_batched_tokens < case.isl + hi:
         # a prefill-first engine must take a whole prompt (plus recomputed output) in one step
         e = replace(e, max_num_batched_tokens=case.isl + hi)
-    elif e.chunked_prefill and e.whole_prompts and e.max_num_batched_tokens < case.isl + hi + case.concurrency:
+    elif (e.chunked_prefill and e.whole_prompts and e.max_num_batched_tokens < case.isl + hi + case.concurrency
+          and not trtllm_script_sets_budget(case.backend, case.model_path, case.dep.gpu.key, case.length_ratio)):
         # whole prompts mixed with decodes: a benchmark configures max_num_tokens so that a prompt
         # fits next to the running decodes (TensorRT-LLM refuses prompts longer than the budget)
         e = replace(e, max_num_batched_tokens=case.isl + hi + case.concurrency)

@@ -30,6 +30,7 @@ from llmplan.sim.metrics import LogHistogram
 from llmplan.sim.scheduler import EngineState, Seq
 from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.trtllm_scheduling import first_schedulable_step
+from llmplan.sim.trtllm_token_budget import budget_bounds_prompts_only
 from llmplan.sim.types import EngineProfile, StepCostModel, StepShape
 
 #: run several identical decode steps per event when nothing can change the batch
@@ -68,7 +69,8 @@ def validate_replica(spec: ReplicaSpec, i: int) -> None:
     need(e.max_num_batched_tokens >= e.max_num_seqs,
          f"max_num_batched_tokens ({e.max_num_batched_tokens}) must be >= max_num_seqs ({e.max_num_seqs})",
          "engine.max_num_batched_tokens", "as vLLM requires; raise the budget or lower max_num_seqs")
-    if (not e.chunked_prefill and not chunks_prompts(e)) or e.whole_prompts:
+    # TensorRT-LLM bounds only the prompts by the budget (checked per request in sim.serving)
+    if ((not e.chunked_prefill and not chunks_prompts(e)) or e.whole_prompts) and not budget_bounds_prompts_only(e):
         need(e.max_num_batched_tokens >= spec.max_model_len,
              f"without chunked prefill (or with whole_prompts) the token budget ({e.max_num_batched_tokens}) "
              f"must cover max_model_len "

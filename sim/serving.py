@@ -34,6 +34,7 @@ from llmplan.sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, jso
 from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
 from llmplan.sim.router import make_router
 from llmplan.sim.scheduler import Seq
+from llmplan.sim.trtllm_token_budget import budget_bounds_prompts_only, prompt_over_budget
 from llmplan.sim.steady_state import (MAX_WARMUP_DOUBLINGS, RunPlan, assess_window, estimate_service,
                                       first_warmup_doublings, plan_run, speculate_next,
                                       step_shape, window_indices)
@@ -128,12 +129,18 @@ def _check_requests(wl: Workload, replicas: list[Replica]) -> None:
         raise UserError("the workload has no requests", key="workload.num_requests")
     max_len = min(r.spec.max_model_len for r in replicas)
     kv_len = min(r.max_request_tokens() for r in replicas)
+    prompt_cap = min((r.spec.engine.max_num_batched_tokens for r in replicas
+                      if budget_bounds_prompts_only(r.spec.engine)), default=math.inf)
     for i, q in enumerate(wl.requests):
         need = q.input_tokens + q.output_tokens
         if need > max_len:
             raise UserError(f"request {i} needs {q.input_tokens} prompt + {q.output_tokens} output = {need} tokens, "
                             f"more than max_model_len {max_len}", key="workload",
                             fix="shorten the trace's requests, lower workload max_tokens, or raise max_model_len")
+        if q.input_tokens > prompt_cap:   # TensorRT-LLM: whole prompts within the budget (sim.trtllm_token_budget)
+            why = next(w for w in (prompt_over_budget(r.spec.engine, q.input_tokens) for r in replicas) if w)
+            raise UserError(f"request {i}: {why}", key="engine.max_num_batched_tokens",
+                            fix="raise max_num_tokens to the longest prompt plus the running decodes")
         if need > kv_len:
             raise InfeasibleDeployment(f"request {i} needs KV for {need} tokens but a replica (engine) holds only "
                                        f"{kv_len} beyond its watermark", key="kv_capacity_tokens",
