@@ -131,7 +131,7 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 14: TensorRT-LLM decode-only MLA steps take the measured whole module (sim/trtllm_mla_module.py)
 #: 15: TensorRT-LLM Llama-3.1-70B sweep rows take InferenceX's launch (max_num_tokens 16,384; batch
 #:     waiting at 1k/1k, TP < 8: calibration/trtllm_sweep_launch.py, sim/trtllm_batch_wait.py)
-BASIS_VERSION = 15
+BASIS_VERSION = 16
 #: model forms: which terms are free (module docstring)
 FORMS = ("overlap", "linear", "overlap+linear")
 #: the form of the shipped fit (engine-wide and per version family)
