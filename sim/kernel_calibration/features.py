@@ -288,6 +288,52 @@ def moe_matrices(kernel_source: Any) -> Any:
     return np.where(plain, MOE_PLAIN_MATRICES, MOE_GATED_MATRICES)
 
 
+#: SGLang versions whose MoE tables were collected with the rank-0 workloads whose remote slots are
+#: clamped to local expert 0 (:func:`moe_routing.collector_clamped_pairs`; aiconfigurator commit
+#: e23be5a79 upgraded the SGLang collector to 0.5.14 with them)
+SGLANG_CLAMPED_VERSIONS = ("0.5.14",)
+#: expert configurations (hidden, inter, topk, experts) that the SGLang collector times on its raw
+#: Triton ``fused_moe`` path, the one that clamps: model cases with none of the SGLang routing options
+#: (``sglang_moe_scoring_func``, ``_routing_method_type``, ``_routed_scaling_factor``, ``_renormalize``,
+#: ``_has_correction_bias``, ``_num_expert_group``, ``_topk_group``, ``_apply_router_weight_on_input``),
+#: which otherwise send a case through the framework layer (``use_framework_layer`` in
+#: ``collector/sglang/collect_moe.py``) whose expert-parallel dispatch masks remote experts.
+#: From ``collector/cases/models/*_cases.yaml`` at e23be5a79: Gemma-4-26B-A4B, Mixtral-8x7B,
+#: Mixtral-8x22B, Qwen1.5-MoE-A2.7B, Llama-4-Scout-17B-16E (listed 8192 / 5120); configurations a
+#: case file lists both with and without routing options (Qwen3-235B's 4096 / 1536 / 8 / 128,
+#: Nemotron-3 Ultra's) are left out. Their tables show the clamp's signature (H100 bf16, 16,384
+#: balanced tokens, time at EP 2 / 4 / 8 over EP 1: Mixtral-8x7B 0.99 / 0.47 / 0.21, Gemma-4 1.92 /
+#: 1.89 / 1.92, where masked remote experts give ~0.5 / 0.25 / 0.125 as the other configurations do).
+SGLANG_RAW_TRITON_CONFIGS = frozenset({(2816, 704, 8, 128), (4096, 14336, 2, 8), (6144, 16384, 2, 8),
+                                       (2048, 1408, 4, 60), (8192, 5120, 1, 16)})
+#: dtypes the SGLang collector can time on that raw Triton path (the others always use the framework layer)
+SGLANG_RAW_TRITON_DTYPES = ("bf16", "fp8_block")
+
+
+def moe_clamped_pairs(df: Any) -> np.ndarray:
+    """Pairs each measured MoE row's kernel computed on local expert 0 for the collector's clamped
+    remote slots: SGLang Triton rows (``sglang_fused_moe_triton``) of the versions in
+    :data:`SGLANG_CLAMPED_VERSIONS`, configurations in :data:`SGLANG_RAW_TRITON_CONFIGS`, with expert
+    parallelism; 0 elsewhere (other collectors and the framework layer use the engine's own masking)."""
+    n = len(df)
+    need = ("kernel_source", "backend_version", "hidden", "inter", "topk", "num_experts", "dtype")
+    if not n or any(c not in df for c in need):
+        return np.zeros(n)
+    cfg = list(zip(*(df[c].to_numpy(dtype=np.int64) for c in ("hidden", "inter", "topk", "num_experts"))))
+    flag = ((df["kernel_source"].astype(str) == "sglang_fused_moe_triton").to_numpy()
+            & df["backend_version"].astype(str).isin(SGLANG_CLAMPED_VERSIONS).to_numpy()
+            & df["dtype"].isin(SGLANG_RAW_TRITON_DTYPES).to_numpy()
+            & np.array([c in SGLANG_RAW_TRITON_CONFIGS for c in cfg], dtype=bool)
+            & (df["moe_ep"].to_numpy(dtype=np.float64) > 1))
+    out = np.zeros(n)
+    if flag.any():
+        sub = df[flag]
+        out[flag] = moe_routing.collector_clamped_pairs_arrays(
+            sub["num_tokens"].to_numpy(), sub["num_experts"].to_numpy(), sub["topk"].to_numpy(),
+            sub["moe_ep"].to_numpy(), sub["skew"].to_numpy())
+    return out
+
+
 #: MoE work-term forms. ``uniform``: calibration files fitted before 2026-11-24 session 9 (no
 #: ``work_form`` key; an even ``T x topk / EP`` split, touched experts from independent
 #: uniform choices, one 64-row tile efficiency). ``routed``: the routing the tables were
@@ -309,14 +355,17 @@ MOE_TILE_N = 128
 
 def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
         w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES, form: str = MOE_FORM) -> Phys:
+        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES, form: str = MOE_FORM, clamped: Any = 0.0) -> Phys:
     """Fused expert layer on one GPU: ``matrices`` weight matrices of h x I per expert (3 gated,
     2 plain: :func:`moe_matrices`), the intermediate split ``moe_tp`` ways, the experts
     ``moe_ep`` ways; ``skew`` 0 is balanced routing, else the power-law exponent of the
-    tables' routing. ``form`` picks the work terms (:data:`MOE_FORMS`)."""
+    tables' routing. ``form`` picks the work terms (:data:`MOE_FORMS`). ``clamped``: further
+    routed pairs the timed kernel computed on one local expert (only measured rows of SGLang's
+    Triton collector with expert parallelism, :func:`moe_clamped_pairs`; 0 for a query: the
+    engine masks remote experts)."""
     if form == MOE_FORM_UNIFORM:
         return _moe_uniform(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, w_bytes, block_scaled,
-                            weight_only, skew, peak, gpu, ops, matrices)
+                            weight_only, skew, peak, gpu, ops, matrices, clamped)
     if form != MOE_FORM_ROUTED:
         raise ValueError(f"unknown MoE work form {form!r} (known: {', '.join(MOE_FORMS)})")
     local = ops.maximum(experts / moe_ep, 1.0)
@@ -326,6 +375,9 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
         assign, touched, mtiles = moe_routing.routing_load(tokens, experts, topk, moe_ep, skew)
     else:
         assign, touched, mtiles = moe_routing.routing_load_arrays(tokens, experts, topk, moe_ep, skew)
+    # the collector's clamped pairs run on local expert 0 (one more run of M tiles)
+    assign = assign + clamped
+    mtiles = mtiles + ops.ceil(clamped / moe_routing.TILE_M)
     n_up = (matrices - 1.0) * inter_l       # first GEMM (gate+up, or up): N = (m-1) I, K = hidden
     n_down = hidden                          # second GEMM (down): N = hidden, K = I
     flops, nbytes, t_c, t_m = _moe_work(tokens, hidden, inter_l, assign, touched, matrices, w_bytes, peak, gpu)
@@ -353,18 +405,20 @@ def _moe_work(tokens: Any, hidden: Any, inter_l: Any, assign: Any, touched: Any,
 
 def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
                  w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-                 ops: Any, matrices: Any) -> Phys:
+                 ops: Any, matrices: Any, clamped: Any = 0.0) -> Phys:
     """The ``uniform`` work terms (:data:`MOE_FORM_UNIFORM`), kept for calibration files fitted with them."""
     local = ops.maximum(experts / moe_ep, 1.0)
     inter_l = inter / moe_tp
-    assign = tokens * topk / moe_ep                       # expected routed (token, expert) pairs here
-    touched = local * (1.0 - (1.0 - 1.0 / local) ** assign)
+    assign_l = tokens * topk / moe_ep                     # expected routed (token, expert) pairs here
+    touched = local * (1.0 - (1.0 - 1.0 / local) ** assign_l)
     touched = ops.maximum(touched, ops.minimum(local, 1.0))
+    # the collector's clamped pairs (0 for a query) run as one more, fully tiled expert
+    assign = assign_l + clamped
     flops, nbytes, t_c, t_m = _moe_work(tokens, hidden, inter_l, assign, touched, matrices, w_bytes, peak, gpu)
-    per = assign / touched
+    per = assign_l / touched
     eff_t = per / (ops.ceil(per / 64) * 64)
-    q = 1.0 / eff_t
-    units = touched * ops.ceil(per / 64) * ops.ceil(inter_l / 128)
+    q = 1.0 / eff_t + clamped * (1.0 - 1.0 / eff_t) / assign    # issued over ideal work; 1 / eff_t when clamped = 0
+    units = (touched * ops.ceil(per / 64) + ops.ceil(clamped / 64)) * ops.ceil(inter_l / 128)
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(per), ops.log2(touched / local), skew, ops.log2(w_bytes), block_scaled,
          weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
@@ -500,7 +554,7 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM)
                    dt.isin(["int4_wo", "w4a16_mxfp4"]).to_numpy(np.float64), c("skew"),
                    _peak(df, "dtype", gpu), gpu,
                    matrices=moe_matrices(df["kernel_source"]) if "kernel_source" in df else MOE_GATED_MATRICES,
-                   form=moe_form)
+                   form=moe_form, clamped=moe_clamped_pairs(df))
     if family == "mla_prefill":
         return mla_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"),
                            _map(df, "kv_dtype", DTYPE_BYTES, 2.0), gpu.peak("bf16"), gpu)

@@ -165,3 +165,59 @@ def routing_load_arrays(tokens: Any, experts: Any, topk: Any, ep: Any, skew: Any
     vals = np.array([routing_load(int(t), int(e), int(k), int(p), float(s)) for t, e, k, p, s in uniq])
     vals = vals.reshape(len(uniq), 3)[np.asarray(inv).ravel()]
     return vals[:, 0], vals[:, 1], vals[:, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang Triton collector: remote slots of the timed rank's tokens computed on local expert 0
+# ---------------------------------------------------------------------------------------------
+def _balanced_rank0_tokens(tokens: int, experts: int, topk: int, ep: int) -> float:
+    """Tokens of the balanced routing with at least one of their ``topk`` experts on rank 0."""
+    local = _local(experts, ep)
+    stride = math.ceil(experts / topk)
+    j = np.arange(topk, dtype=np.int64)[None, :]
+    if tokens < stride:
+        i = np.arange(tokens, dtype=np.int64)[:, None]
+        e = (np.floor(i * stride / tokens).astype(np.int64) + j * stride) % experts
+        return float((e < local).any(axis=1).sum())
+    # token i's experts depend on i mod E only
+    i = np.arange(experts, dtype=np.int64)[:, None]
+    hit = ((i + j * stride) % experts < local).any(axis=1)
+    return float((tokens // experts) * hit.sum() + hit[: tokens % experts].sum())
+
+
+@lru_cache(maxsize=1 << 16)
+def collector_clamped_pairs(tokens: int, experts: int, topk: int, ep: int, skew: float) -> float:
+    """Routed slots that aiconfigurator's SGLang Triton MoE collector computes on local expert 0
+    besides the rank-0 pairs of :func:`routing_load`.
+
+    With expert parallelism the collector (ai-dynamo/aiconfigurator ``collector/sglang/collect_moe.py``,
+    commit e23be5a79 "upgrade the SGLang collector to 0.5.14": ``build_rank0_workloads`` ->
+    ``helper.build_rank0_local_workload``, then ``topk_ids.clamp(min=0)`` in ``benchmark_config``)
+    keeps the tokens with at least one expert on rank 0, sets their remote experts' ids to -1 and
+    weights to 0, and clamps -1 to 0 because "the Triton fused_moe kernel indexes weight tensors
+    by expert ID without masking": every remote slot of those tokens runs as a (zero-weighted)
+    pair of local expert 0. The timed kernel therefore does ``T0 x topk`` pairs (``T0`` tokens
+    hit rank 0), not the rank-0 pairs alone. Balanced routing: ``T0`` exact; power law: the
+    collector fills experts' tokens column-major in descending count order
+    (``helper._assign_experts_from_counts``), so the busiest rank's experts cover nearly
+    disjoint token ranges and ``T0`` is taken as ``min(T, rank-0 pairs)``."""
+    tokens, experts, topk, ep = max(int(tokens), 1), max(int(experts), 1), max(int(topk), 1), max(int(ep), 1)
+    topk = min(topk, experts)
+    if ep <= 1:
+        return 0.0
+    local_pairs = routing_load(tokens, experts, topk, ep, skew)[0]
+    if skew > 0:
+        t0 = min(float(tokens), local_pairs)
+    else:
+        t0 = _balanced_rank0_tokens(tokens, experts, topk, ep)
+    return max(t0 * topk - local_pairs, 0.0)
+
+
+def collector_clamped_pairs_arrays(tokens: Any, experts: Any, topk: Any, ep: Any, skew: Any) -> np.ndarray:
+    """:func:`collector_clamped_pairs` for every row of equal-length arrays (each distinct shape once)."""
+    cols = [np.asarray(v, dtype=np.float64).ravel() for v in (tokens, experts, topk, ep, skew)]
+    n = max(len(c) for c in cols)
+    keys = np.column_stack([np.broadcast_to(c, (n,)) for c in cols])
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    vals = np.array([collector_clamped_pairs(int(t), int(e), int(k), int(p), float(s)) for t, e, k, p, s in uniq])
+    return vals[np.asarray(inv).ravel()]
