@@ -242,3 +242,25 @@ def test_without_the_radix_cache_admission_guarantees_no_retraction():
         _step(st, t)
         t += 1.0
     assert st.preemptions == 0 and st.sg.retractions == 0
+
+
+def test_a_chunked_prompt_continues_with_its_own_uncomputed_tokens_counted_free():
+    # SGLang allocates a chunked prompt per chunk (add_chunked_req: min(rem_chunk_tokens,
+    # rem_total_tokens)); the simulator took the whole prompt's blocks at admission, so the tokens
+    # not yet computed are free in SGLang's view. 64-token chunks; the running request's reserve
+    # leaves 135 tokens: the 128-token prompt (+2 output) is admitted, its first chunk takes 64.
+    st = _state(_engine(budget=64), 1000)
+    _submit(st, [(16, 3000)])
+    _step(st, 0.0)
+    free0 = st.pool.free * st.B
+    st.sg.ratio.value = (free0 - 135) / st.sg.outputs.total(st.counter)
+    st.sg.ratio.decay = 0.0
+    (c,) = _submit(st, [(128, 2)], first=1)
+    assert st.plan(1.0) and [(s.idx, n) for s, n, _ in st.plan_chunks] == [(1, 64)]
+    st.complete(2.0, [])
+    # SGLang: rem_total_tokens = free + 64 uncomputed - reserve = 135 - 128 + 64 = 71 (whole blocks
+    # here) >= the 64 left -> the whole remaining prompt; counting only the blocks left free gave 7
+    assert st.plan(2.0) and [(s.idx, n, k) for s, n, k in st.plan_chunks] == [(1, 64, 64)]
+    st.complete(3.0, [])
+    st.check_invariants()
+    assert c.state == DECODE
