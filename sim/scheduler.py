@@ -178,8 +178,6 @@ class EngineState:
 
     def plan(self, now: float) -> bool:
         """Choose the next step's work (allocating its KV blocks). False when idle."""
-        if self.sg is not None and not self.running and not self.waiting:
-            self.sg.ratio.reset()   # SGLang: new_token_ratio back to init when the scheduler idles
         if self.chunked:
             chunks, preempted = self._plan_chunked(now)
         else:
@@ -577,6 +575,10 @@ class EngineState:
         self.last_done_ms = now
         if finished and self.sg is not None:
             self.sg.full = False   # the running batch shrank (scheduler: batch_is_full = False)
+            if not self.running and not self.waiting:
+                # SGLang: new_token_ratio back to init when the scheduler idles (self_check_during_idle).
+                # Here, not in plan(): the replica never plans an engine with nothing to do.
+                self.sg.ratio.reset()
         return finished
 
     # ------------------------------------------------------------------ debugging

@@ -161,11 +161,41 @@ def test_the_ratio_goes_back_to_init_when_the_engine_idles():
     _submit(st, [(100, 5)])
     t = 0.0
     while st.running or st.waiting:
+        assert st.sg.ratio.value == pytest.approx(0.7 - st.counter * st.sg.ratio.decay)
         _step(st, t)
         t += 1.0
-    assert st.sg.ratio.value < 0.7
-    assert not st.plan(t)
+    assert st.counter == 4
     assert st.sg.ratio.value == pytest.approx(0.7)
+
+
+def test_the_ratio_is_at_init_when_a_request_reaches_an_idle_engine():
+    # the replica plans only an engine with work (sim.replica._try_launch): the reset must not wait
+    # for a plan() of an empty engine, which never comes
+    st = _state(_engine(), 1000)
+    _submit(st, [(100, 5)])
+    t = 0.0
+    while st.running or st.waiting:
+        _step(st, t)
+        t += 1.0
+    _submit(st, [(100, 5)], first=1)
+    assert st.plan(t)
+    assert st.sg.ratio.value == pytest.approx(0.7)
+
+
+def test_the_ratio_is_not_reset_when_waiting_requests_take_over_from_finished_ones():
+    # the last running request finishes while another waits: SGLang builds the next prefill batch at
+    # once (no idle loop), so the ratio keeps its decayed value
+    st = _state(_engine(), 1000)
+    _submit(st, [(100, 5)])
+    _step(st, 0.0)
+    _submit(st, [(100, 5)], first=1)
+    st.sg.full = True   # as after a NO_TOKEN
+    t = 1.0
+    while st.counter < 4:
+        _step(st, t)
+        t += 1.0
+    assert not st.running and len(st.waiting) == 1
+    assert st.sg.ratio.value == pytest.approx(0.7 - 4 * st.sg.ratio.decay)
 
 
 def test_only_sglang_prefill_first_profiles_use_the_rule():
