@@ -102,7 +102,8 @@ def sensitivity_case(case: DisaggCase, opts: SimOptions, wrap: Any = None, hando
     hi = replay_ttft_ms(case, opts, wrap, handoff_ms, 1.0 + delta)
     up = replay_ttft_ms(case, opts, wrap, handoff_ms + handoff_step_ms)
     el = (hi - lo) / (2.0 * delta * base) if base > 0 else math.nan
-    need = TARGET / el if el > 0 else math.inf
+    # no finite elasticity (a replay did not finish): NaN, not an unbounded accuracy
+    need = math.nan if math.isnan(el) else (TARGET / el if el > 0 else math.inf)
     return {"simulated_ttft_ms": base, "prefill_elasticity": el, "step_accuracy_for_15pct": need,
             "handoff_slope": (up - base) / handoff_step_ms}
 

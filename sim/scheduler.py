@@ -178,8 +178,6 @@ class EngineState:
 
     def plan(self, now: float) -> bool:
         """Choose the next step's work (allocating its KV blocks). False when idle."""
-        if self.sg is not None and not self.running and not self.waiting:
-            self.sg.ratio.reset()   # SGLang: new_token_ratio back to init when the scheduler idles
         if self.chunked:
             chunks, preempted = self._plan_chunked(now)
         else:
@@ -389,16 +387,20 @@ class EngineState:
         if sg is not None:
             offset = sg.reserved_tokens(self.counter)
         if self.chunk_prompts:   # the prompts cut by earlier prefill batches continue first
+            # SGLang allocates a chunked prompt chunk by chunk; here its whole prompt's blocks were taken
+            # at admission, so its tokens not yet computed count as free in SGLang's rem_total_tokens
+            uncomputed = sum(s.target - s.computed for s in self.prefilling) if sg is not None else 0
             for seq in self.prefilling:
                 if budget <= 0:
                     break
                 n = min(seq.target - seq.computed, budget)
                 if sg is not None:   # add_chunked_req: at most rem_total_tokens when that is positive
-                    rem = int(pool.free * B - offset)
+                    rem = int(pool.free * B + uncomputed - offset)
                     if rem > 0:
                         n = min(n, rem)
-                    if seq.computed + n >= seq.target:
-                        offset += clipped_output_tokens(seq.O, seq.g)
+                    uncomputed -= n   # _update_prefill_budget: the chunk's tokens are taken
+                    if seq.computed + n >= seq.target:   # reserves min(max_new_tokens, CLIP), not less output_ids
+                        offset += clipped_output_tokens(seq.O, 0)
                 chunks.append((seq, n, seq.computed))
                 budget -= n
         waiting, running, U, ub = self.waiting, self.running, self.U, self.ub
@@ -573,6 +575,10 @@ class EngineState:
         self.last_done_ms = now
         if finished and self.sg is not None:
             self.sg.full = False   # the running batch shrank (scheduler: batch_is_full = False)
+            if not self.running and not self.waiting:
+                # SGLang: new_token_ratio back to init when the scheduler idles (self_check_during_idle).
+                # Here, not in plan(): the replica never plans an engine with nothing to do.
+                self.sg.ratio.reset()
         return finished
 
     # ------------------------------------------------------------------ debugging

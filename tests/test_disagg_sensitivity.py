@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -88,3 +90,18 @@ def test_frame_counts_a_repeated_measurement_once():
     assert f["ttft_ratio"].iloc[0] == pytest.approx(f["simulated_ttft_ms"].iloc[0] / 300.0, rel=1e-3)
     with pytest.raises(ValueError):
         sensitivity_case(_case(), OPTS, delta=0.0)
+
+
+def test_a_replay_that_does_not_finish_gives_nan_not_an_unbounded_accuracy(monkeypatch):
+    # an overloaded replay (NaN TTFT) must not read as "any prefill step accuracy will do" (inf)
+    from llmplan.calibration import disagg_sensitivity as ds
+    ttft = {1.0: 100.0, 0.95: float("nan"), 1.05: 110.0}
+    monkeypatch.setattr(ds, "replay_ttft_ms", lambda case, opts, wrap=None, handoff_ms=0.0, prefill_factor=1.0:
+                        ttft[prefill_factor] + (handoff_ms if prefill_factor == 1.0 else 0.0))
+    s = ds.sensitivity_case(None, None)
+    assert math.isnan(s["prefill_elasticity"]) and math.isnan(s["step_accuracy_for_15pct"])
+    assert s["handoff_slope"] == pytest.approx(1.0)
+    # a TTFT that does not move with the step: no accuracy needed
+    ttft[0.95] = ttft[1.05] = 100.0
+    s = ds.sensitivity_case(None, None)
+    assert s["prefill_elasticity"] == 0.0 and s["step_accuracy_for_15pct"] == math.inf

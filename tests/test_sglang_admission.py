@@ -161,11 +161,41 @@ def test_the_ratio_goes_back_to_init_when_the_engine_idles():
     _submit(st, [(100, 5)])
     t = 0.0
     while st.running or st.waiting:
+        assert st.sg.ratio.value == pytest.approx(0.7 - st.counter * st.sg.ratio.decay)
         _step(st, t)
         t += 1.0
-    assert st.sg.ratio.value < 0.7
-    assert not st.plan(t)
+    assert st.counter == 4
     assert st.sg.ratio.value == pytest.approx(0.7)
+
+
+def test_the_ratio_is_at_init_when_a_request_reaches_an_idle_engine():
+    # the replica plans only an engine with work (sim.replica._try_launch): the reset must not wait
+    # for a plan() of an empty engine, which never comes
+    st = _state(_engine(), 1000)
+    _submit(st, [(100, 5)])
+    t = 0.0
+    while st.running or st.waiting:
+        _step(st, t)
+        t += 1.0
+    _submit(st, [(100, 5)], first=1)
+    assert st.plan(t)
+    assert st.sg.ratio.value == pytest.approx(0.7)
+
+
+def test_the_ratio_is_not_reset_when_waiting_requests_take_over_from_finished_ones():
+    # the last running request finishes while another waits: SGLang builds the next prefill batch at
+    # once (no idle loop), so the ratio keeps its decayed value
+    st = _state(_engine(), 1000)
+    _submit(st, [(100, 5)])
+    _step(st, 0.0)
+    _submit(st, [(100, 5)], first=1)
+    st.sg.full = True   # as after a NO_TOKEN
+    t = 1.0
+    while st.counter < 4:
+        _step(st, t)
+        t += 1.0
+    assert not st.running and len(st.waiting) == 1
+    assert st.sg.ratio.value == pytest.approx(0.7 - 4 * st.sg.ratio.decay)
 
 
 def test_only_sglang_prefill_first_profiles_use_the_rule():
@@ -242,3 +272,25 @@ def test_without_the_radix_cache_admission_guarantees_no_retraction():
         _step(st, t)
         t += 1.0
     assert st.preemptions == 0 and st.sg.retractions == 0
+
+
+def test_a_chunked_prompt_continues_with_its_own_uncomputed_tokens_counted_free():
+    # SGLang allocates a chunked prompt per chunk (add_chunked_req: min(rem_chunk_tokens,
+    # rem_total_tokens)); the simulator took the whole prompt's blocks at admission, so the tokens
+    # not yet computed are free in SGLang's view. 64-token chunks; the running request's reserve
+    # leaves 135 tokens: the 128-token prompt (+2 output) is admitted, its first chunk takes 64.
+    st = _state(_engine(budget=64), 1000)
+    _submit(st, [(16, 3000)])
+    _step(st, 0.0)
+    free0 = st.pool.free * st.B
+    st.sg.ratio.value = (free0 - 135) / st.sg.outputs.total(st.counter)
+    st.sg.ratio.decay = 0.0
+    (c,) = _submit(st, [(128, 2)], first=1)
+    assert st.plan(1.0) and [(s.idx, n) for s, n, _ in st.plan_chunks] == [(1, 64)]
+    st.complete(2.0, [])
+    # SGLang: rem_total_tokens = free + 64 uncomputed - reserve = 135 - 128 + 64 = 71 (whole blocks
+    # here) >= the 64 left -> the whole remaining prompt; counting only the blocks left free gave 7
+    assert st.plan(2.0) and [(s.idx, n, k) for s, n, k in st.plan_chunks] == [(1, 64, 64)]
+    st.complete(3.0, [])
+    st.check_invariants()
+    assert c.state == DECODE
