@@ -93,6 +93,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from llmplan.calibration.engine_versions import release
 from llmplan.calibration.serving_rows import (BACKENDS, SIMULATED, ServingCase, SimOptions, concurrency_of,
                                               engine_profiles, map_row, map_rows, parallel_map,
                                               read_serving_files, resolve_calibration, serving_files, simulate_case)
@@ -157,10 +158,9 @@ def version_family(backend: str, version: str) -> str:
     """Engine-version family of a served row. Numbered releases split where the measured
     versions change behaviour (vLLM 0.11-0.12 / 0.16+, SGLang 0.5.1-0.5.6 / 0.5.8+,
     TRT-LLM 1.0-1.1 / 1.2+); non-numeric builds (``gpt-oss-dev``, ``glm5-hopper``) are ``dev``."""
-    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", str(version or ""))
-    if not m:
+    v = release(version)
+    if v is None:
         return "dev"
-    v = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
     split = {"vllm": (0, 14, 0), "sglang": (0, 5, 7), "trtllm": (1, 2, 0)}.get(backend)
     if split is None:
         return "all"

@@ -42,10 +42,10 @@ that is not a release number (``glm5-hopper``) does not take it.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from llmplan.calibration.benchmark_clients import collection_file
+from llmplan.calibration.engine_versions import at_least
 
 #: aiconfigurator's generator: ``max_prefill_tokens = isl + 1500`` for aggregated SGLang workers
 GENERATOR_PREFILL_EXTRA_TOKENS = 1500
@@ -55,15 +55,11 @@ GENERATOR_MIXED_CHUNK_FROM = (0, 5, 6)
 ALLREDUCE_RMS_FUSION_FROM = (0, 5, 7)
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
-
-
 def generator_mixed_chunk(row: Mapping[str, Any]) -> bool:
     """True when the row's SGLang server ran with ``--enable-mixed-chunk`` (aiconfigurator's generator,
     version with the flag in its template)."""
     source = collection_file(row)
-    return source is not None and source[0] == "sglang" and _version(source[1]) >= GENERATOR_MIXED_CHUNK_FROM
+    return source is not None and source[0] == "sglang" and at_least(source[1], GENERATOR_MIXED_CHUNK_FROM)
 
 
 def generator_max_prefill_tokens(isl: int) -> int:
@@ -82,5 +78,4 @@ def allreduce_rms_fusion(version: str | None) -> bool:
     """Whether the SGLang release ``version`` (the row's ``backend_version``) enables the FlashInfer
     AllReduce + RMSNorm fusion by default on Hopper for the models of
     :data:`llmplan.sim.sglang_allreduce_rms.AUTO_ARCHITECTURES`; False for a non-release build."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(version or "").strip())
-    return bool(m) and tuple(int(x) for x in m.groups()) >= ALLREDUCE_RMS_FUSION_FROM
+    return at_least(str(version or "").strip(), ALLREDUCE_RMS_FUSION_FROM)

@@ -50,10 +50,10 @@ the id names is kept (``calibration.serving_rows.id_layout``), without the atten
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from llmplan.calibration.benchmark_clients import length_range_ratio
+from llmplan.calibration.engine_versions import at_least
 
 #: ``max-cudagraph-capture-size`` of vLLM's gpt-oss Hopper recipe and of InferenceX's gpt-oss launches
 GPTOSS_HOPPER_MAX_CAPTURE = 2048
@@ -81,8 +81,7 @@ def max_capture_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
 def allreduce_rms_fusion(version: str) -> bool:
     """Whether the vLLM release ``version`` (the row's ``backend_version``) runs the AllReduce +
     RMSNorm fusion by default (module docstring); False for a version that is not a release number."""
-    m = re.match(r"(\d+)\.(\d+)", str(version or "").strip())
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= ALLREDUCE_RMS_FUSION_FROM
+    return at_least(str(version or "").strip(), ALLREDUCE_RMS_FUSION_FROM)
 
 
 def runs_data_parallel(row: Mapping[str, Any]) -> bool:
