@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from llmplan.calibration.disagg_regimes import disagg_regime
-from llmplan.calibration.serving_disagg_rows import (DisaggCase, disagg_spec, held_out, map_disagg_rows,
-                                                     measurement_key)
-from llmplan.calibration.serving_rows import SimOptions, _text, benchmark_workload
+from llmplan.calibration.serving_disagg_rows import DisaggCase, disagg_spec, held_out, replayable_rows
+from llmplan.calibration.serving_rows import SimOptions, benchmark_workload
 
 PARTS = ("front_end_ms", "prefill_queue_ms", "prefill_ms", "decode_room_wait_ms", "kv_transfer_ms", "link_wait_ms",
          "handoff_ms", "decode_join_ms")
@@ -73,20 +71,13 @@ def decompose(df: Any, overrides: Mapping[str, Mapping[str, Any]], seed: int, op
     the split half and duplicates (a pandas frame)."""
     import pandas as pd
 
-    from llmplan.calibration.engine_fit import corrected, overrides_for
+    from llmplan.calibration.engine_fit import corrected
 
-    opts = opts or SimOptions()
-    rows = df.to_dict("records")
     first_of: dict[tuple, str] = {}
     out = []
-    for i, mp in map_disagg_rows(df, overrides).items():
-        if mp.case is None:
-            continue
-        c, r = mp.case, rows[i]
-        key = measurement_key(r)
+    for mp, r, key, mine, o in replayable_rows(df, overrides, opts or SimOptions()):
+        c = mp.case
         dup = first_of.setdefault(key, c.row_id)
-        mine = overrides_for(dict(overrides), _text(r.get("backend")), str(r.get("backend_version") or ""))
-        o = replace(opts, osl_jitter=float(mine.get("osl_jitter", 0.0)))
         parts = decompose_case(c, o, corrected(float(mine.get("prefill_scale", 1.0))))
         regime = disagg_regime(c, disagg_spec(c, o, None, c.isl + c.osl))   # calibration/disagg_regimes.py
         out.append({"id": c.row_id, "backend": c.backend, "gpu": c.dep.gpu.key, "model": c.dep.model.key,

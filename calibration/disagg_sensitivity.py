@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from llmplan.calibration.serving_disagg_rows import DisaggCase, disagg_spec, held_out, map_disagg_rows, measurement_key
+from llmplan.calibration.serving_disagg_rows import DisaggCase, disagg_spec, held_out, replayable_rows
 from llmplan.calibration.serving_rows import SimOptions, _text, benchmark_workload
 
 #: relative change of the prefill step time for the central difference
@@ -114,24 +114,17 @@ def sensitivity(df: Any, overrides: Mapping[str, Mapping[str, Any]], seed: int, 
     :data:`COLUMNS`, the measured TTFT and the split half (a pandas frame)."""
     import pandas as pd
 
-    from llmplan.calibration.engine_fit import corrected, overrides_for
+    from llmplan.calibration.engine_fit import corrected
     from llmplan.sim.disagg_handoff import handoff_ms
 
-    opts = opts or SimOptions()
-    rows = df.to_dict("records")
     seen: set[tuple] = set()
     out = []
-    for i, mp in map_disagg_rows(df, overrides).items():
-        if mp.case is None:
-            continue
-        c, r = mp.case, rows[i]
-        key = measurement_key(r)
+    for mp, r, key, mine, o in replayable_rows(df, overrides, opts or SimOptions()):
+        c = mp.case
         if key in seen:
             continue
         seen.add(key)
         be = _text(r.get("backend"))
-        mine = overrides_for(dict(overrides), be, str(r.get("backend_version") or ""))
-        o = replace(opts, osl_jitter=float(mine.get("osl_jitter", 0.0)))
         h = float(handoffs.get(be, 0.0)) if handoffs is not None else handoff_ms(be)
         s = sensitivity_case(c, o, corrected(float(mine.get("prefill_scale", 1.0))), h)
         out.append({"id": c.row_id, "backend": c.backend, "gpu": c.dep.gpu.key, "isl": c.isl,

@@ -289,6 +289,21 @@ def map_disagg_rows(df: Any, overrides: Mapping[str, Mapping[str, Any]]) -> dict
     return out
 
 
+def replayable_rows(df: Any, overrides: Mapping[str, Mapping[str, Any]], opts: SimOptions):
+    """Each replayable disaggregated row of a frame, in order: ``(mapping, row, key, terms, opts)`` with
+    the row's :func:`measurement_key`, its engine-version terms (``calibration.engine_fit.overrides_for``)
+    and ``opts`` carrying the terms' output-length jitter (the diagnostics' common loop)."""
+    from llmplan.calibration.engine_fit import overrides_for
+
+    rows = df.to_dict("records")
+    for i, mp in map_disagg_rows(df, overrides).items():
+        if mp.case is None:
+            continue
+        r = rows[i]
+        mine = overrides_for(dict(overrides), _text(r.get("backend")), str(r.get("backend_version") or ""))
+        yield mp, r, measurement_key(r), mine, replace(opts, osl_jitter=float(mine.get("osl_jitter", 0.0)))
+
+
 def held_out(m: DisaggMapping, seed: int) -> bool:
     """The row's deployment is in the held-out half of split ``seed`` (the aggregated rows' split:
     :func:`calibration.engine_fit.deployment_half` of the row's split key,
