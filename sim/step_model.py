@@ -112,6 +112,7 @@ class AnalyticalStepModel:
         self._mla_module_on = mla_module_applies(self.engine.kernel_backend, m)
         self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
         self._decode_sc: dict[tuple[int, float], tuple[float, float]] = {}  # their (stage, comm)
+        self._decode_stage_ms: dict[tuple[int, float], float] = {}  # their stage times (stage_time_ms)
         self._last_sc: tuple[StepShape | None, tuple[float, float]] = (None, (0.0, 0.0))
 
     def _init_op_caches(self) -> None:
@@ -211,9 +212,18 @@ class AnalyticalStepModel:
     def stage_time_ms(self, shape: StepShape) -> float:
         n = shape.decode_seqs
         if n and not shape.prefill_seqs and self.dp == 1:
-            stage, comm = self._decode_stage_comm(shape, (n, _bucket(shape.decode_kv_tokens / n)))
-        else:
-            stage, comm = self._mixed_stage_comm(shape)
+            # like step_time_ms, a decode-only stage time is a function of its decode key (the
+            # analytical screen asks the same decode batches at many loads)
+            key = (n, _bucket(shape.decode_kv_tokens / n))
+            t = self._decode_stage_ms.get(key)
+            if t is None:
+                if len(self._decode_stage_ms) >= 262144:
+                    self._decode_stage_ms.clear()
+                stage, comm = self._decode_stage_comm(shape, key)
+                t = self._decode_stage_ms[key] = self._with_host(
+                    stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape, self.layers_per_stage)
+            return t
+        stage, comm = self._mixed_stage_comm(shape)
         return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape,
                                self.layers_per_stage)
 

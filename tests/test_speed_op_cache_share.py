@@ -64,3 +64,18 @@ def test_fusion_after_sharing_detaches():
     fresh, = _models(EngineProfile(), caps=(64,))
     fresh.fuse_allreduce_rms()
     assert _times(b) == _times(fresh)
+
+
+def test_decode_stage_time_remembered_per_decode_key():
+    """stage_time_ms of a decode-only step is remembered by its decode key, as step_time_ms is:
+    the remembered value is the one the formula gives, first asked or not, with and without
+    pipeline stages (their send time per stage included)."""
+    for par in (Parallelism(tp=2), Parallelism(tp=2, pp=2)):
+        step, = _models(EngineProfile(), caps=(64,), par=par)
+        for n, kv in ((1, 900), (7, 7 * 1500), (64, 64 * 3000), (7, 7 * 1500 + 3)):
+            shape = StepShape(0, 0, 0.0, 0, n, kv)
+            first = step.stage_time_ms(shape)
+            stage, comm = step._stage_and_comm(shape)
+            want = step._with_host(stage + (comm / (par.pp - 1) if par.pp > 1 else 0.0), shape, step.layers_per_stage)
+            assert first == want and step.stage_time_ms(shape) == want
+        assert len(step._decode_stage_ms) == 3  # the last shape shares the bucket of the second
