@@ -79,3 +79,33 @@ def test_decode_stage_time_remembered_per_decode_key():
             want = step._with_host(stage + (comm / (par.pp - 1) if par.pp > 1 else 0.0), shape, step.layers_per_stage)
             assert first == want and step.stage_time_ms(shape) == want
         assert len(step._decode_stage_ms) == 3  # the last shape shares the bucket of the second
+
+
+def test_screen_with_shared_caches_equals_screen_without(monkeypatch):
+    """evaluate_candidates shares operator caches across the batch caps of a shape; every
+    screened figure equals the one of a screen whose step models keep their own caches."""
+    from llmplan.optimizer.enumerate import enumerate_candidates
+    from llmplan.optimizer.planner import evaluate_candidates
+    from llmplan.optimizer.types import SLOTarget, WorkloadStats
+    from llmplan.sim import step_model
+
+    m, g = load_model("llama3_1_8b"), get_gpu("h100_sxm")
+    cands, _ = enumerate_candidates(m, [(g, g.usd_per_hour)], [1, 2], [1], [1], ["bf16", "fp8"], [16, 64, 256])
+    wl = WorkloadStats(4.0, 1500, 300, 1800, 1.0, 1200, 3000, 4000)
+    slos = [SLOTarget("ttft", 90, 800.0), SLOTarget("tpot", 90, 30.0)]
+
+    def figures(evals):
+        return [(e.candidate.name, e.capacity_rps, e.binding, e.ttft_ms, e.tpot_ms, e.light_ttft_ms, e.light_tpot_ms,
+                 sorted(e.at_capacity.items())) for e in evals]
+
+    calls = []
+    real = step_model.AnalyticalStepModel.share_op_caches
+    monkeypatch.setattr(step_model.AnalyticalStepModel, "share_op_caches",
+                        lambda self, other: calls.append(1) or real(self, other))
+    shared = figures(evaluate_candidates(m, cands, EngineProfile(), wl, slos, None))
+    assert len(calls) == len(cands) - 4  # 2 TP x 2 precisions, three batch caps each
+    monkeypatch.setattr(step_model.AnalyticalStepModel, "share_op_caches", lambda self, other: False)
+    from llmplan.sim import calibrated
+    calibrated._MODELS.clear()  # fresh kernel models too: nothing answered from the first screen
+    own = figures(evaluate_candidates(m, cands, EngineProfile(), wl, slos, None))
+    assert shared == own and any(c > 0 for _, c, *_ in own)
