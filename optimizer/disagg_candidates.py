@@ -300,6 +300,12 @@ def verify_option(opt: DisaggOption, model: Any, engine: Any, wl: WorkloadStats,
     i, o = max(1, int(round(wl.mean_input_tokens))), max(1, int(round(wl.mean_output_tokens)))
     spec = disagg_from_deployments(deps[0], deps[1], opt.prefill.workers, opt.decode.workers, i + o, calibration,
                                    handoff_ms=opt.handoff_ms)
+    # each pool's step model times the operators of its screened candidate: one set of operator
+    # caches (AnalyticalStepModel.share_op_caches; same answers, each list derived once)
+    for pool, pick in ((spec.prefill, opt.prefill), (spec.decode, opt.decode)):
+        screened = getattr(pick.evaluation.analyzer, "step", None)
+        if screened is not None and hasattr(pool.replica.cost_model, "share_op_caches"):
+            pool.replica.cost_model.share_op_caches(screened)
     work = WorkloadSpec(preset=None, arrival="poisson", rate_rps=wl.rate_rps, num_requests=requests,
                         input_tokens=LengthSpec(kind="fixed", mean_tokens=i),
                         output_tokens=LengthSpec(kind="fixed", mean_tokens=o), seed=seed)

@@ -106,6 +106,7 @@ def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: Engine
     """Memory fit + analytical SLO capacity for each candidate (one step model and memory plan per engine limit)."""
     out: list[Evaluation] = []
     cache: dict[tuple, tuple] = {}
+    siblings: dict[tuple, object] = {}  # (GPU, parallelism, precision) -> its first step model
     for i, c in enumerate(cands):
         eng = _engine_for(engine, c)
         # max_num_seqs is part of the key: the KV budget (activations, CUDA-graph pool, linear
@@ -115,6 +116,11 @@ def evaluate_candidates(model: ModelSpec, cands: list[Candidate], engine: Engine
         if key not in cache:
             dep = Deployment(model, c.gpu, c.par, c.prec, eng)
             cache[key] = build(dep, calibration, min_kv_tokens=wl.max_request_tokens)
+            # the batch caps of one shape time the same operators: one set of operator caches
+            # (AnalyticalStepModel.share_op_caches; same answers, each list derived once)
+            first = siblings.setdefault(key[:3], cache[key][0])
+            if first is not cache[key][0]:
+                cache[key][0].share_op_caches(first)
         step, mem = cache[key]
         if speculative is not None:  # a speculating twin (optimizer/spec_candidates.py)
             from llmplan.optimizer.spec_candidates import spec_view

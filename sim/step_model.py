@@ -20,6 +20,7 @@ the discrete-event simulator can call :meth:`step_time_ms` millions of times.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 from llmplan.hardware_catalog.spec import GPUSpec
@@ -45,6 +46,9 @@ from llmplan.sim.wideep_moe import group_moe
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
 _BUCKET = 1.01   # geometric bucket width for KV lengths in the attention cache
 _log = math.log
+# the operator caches (AnalyticalStepModel._init_op_caches), shared by share_op_caches
+_OP_CACHES = ("_linear", "_attn", "_body_lat", "_logit_lat", "_linear_ms", "_pf_lat", "_dc_lat", "_attn_ms",
+              "_mla_module")
 
 
 def _bucket(x: float) -> float:
@@ -104,6 +108,17 @@ class AnalyticalStepModel:
         self._full_geom = (self.kv_heads, hd) if ga is None else \
             (max(1, ga.num_kv_heads // tp) if ga.num_kv_heads >= tp else 1, ga.head_dim)
         self._n_global = len(ga.layer_indices) * self._frac if ga is not None else 0.0
+        self._init_op_caches()
+        self._mla_module_on = mla_module_applies(self.engine.kernel_backend, m)
+        self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
+        self._decode_sc: dict[tuple[int, float], tuple[float, float]] = {}  # their (stage, comm)
+        self._decode_stage_ms: dict[tuple[int, float], float] = {}  # their stage times (stage_time_ms)
+        self._last_sc: tuple[StepShape | None, tuple[float, float]] = (None, (0.0, 0.0))
+
+    def _init_op_caches(self) -> None:
+        """Fresh caches of the operator lists and their latency sums (functions of the cache keys
+        and of this model's fixed geometry, kernels and fusions; :meth:`share_op_caches`)."""
+        m = self.model
         self._linear = lru_cache(maxsize=65536)(self._linear_ops)
         self._attn = lru_cache(maxsize=262144)(self._attn_ops)
         # the hot path only needs the sums. The token-row operators and the logit-row ones
@@ -123,10 +138,23 @@ class AnalyticalStepModel:
         self._mla_module = lru_cache(maxsize=65536)(lambda lk, ak: module_ops(
             self.engine.kernel_backend, m, self.gpu.key, self.prec.kv_cache, self._wd["attention"], self.heads,
             self.layers_per_stage, ak, self._linear(*lk) + self._attn(*ak)))
-        self._mla_module_on = mla_module_applies(self.engine.kernel_backend, m)
-        self._decode_ms: dict[tuple[int, float], float] = {}  # decode-only step times (dp = 1)
-        self._decode_sc: dict[tuple[int, float], tuple[float, float]] = {}  # their (stage, comm)
-        self._last_sc: tuple[StepShape | None, tuple[float, float]] = (None, (0.0, 0.0))
+
+    def share_op_caches(self, other: "AnalyticalStepModel") -> bool:
+        """Use ``other``'s operator caches when both models time every operator alike: the same
+        class, model, GPU and kernel model (the same objects), parallelism and precision, the same
+        all-reduce fusion and an engine equal but for ``max_num_seqs`` (which moves only the
+        CUDA-graph padding and the host terms, both applied outside these caches, in
+        :meth:`_rows` and :meth:`_with_host`). The planner builds one step model per batch cap of
+        a shape; without this each re-derives the same operator lists. Every cached value is the
+        one this model would compute, so answers are unchanged. Returns whether they are shared."""
+        if not (type(self) is type(other) and self.kernels is other.kernels and self.model is other.model
+                and self.gpu is other.gpu and self.par == other.par and self.prec == other.prec
+                and self._ar_rms_tokens == other._ar_rms_tokens
+                and replace(self.engine, max_num_seqs=0) == replace(other.engine, max_num_seqs=0)):
+            return False
+        for name in _OP_CACHES:
+            setattr(self, name, getattr(other, name))
+        return True
 
     # ------------------------------------------------------------------ public protocol
     def step_time_ms(self, shape: StepShape) -> float:
@@ -184,9 +212,18 @@ class AnalyticalStepModel:
     def stage_time_ms(self, shape: StepShape) -> float:
         n = shape.decode_seqs
         if n and not shape.prefill_seqs and self.dp == 1:
-            stage, comm = self._decode_stage_comm(shape, (n, _bucket(shape.decode_kv_tokens / n)))
-        else:
-            stage, comm = self._mixed_stage_comm(shape)
+            # like step_time_ms, a decode-only stage time is a function of its decode key (the
+            # analytical screen asks the same decode batches at many loads)
+            key = (n, _bucket(shape.decode_kv_tokens / n))
+            t = self._decode_stage_ms.get(key)
+            if t is None:
+                if len(self._decode_stage_ms) >= 262144:
+                    self._decode_stage_ms.clear()
+                stage, comm = self._decode_stage_comm(shape, key)
+                t = self._decode_stage_ms[key] = self._with_host(
+                    stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape, self.layers_per_stage)
+            return t
+        stage, comm = self._mixed_stage_comm(shape)
         return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape,
                                self.layers_per_stage)
 
@@ -255,6 +292,7 @@ class AnalyticalStepModel:
             raise ValueError(f"fuse_allreduce_rms is vLLM's fuse_allreduce_rms pass, not {self.engine.name}'s")
         self._ar_rms_tokens = fused_max_tokens(self.gpu.key, self.par.tp, self.par.dp, self.par.pp,
                                                self.model.hidden_size, ACT_BYTES)
+        self._init_op_caches()  # the norms' operators change: caches of its own
 
     def fuse_sglang_allreduce_rms(self) -> None:
         """SGLang release whose default turns the FlashInfer AllReduce + RMSNorm fusion on
@@ -264,6 +302,7 @@ class AnalyticalStepModel:
             raise ValueError(f"fuse_sglang_allreduce_rms is SGLang's fusion, not {self.engine.name}'s")
         self._ar_rms_tokens = sglang_fused_max_tokens(self.gpu.key, self.model.architecture, self.par.tp,
                                                       self.par.dp, self.par.pp)
+        self._init_op_caches()  # the norms' operators change: caches of its own
 
     def _rows(self, shape: StepShape) -> int:
         """Token rows of the linear operators: CUDA-graph padding (sim/cuda_graphs.py)."""

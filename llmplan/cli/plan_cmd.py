@@ -19,7 +19,6 @@ from llmplan.model_catalog.derived import checkpoint_precision_note
 from llmplan.optimizer import report
 from llmplan.optimizer.day_plan import DayInfeasible
 from llmplan.optimizer import risk
-from llmplan.optimizer.fleet import plan_fleet, settle_rate
 from llmplan.optimizer.planner import plan
 from llmplan.sim.trtllm_batch_wait import simulated_only_note
 
@@ -118,6 +117,8 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
 
             verifier = make_verifier(model, app.engine, app.workload, wl, slos, space.verify_requests, app.seed, progress)
         if fleet:
+            from llmplan.optimizer.fleet import plan_fleet  # fleet.gpus only: not imported by a plain plan
+
             res = plan_fleet(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, fleet,
                              app.calibration, progress, verifier)
             res.notes.append("disaggregated candidates not searched: fleet mode (fleet.gpus) answers the rate of "
@@ -142,6 +143,8 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
 
             with step(progress, "deployment sim"):
                 if res.fleet:  # the reported rate: one the whole-deployment steady-state simulation passes
+                    from llmplan.optimizer.fleet import settle_rate
+
                     settle_rate(res, simulate)
                 else:
                     simulate(res)
