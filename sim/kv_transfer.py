@@ -131,8 +131,10 @@ def pool_link(prefill_gpu: GPUSpec, decode_gpu: GPUSpec, prefill_gpus: int, deco
         why = ("the pools use different GPU types" if not same_type else
                f"{prefill_gpu.key} has no scale-up fabric" if prefill_gpu.scaleup_bw_gbps <= 0 else
                f"{prefill_gpus} + {decode_gpus} GPUs exceed its scale-up domain of {prefill_gpu.scaleup_domain_size}")
+        fix = ("use placement=network (or auto), or smaller pools" if same_type and prefill_gpu.scaleup_bw_gbps > 0
+               else "use placement=network (or auto)")  # smaller pools help only when the domain is too small
         raise UserError(f"the prefill and decode pools cannot share one scale-up domain: {why}",
-                        key="kv_transfer.placement", fix="use placement=network or smaller pools")
+                        key="kv_transfer.placement", fix=fix)
     if fits and placement != "network":
         if "scaleup_bw_gbps" in prefill_gpu.unknown:
             raise UserError(f"the scale-up bandwidth of {prefill_gpu.key} is unknown in the GPU catalog",

@@ -20,6 +20,17 @@ def scenario(app):
         get_gpu(key)
         if key not in new.gpu.candidates:
             new.gpu.candidates.append(key)
+    # a scaled figure or price of a GPU type the plan never considers would change nothing: the
+    # scenario would print "what if" columns equal to the baseline's without saying why
+    planned = {get_gpu(k).key for k in new.gpu.candidates}
+    for group in ("gpu_scale", "price_scale"):
+        for key in getattr(w, group):
+            if get_gpu(key).key not in planned:
+                raise ConfigError(f"{key} is not a candidate GPU of this plan (gpu.candidates: "
+                                  f"{', '.join(new.gpu.candidates)}), so scaling it changes nothing",
+                                  key=f"whatif.{group}.{key}",
+                                  fix=f"add it to the scenario with whatif.add_gpus=[{key}], or to both plans "
+                                      f"with gpu.candidates")
     for key, figs in w.gpu_scale.items():
         gpu = get_gpu(key)
         over = dict(new.gpu.spec_overrides.get(key, {}))
