@@ -79,6 +79,11 @@ CASES = [
     # same_domain with two GPU types: the fix no longer suggests smaller pools
     (["simulate", "deployment=disagg_example", "deployment.kv_transfer.placement=same_domain"],
      "deployment.kv_transfer.placement", "placement=network (or auto)"),
+    # TensorRT-LLM on an AMD or Intel GPU (was planned, with a trtllm-serve launch script)
+    (["plan", "model=llama3_1_8b", "gpu=mi300x", "engine=trtllm", *FAST], "engine", "mi300x is an AMD GPU"),
+    (["simulate", "model=llama3_1_8b", "gpu=b60", "engine=trtllm"], "engine", "b60 is an Intel GPU"),
+    (["simulate", "deployment=disagg_example", "deployment.decode.gpu=mi300x", "engine=trtllm"], "engine",
+     "NVIDIA GPUs only"),
     # messages that had no fix line
     (["simulate", "workload.num_requests=0"], "workload.num_requests", "arrival=trace only"),
     (["plan", "workload.input_tokens.min_tokens=500", "workload.input_tokens.max_tokens=100"],

@@ -76,7 +76,19 @@ def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
     price = app.gpu.usd_per_hour.get(key, app.gpu.usd_per_hour.get(gpu.key))
     if price is not None:  # positive and finite: config_checks
         changes["usd_per_hour"] = float(price)
+    check_engine_vendor(app.engine.name, gpu)
     return replace(gpu, **changes) if changes else gpu
+
+
+def check_engine_vendor(engine: str, gpu: GPUSpec) -> None:
+    """TensorRT-LLM runs on NVIDIA GPUs only ("TensorRT LLM supports the full spectrum of NVIDIA GPU
+    architectures", https://nvidia.github.io/TensorRT-LLM/supported-hardware.html): a plan or a
+    simulation of it on an AMD or Intel GPU (and its trtllm-serve launch script) is refused."""
+    if engine == "trtllm" and gpu.vendor != "nvidia":
+        vendor = {"amd": "an AMD", "intel": "an Intel"}.get(gpu.vendor, f"a {gpu.vendor}")
+        raise ConfigError(f"engine=trtllm runs on NVIDIA GPUs only; {gpu.key} is {vendor} GPU",
+                          key="engine", fix=f"use engine=vllm or engine=sglang on {gpu.key}, or NVIDIA GPUs only "
+                                            "(e.g. gpu=nvidia_all)")
 
 
 def resolve_gpus(app: AppConfig) -> list[GPUSpec]:
