@@ -84,6 +84,10 @@ CASES = [
     (["simulate", "model=llama3_1_8b", "gpu=b60", "engine=trtllm"], "engine", "b60 is an Intel GPU"),
     (["simulate", "deployment=disagg_example", "deployment.decode.gpu=mi300x", "engine=trtllm"], "engine",
      "NVIDIA GPUs only"),
+    # an engine the simulator does not model (fell back to vLLM's memory rule without a word)
+    (["simulate", "model=llama3_1_8b", "gpu=h100_sxm", "engine.name=foo"], "engine.name", "unknown value 'foo'"),
+    (["simulate", "model=llama3_1_8b", "gpu=h100_sxm", "engine.kernel_backend=vlm"], "engine.kernel_backend",
+     "did you mean vllm"),
     # messages that had no fix line
     (["simulate", "workload.num_requests=0"], "workload.num_requests", "arrival=trace only"),
     (["plan", "workload.input_tokens.min_tokens=500", "workload.input_tokens.max_tokens=100"],

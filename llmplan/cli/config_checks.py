@@ -91,6 +91,9 @@ NON_EMPTY = ("search.tp", "search.pp", "search.ep", "search.precision", "search.
 
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
 
+#: engines the simulator models (conf/engine/*.yaml: vllm_v0 is vLLM with name vllm)
+ENGINES = ("vllm", "sglang", "trtllm")
+
 
 def _choices() -> dict[str, tuple[str, ...]]:
     """Named options -> what exists (imported lazily: the simulator's own tables)."""
@@ -107,6 +110,9 @@ def _choices() -> dict[str, tuple[str, ...]]:
         "deployment.router": tuple(ROUTERS), "output.requests_format": ("csv", "parquet"),
         "deployment.mode": ("aggregated", "disagg"), "deployment.kv_transfer.placement": tuple(PLACEMENTS),
         "deployment.first_token_at": FIRST_TOKEN_AT, "engine.moe_all2all": MOE_ALL2ALL,
+        # the engines modelled (sim/kv_budget.py FRACTION_FIELDS; another name fell back to vLLM's
+        # memory rule without a word) and the measured kernel sets that calibrate them
+        "engine.name": ENGINES, "engine.kernel_backend": ENGINES,
     }
 
 
