@@ -88,6 +88,13 @@ CASES = [
     (["simulate", "model=llama3_1_8b", "gpu=h100_sxm", "engine.name=foo"], "engine.name", "unknown value 'foo'"),
     (["simulate", "model=llama3_1_8b", "gpu=h100_sxm", "engine.kernel_backend=vlm"], "engine.kernel_backend",
      "did you mean vllm"),
+    # scaling a figure the catalog marks unknown (a placeholder) in a what-if
+    (["whatif", "gpu=l40s", "whatif.gpu_scale={l40s: {scaleout_bw_gbps: 2}}"],
+     "whatif.gpu_scale.l40s.scaleout_bw_gbps", "gpu.spec_overrides="),
+    # the KV-transfer error's fix names the key that gives the unknown figure
+    (["simulate", "deployment=disagg_example", "model=llama3_1_8b", "deployment.prefill.gpu=l40s",
+      "deployment.prefill.tp=1", "deployment.decode.tp=1"], "deployment.prefill.gpu (l40s).scaleout_bw_gbps",
+     "gpu.spec_overrides='{l40s: {scaleout_bw_gbps: 50}}'"),
     # messages that had no fix line
     (["simulate", "workload.num_requests=0"], "workload.num_requests", "arrival=trace only"),
     (["plan", "workload.input_tokens.min_tokens=500", "workload.input_tokens.max_tokens=100"],
@@ -187,3 +194,14 @@ def test_sweep_summary_gives_an_infeasible_job_no_cost(capsys, tmp_path):
     # the stderr line of the failed job carries its reason (was empty after 'infeasible: ')
     line = next(ln for ln in err.splitlines() if ln.startswith("job 0 "))
     assert "no candidate meets the SLOs" in line
+
+
+def test_an_unknown_figure_given_in_spec_overrides_is_used(capsys, tmp_path):
+    """The KV-transfer error said 'give the figure in a GPU catalog override', but
+    gpu.spec_overrides kept the figure marked unknown, so the same error came back."""
+    code, out, err = _run(["simulate", "deployment=disagg_example", "model=llama3_1_8b", "deployment.prefill.gpu=l40s",
+                           "deployment.prefill.tp=1", "deployment.decode.tp=1", "workload.num_requests=30",
+                           "gpu.spec_overrides={l40s: {scaleout_bw_gbps: 50}}", f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 0, err
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["requests_per_s"] > 0

@@ -76,6 +76,10 @@ def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
     price = app.gpu.usd_per_hour.get(key, app.gpu.usd_per_hour.get(gpu.key))
     if price is not None:  # positive and finite: config_checks
         changes["usd_per_hour"] = float(price)
+    given = {k for k in changes if k in gpu.unknown and k != "usd_per_hour"}
+    if given:  # a figure the catalog marks unknown, given here, is known from now on (the fix the
+        # KV-transfer error offers: gpu.spec_overrides='{l40s: {scaleout_bw_gbps: 50}}')
+        changes["unknown"] = tuple(u for u in gpu.unknown if u not in given)
     check_engine_vendor(app.engine.name, gpu)
     return replace(gpu, **changes) if changes else gpu
 

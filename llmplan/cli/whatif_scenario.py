@@ -42,6 +42,11 @@ def scenario(app):
                 if base is None:
                     raise ConfigError(f"{gpu.key} has no {fig}", key=f"whatif.gpu_scale.{key}.{fig}")
             elif hasattr(gpu, fig) and isinstance(getattr(gpu, fig), (int, float)):
+                if fig in gpu.unknown and fig not in over:  # a catalog estimate, not a figure to scale:
+                    # scaled, it would pass as given (llmplan.cli.resolve clears `unknown` for overrides)
+                    raise ConfigError(f"{gpu.key}'s {fig} is unknown in the GPU catalog (its value is a placeholder)",
+                                      key=f"whatif.gpu_scale.{key}.{fig}",
+                                      fix=f"give the figure: gpu.spec_overrides='{{{key}: {{{fig}: <value>}}}}'")
                 base = getattr(gpu, fig)
             else:
                 raise ConfigError("unknown GPU figure", key=f"whatif.gpu_scale.{key}.{fig}",
