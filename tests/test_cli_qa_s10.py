@@ -95,6 +95,11 @@ CASES = [
     (["simulate", "deployment=disagg_example", "model=llama3_1_8b", "deployment.prefill.gpu=l40s",
       "deployment.prefill.tp=1", "deployment.decode.tp=1"], "deployment.prefill.gpu (l40s).scaleout_bw_gbps",
      "gpu.spec_overrides='{l40s: {scaleout_bw_gbps: 50}}'"),
+    # an offline throughput plan has no latency targets and no speculation (both were dropped silently)
+    (["plan", "model=llama3_1_8b", "gpu=h100_sxm", "workload=offline", "target.tokens_per_s=5000",
+      "search.confidence=0.9"], "search.confidence", "offline throughput plan takes no"),
+    (["plan", "model=llama3_1_8b", "gpu=h100_sxm", "workload=offline", "target.tokens_per_s=5000",
+      "speculative.method=eagle3", "speculative.k=3"], "speculative.method", "offline throughput plan takes no"),
     # messages that had no fix line
     (["simulate", "workload.num_requests=0"], "workload.num_requests", "arrival=trace only"),
     (["plan", "workload.input_tokens.min_tokens=500", "workload.input_tokens.max_tokens=100"],
