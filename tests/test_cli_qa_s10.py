@@ -100,6 +100,9 @@ CASES = [
       "search.confidence=0.9"], "search.confidence", "offline throughput plan takes no"),
     (["plan", "model=llama3_1_8b", "gpu=h100_sxm", "workload=offline", "target.tokens_per_s=5000",
       "speculative.method=eagle3", "speculative.k=3"], "speculative.method", "offline throughput plan takes no"),
+    # a co-location plan has no P(SLO met) target and no disaggregated pools (both dropped silently)
+    (["plan", "colocate=llama2_7b_13b", "search.confidence=0.9", *FAST], "search.confidence", "point prediction"),
+    (["plan", "colocate=llama2_7b_13b", "search.modes=[disagg]", *FAST], "search.modes", "aggregated pools only"),
     # messages that had no fix line
     (["simulate", "workload.num_requests=0"], "workload.num_requests", "arrival=trace only"),
     (["plan", "workload.input_tokens.min_tokens=500", "workload.input_tokens.max_tokens=100"],
