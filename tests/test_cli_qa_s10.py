@@ -213,3 +213,11 @@ def test_an_unknown_figure_given_in_spec_overrides_is_used(capsys, tmp_path):
     assert code == 0, err
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["requests_per_s"] > 0
+
+
+def test_speculation_settings_without_a_method_are_said_disaggregated(capsys, tmp_path):
+    code, out, err = _run(["simulate", "deployment=disagg_example", "speculative.k=3", "workload.num_requests=30",
+                           f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 0, err
+    notes = json.loads((tmp_path / "summary.json").read_text())["notes"]
+    assert any("simulated WITHOUT speculation" in n for n in notes), notes
