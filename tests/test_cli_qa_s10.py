@@ -104,6 +104,8 @@ CASES = [
     (["plan", "colocate=llama2_7b_13b", "search.confidence=0.9", *FAST], "search.confidence", "point prediction"),
     (["plan", "colocate=llama2_7b_13b", "search.modes=[disagg]", *FAST], "search.modes", "aggregated pools only"),
     # messages that had no fix line
+    (["simulate", "workload=azure_trace", "workload.trace_format=mooncake", "workload.num_requests=50"],
+     "workload.trace_path", "not valid JSON"),
     (["simulate", "workload.num_requests=0"], "workload.num_requests", "arrival=trace only"),
     (["plan", "workload.input_tokens.min_tokens=500", "workload.input_tokens.max_tokens=100"],
      "workload.input_tokens.max_tokens", "max_tokens 100 < min_tokens 500"),
