@@ -74,6 +74,10 @@ CASES = [
     (["whatif", "gpu=h100_sxm", "whatif.gpu_scale={h200_sxm: {hbm_bw_gbps: 2}}"], "whatif.gpu_scale.h200_sxm",
      "whatif.add_gpus=[h200_sxm]"),
     (["whatif", "gpu=h100_sxm", "whatif.price_scale={b200: 0.5}"], "whatif.price_scale.b200", "not a candidate"),
+    (["whatif", "model=llama3_1_8b", "fleet.gpus={b200: 8}", "whatif.gpu_scale={h100_sxm: {hbm_bw_gbps: 2}}"],
+     "whatif.gpu_scale.h100_sxm", "add it to fleet.gpus"),
+    (["whatif", "model=llama3_1_8b", "fleet.gpus={b200: 8}", "whatif.add_gpus=[h100_sxm]"], "whatif.add_gpus",
+     "would be ignored"),
     # day.* without a profile (was silently ignored)
     (["plan", "model=llama3_1_8b", "gpu=h100_sxm", "day.interval_s=900"], "day.interval_s", "day.profile"),
     # same_domain with two GPU types: the fix no longer suggests smaller pools
