@@ -78,6 +78,11 @@ CASES = [
      "whatif.gpu_scale.h100_sxm", "add it to fleet.gpus"),
     (["whatif", "model=llama3_1_8b", "fleet.gpus={b200: 8}", "whatif.add_gpus=[h100_sxm]"], "whatif.add_gpus",
      "would be ignored"),
+    # a curve over a figure one candidate lacks (L40S: no scale-up fabric) named gpu.spec_overrides.l40s...
+    (["whatif", "whatif.curve.figure=scaleup_bw_gbps", "whatif.curve.scales=[1,2]"], "whatif.curve.figure",
+     "whatif.curve.gpus=[h100_sxm,h200_sxm,a100_sxm]"),
+    (["whatif", "gpu=l40s", "whatif.gpu_scale={l40s: {scaleup_bw_gbps: 2}}"], "whatif.gpu_scale.l40s.scaleup_bw_gbps",
+     "nothing to scale"),
     # day.* without a profile (was silently ignored)
     (["plan", "model=llama3_1_8b", "gpu=h100_sxm", "day.interval_s=900"], "day.interval_s", "day.profile"),
     # same_domain with two GPU types: the fix no longer suggests smaller pools

@@ -55,6 +55,9 @@ def scenario(app):
                                       key=f"whatif.gpu_scale.{key}.{fig}",
                                       fix=f"give the figure: gpu.spec_overrides='{{{key}: {{{fig}: <value>}}}}'")
                 base = getattr(gpu, fig)
+                if base == 0 and fig not in over:  # no such hardware (L40S: no scale-up fabric)
+                    raise ConfigError(f"{gpu.key} has no {fig} (0 in the GPU catalog): nothing to scale",
+                                      key=f"whatif.gpu_scale.{key}.{fig}", fix=f"drop {fig} for {key}")
             else:
                 raise ConfigError("unknown GPU figure", key=f"whatif.gpu_scale.{key}.{fig}",
                                   fix="e.g. hbm_bw_gbps, hbm_gb, bf16_tflops, scaleup_bw_gbps")
