@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
-from llmplan.errors import UserError
+from llmplan.errors import InfeasibleDeployment, UserError
 from llmplan.model_catalog.spec import ModelSpec
 from llmplan.optimizer.types import Candidate
 from llmplan.sim.spec_decode import SpecMeanFieldCost, spec_config, speculative_kv
@@ -125,8 +125,11 @@ def spec_view(step, mem, cand: Candidate, search: SpecSearch | None, context: in
     cost = SpecMeanFieldCost(step, cand.spec)
     if not mem.fits:
         return cost, mem, cand
-    kv = speculative_kv(cost.spec, mem.kv_capacity_tokens, 1.0, 1.0).kv_capacity_tokens \
-        if mem.kv_capacity_tokens > 0 else 0
+    try:
+        kv = speculative_kv(cost.spec, mem.kv_capacity_tokens, 1.0, 1.0).kv_capacity_tokens \
+            if mem.kv_capacity_tokens > 0 else 0
+    except InfeasibleDeployment:  # the draft's weights fill this shape's KV memory: this candidate
+        kv = 0                    # does not fit (below), not the whole plan a bad input
     if kv < min_kv_tokens:
         return cost, replace(mem, fits=False, kv_capacity_tokens=kv,
                              reason=f"with the {cand.spec.method} draft loaded the KV cache holds {kv} tokens, "

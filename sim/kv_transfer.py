@@ -105,7 +105,8 @@ def _scaleout(gpu: GPUSpec, side: str) -> float:
         raise UserError(f"the scale-out network bandwidth of {gpu.key} is unknown in the GPU catalog, so the KV "
                         f"transfer from the prefill pool to the decode pool cannot be timed",
                         key=f"{side}.gpu ({gpu.key}).scaleout_bw_gbps",
-                        fix="give the figure in a GPU catalog override, or place both pools in one scale-up domain")
+                        fix=f"give it, e.g. gpu.spec_overrides='{{{gpu.key}: {{scaleout_bw_gbps: 50}}}}' (GB/s per GPU), "
+                            "or place both pools in one scale-up domain")
     return gpu.scaleout_bw_gbps
 
 
@@ -131,13 +132,16 @@ def pool_link(prefill_gpu: GPUSpec, decode_gpu: GPUSpec, prefill_gpus: int, deco
         why = ("the pools use different GPU types" if not same_type else
                f"{prefill_gpu.key} has no scale-up fabric" if prefill_gpu.scaleup_bw_gbps <= 0 else
                f"{prefill_gpus} + {decode_gpus} GPUs exceed its scale-up domain of {prefill_gpu.scaleup_domain_size}")
+        fix = ("use placement=network (or auto), or smaller pools" if same_type and prefill_gpu.scaleup_bw_gbps > 0
+               else "use placement=network (or auto)")  # smaller pools help only when the domain is too small
         raise UserError(f"the prefill and decode pools cannot share one scale-up domain: {why}",
-                        key="kv_transfer.placement", fix="use placement=network or smaller pools")
+                        key="kv_transfer.placement", fix=fix)
     if fits and placement != "network":
         if "scaleup_bw_gbps" in prefill_gpu.unknown:
             raise UserError(f"the scale-up bandwidth of {prefill_gpu.key} is unknown in the GPU catalog",
                             key=f"prefill.gpu ({prefill_gpu.key}).scaleup_bw_gbps",
-                            fix="give the figure in a GPU catalog override, or use placement=network")
+                            fix=f"give it, e.g. gpu.spec_overrides='{{{prefill_gpu.key}: {{scaleup_bw_gbps: 400}}}}' "
+                                "(GB/s per GPU), or use placement=network")
         kind = "xgmi" if prefill_gpu.vendor == "amd" else "nvlink"
         bw = prefill_gpu.scaleup_bw_gbps
         return PoolLink(kind, bw, bw, NVLINK_ALPHA_US if latency_us is None else float(latency_us),

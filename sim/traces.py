@@ -99,6 +99,11 @@ def _need(cols: Any, name: str, p: Path, fmt: str) -> None:
                             + ", ".join(c for c in _COLUMNS[fmt] if c))
 
 
+#: the fix offered when a trace file does not parse (formats: docs/SIMULATOR.md, traces)
+_TRACE_FIX = ("give a CSV (arrival_ms, input_tokens, output_tokens) or a JSON-lines trace, and "
+              "workload.trace_format=auto|azure|mooncake|csv|jsonl to match it")
+
+
 def _read_csv(p: Path, fmt: str, nrows: Optional[int]):
     import pandas as pd
 
@@ -106,7 +111,7 @@ def _read_csv(p: Path, fmt: str, nrows: Optional[int]):
     try:
         df = pd.read_csv(p, nrows=nrows, skipinitialspace=True)
     except Exception as e:  # noqa: BLE001
-        raise UserError(f"cannot read trace {p}: {e}", key="workload.trace_path") from e
+        raise UserError(f"cannot read trace {p}: {e}", key="workload.trace_path", fix=_TRACE_FIX) from e
     df.columns = [str(c).strip() for c in df.columns]
     for c in (t_col, i_col, o_col):
         _need(df.columns, c, p, fmt)
@@ -138,7 +143,8 @@ def _read_jsonl(p: Path, fmt: str, nrows: Optional[int]):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise UserError(f"{p}:{lineno}: not valid JSON ({e.msg})", key="workload.trace_path") from e
+                raise UserError(f"{p}:{lineno}: not valid JSON ({e.msg})", key="workload.trace_path",
+                                fix=_TRACE_FIX) from e
             for c in (t_col, i_col, o_col):
                 if c not in row:
                     raise UserError(f"trace {p} ({fmt} format) line {lineno} has no key '{c}'",
@@ -174,7 +180,7 @@ def read_trace(path: str | None, fmt: str = "auto", num_requests: int = 0, rate_
         reader = _read_jsonl if fmt in ("mooncake", "jsonl") else _read_csv
         t, ins, outs, hashes = reader(p, fmt, nrows)
     except _READ_ERRORS as e:  # damage past the part checked above
-        raise UserError(f"cannot read trace {p}: {e}", key="workload.trace_path") from e
+        raise UserError(f"cannot read trace {p}: {e}", key="workload.trace_path", fix=_TRACE_FIX) from e
     if len(t) == 0:
         raise UserError(f"trace {p} has no requests", key="workload.trace_path")
     for name, arr in (("arrival time", t), ("input tokens", ins), ("output tokens", outs)):

@@ -163,7 +163,7 @@ def validate_spec(spec: WorkloadSpec) -> None:
     _check(spec.num_requests > 0 or spec.arrival != "offline", "an offline run needs at least one request, got 0",
            "workload.num_requests", "set workload.num_requests to the number of requests queued at time 0")
     _check(spec.num_requests > 0 or spec.arrival == "trace", "num_requests must be positive",
-           "workload.num_requests")
+           "workload.num_requests", "give workload.num_requests >= 1 (0 = every row of a trace, arrival=trace only)")
     _check(spec.arrival != "offline" or spec.rate_rps is None,
            f"an offline run queues every request at time 0; rate_rps={spec.rate_rps} would be ignored",
            "workload.rate_rps", "set workload.rate_rps=null, or use workload.arrival=poisson for a request rate")
@@ -201,7 +201,8 @@ def _validate_length(ls: LengthSpec, key: str) -> None:
     if ls.min_tokens is not None:
         _check(ls.min_tokens >= 1, f"min_tokens must be >= 1, got {ls.min_tokens}", f"{key}.min_tokens")
     if ls.min_tokens is not None and ls.max_tokens is not None:
-        _check(ls.max_tokens >= ls.min_tokens, "max_tokens < min_tokens", f"{key}.max_tokens")
+        _check(ls.max_tokens >= ls.min_tokens, f"max_tokens {ls.max_tokens} < min_tokens {ls.min_tokens}",
+               f"{key}.max_tokens", f"give {key}.max_tokens >= {key}.min_tokens")
     if ls.kind == "fixed":  # a cap below a fixed length would silently change it
         _check(ls.max_tokens is None or ls.mean_tokens <= ls.max_tokens,
                f"fixed length {ls.mean_tokens:g} is above max_tokens {ls.max_tokens}", f"{key}.max_tokens",

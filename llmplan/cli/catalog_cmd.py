@@ -79,6 +79,19 @@ def main(argv: list[str]) -> int:
         if exc.code:
             raise UserError("expected `llmplan catalog gpus` or `llmplan catalog models`", key="catalog") from None
         return 0
+    # options that the listing asked for would not use, and a folder that is not there, are
+    # refused before anything is printed (not after the whole model table)
+    if args.configs and args.what != "models":
+        raise UserError("--configs surveys model config.json files", key="configs",
+                        fix=f"use `llmplan catalog models --configs {args.configs}`")
+    if args.sources and args.what != "gpus":
+        raise UserError("--sources lists the GPU catalog's sources", key="sources",
+                        fix="use `llmplan catalog gpus --sources` (each model's source: model_catalog/configs/PROVENANCE.md)")
+    if args.configs:
+        from pathlib import Path
+
+        if not Path(args.configs).is_dir():
+            raise UserError(f"not a folder: {args.configs}", key="configs", fix="give a folder of config.json files")
     console = Console(width=200)
     if args.what == "gpus":
         show_gpus(console, args.sources)

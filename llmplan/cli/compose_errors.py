@@ -6,6 +6,8 @@ Decided by the exception's type and its structured attributes (``full_key``,
 
 from __future__ import annotations
 
+import dataclasses
+
 from llmplan.cli.overrides import describe_type, lookup
 from llmplan.errors import ConfigError, suggest
 
@@ -32,11 +34,19 @@ def _type_error(key: str, overrides: list[str], detail: str) -> ConfigError:
     if key == "hydra" or key.startswith("hydra."):  # Hydra's own schema, not llmplan's
         return ConfigError(detail, key=key, fix="`llmplan <command> --cfg hydra` shows Hydra's settings")
     try:
-        expected = describe_type(lookup(key).hint)
+        hint = lookup(key).hint
     except ConfigError as exc:  # a key that only a config file names
         return exc
     given = _typed_value(key, overrides)
     got = f", got {given}" if given is not None else " (set in a config file)"
+    if dataclasses.is_dataclass(hint):  # a group of keys (workload.input_tokens: a LengthSpec), not one value
+        names = [f.name for f in dataclasses.fields(hint)]
+        fix = f"set its keys one by one: {key}.{names[0]}=<value> ..."
+        if "mean_tokens" in names:  # a length distribution: the likely intent is a fixed length
+            n = given if given is not None and given.lstrip("-").replace(".", "", 1).isdigit() else "1000"
+            fix = f"e.g. {key}.kind=fixed {key}.mean_tokens={n} (every request {n} tokens)"
+        return ConfigError(f"is a group of keys ({', '.join(names)}), not one value{got}", key=key, fix=fix)
+    expected = describe_type(hint)
     return ConfigError(f"expects {expected}{got}", key=key, fix=f"give {key} {expected}")
 
 

@@ -84,12 +84,15 @@ RANGES: dict[str, Rule] = {
 #: keys whose values, or whose mapping keys (".*"), name catalog GPUs
 GPU_NAMES = ("gpu.candidates", "deployment.gpu", "deployment.prefill.gpu", "deployment.decode.gpu", "whatif.add_gpus")
 GPU_KEYED = ("gpu.max_gpus", "gpu.usd_per_hour", "gpu.spec_overrides", "gpu.topology", "whatif.gpu_scale",
-             "whatif.price_scale")
+             "whatif.price_scale", "fleet.gpus")
 
 #: lists that must not be empty
 NON_EMPTY = ("search.tp", "search.pp", "search.ep", "search.precision", "search.max_batch", "gpu.candidates")
 
 KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
+
+#: engines the simulator models (conf/engine/*.yaml: vllm_v0 is vLLM with name vllm)
+ENGINES = ("vllm", "sglang", "trtllm")
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
@@ -107,6 +110,9 @@ def _choices() -> dict[str, tuple[str, ...]]:
         "deployment.router": tuple(ROUTERS), "output.requests_format": ("csv", "parquet"),
         "deployment.mode": ("aggregated", "disagg"), "deployment.kv_transfer.placement": tuple(PLACEMENTS),
         "deployment.first_token_at": FIRST_TOKEN_AT, "engine.moe_all2all": MOE_ALL2ALL,
+        # the engines modelled (sim/kv_budget.py FRACTION_FIELDS; another name fell back to vLLM's
+        # memory rule without a word) and the measured kernel sets that calibrate them
+        "engine.name": ENGINES, "engine.kernel_backend": ENGINES,
     }
 
 
@@ -160,6 +166,44 @@ def check_values(app: Any) -> None:
         if not getattr(getattr(app, head), leaf):
             raise ConfigError("must not be empty", key=key, fix=f"list at least one value, e.g. {key}=[...]")
     check_node(app)
+    check_arrival_keys(app.workload)
+    check_model_names(app)
+
+
+def check_model_names(app: Any) -> None:
+    """A model named outside `model=` (the draft of speculative decoding) is checked under its own
+    key: the catalog's error names `model`, which the user did not type."""
+    from llmplan.errors import UserError
+    from llmplan.model_catalog.loader import load_model
+
+    name = getattr(getattr(app, "speculative", None), "draft_model", None)
+    if name:
+        try:
+            load_model(str(name))
+        except UserError as exc:
+            raise ConfigError(str(exc), key="speculative.draft_model", fix=exc.fix) from None
+
+
+#: workload keys that only one family of arrival processes reads, with the value that means
+#: "not set" (the WorkloadSpec default): another value under another arrival would be ignored
+_ARRIVAL_ONLY = (("concurrency", 16, ("closed_loop",), "workload=closed_loop"),
+                 ("think_time_ms", 0.0, ("closed_loop",), "workload=closed_loop"),
+                 ("cv", 1.0, ("gamma",), "workload.arrival=gamma (or workload=bursty_chat)"))
+
+
+def check_arrival_keys(wl: Any, key: str = "workload") -> None:
+    """A workload key the chosen arrival process never reads is refused, not silently dropped
+    (workload.concurrency=64 on Poisson arrivals would plan 20 req/s, not 64 users)."""
+    for name, unset, arrivals, fix in _ARRIVAL_ONLY:
+        value = getattr(wl, name)
+        if wl.arrival not in arrivals and value != unset:
+            raise ConfigError(f"{name}={value:g} applies to {' / '.join(arrivals)} arrivals only; "
+                              f"arrival={wl.arrival} would ignore it", key=f"{key}.{name}",
+                              fix=f"use {fix}, or drop {key}.{name}")
+    if wl.arrival == "closed_loop" and wl.rate_rps is not None:
+        raise ConfigError(f"a closed loop of {wl.concurrency} clients sets its own rate; rate_rps={wl.rate_rps:g} "
+                          "would be ignored", key=f"{key}.rate_rps",
+                          fix=f"drop {key}.rate_rps (set {key}.concurrency), or use an open-loop workload (workload=chat)")
 
 
 def check_node(node: Any, key: str = "", pattern: str = "") -> None:
@@ -178,4 +222,5 @@ def check_node(node: Any, key: str = "", pattern: str = "") -> None:
                               fix="give a number" + (" or null (no target)" if pattern.startswith("slo.") else ""))
         rule = RANGES.get(pattern)
         if rule is not None and isinstance(value, (int, float)) and not rule.ok(value):
-            raise ConfigError(f"must be {rule.needs}, got {value:g}", key=key, fix=f"give {key} a value {rule.needs}")
+            shown = value if isinstance(value, int) else f"{value:g}"  # 2000000, not 2e+06
+            raise ConfigError(f"must be {rule.needs}, got {shown}", key=key, fix=f"give {key} a value {rule.needs}")

@@ -31,6 +31,38 @@ def read_profile(app):
     return prof
 
 
+def check_day_inputs(app) -> None:
+    """``day.*`` checked before any planning (not after the plan has been computed and written):
+    the profile read, the scale-up time, the replica floor, the attainment settings; and a
+    ``day.*`` setting without ``day.profile`` refused, since nothing would read it."""
+    import dataclasses
+    import math
+
+    from llmplan.cli.config_schema import DayConfig
+    from llmplan.errors import UserError
+    from llmplan.optimizer import day_attainment
+
+    d = app.day
+    if not d.profile:
+        default = DayConfig()
+        for f in dataclasses.fields(DayConfig):
+            if f.name != "profile" and getattr(d, f.name) != getattr(default, f.name):
+                raise UserError(f"day.{f.name} is set but day.profile is not: no day plan would read it",
+                                key=f"day.{f.name}", fix="add day.profile=diurnal_24h (or a CSV), or drop "
+                                                          f"day.{f.name}")
+        return
+    day_attainment.check_settings(attainment_settings(app))
+    profile = read_profile(app)
+    scale_up_s = d.scale_up_s
+    if not (isinstance(scale_up_s, (int, float)) and math.isfinite(scale_up_s) and scale_up_s >= 0):
+        raise UserError(f"must be >= 0 s, got {scale_up_s!r}", key="day.scale_up_s", fix="e.g. 300")
+    if scale_up_s >= profile.horizon_s:
+        raise UserError(f"{scale_up_s:g} s is not shorter than the profile ({profile.horizon_s:g} s)",
+                        key="day.scale_up_s", fix="give a longer profile or a shorter scale-up time")
+    if not (isinstance(d.min_replicas, int) and not isinstance(d.min_replicas, bool) and d.min_replicas >= 0):
+        raise UserError(f"must be an integer >= 0, got {d.min_replicas!r}", key="day.min_replicas", fix="e.g. 1")
+
+
 def attainment_settings(app):
     from llmplan.optimizer.day_attainment import AttainmentSettings
 

@@ -25,7 +25,11 @@ def _check_mode(app) -> None:
                         f"arrivals are {app.workload.arrival}",
                         key="target.tokens_per_s", fix="add workload=offline, or drop target.tokens_per_s to plan "
                                                        "workload.rate_rps within the SLOs")
-    for key, on in (("fleet.gpus", bool(app.fleet.gpus)), ("day.profile", bool(app.day.profile))):
+    for key, on in (("fleet.gpus", bool(app.fleet.gpus)), ("day.profile", bool(app.day.profile)),
+                    # optimizer/offline_plan.py plans tokens/s without latency targets or speculation:
+                    # these would be dropped without a word
+                    ("search.confidence", app.search.confidence is not None),
+                    ("speculative.method", app.speculative.method not in ("none", "off"))):
         if on:
             raise UserError("an offline throughput plan takes no " + key, key=key, fix=f"drop {key}")
 

@@ -166,6 +166,9 @@ def run_plan(cfg: DictConfig, out_dir: Path | None = None, console: Console | No
     if wants_offline(app):  # workload=offline target.tokens_per_s=N: GPUs for N tokens/s offline
         return run_offline_plan(app, out_dir or output_dir(), console, t0)
     plan_outputs.check_energy(app)
+    from llmplan.cli.day_outputs import check_day_inputs
+
+    check_day_inputs(app)  # a bad day.* input fails before the plan runs, not after it is written
     res, model = plan_from_app(app, console)
     out = out_dir or output_dir()
     context = {"model": model.key, "engine": app.engine.name, "calibration": app.calibration or "default",

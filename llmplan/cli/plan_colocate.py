@@ -23,6 +23,14 @@ def run_colocate_plan(app, out: Path, console: Console, t0: float) -> int:
     if app.fleet.gpus or app.day.profile:
         raise ConfigError("co-location plans one rate per model", key="colocate.models",
                           fix="drop fleet.gpus / day.profile with colocate")
+    # optimizer/colocation_plan.py plans aggregated pools on the point prediction: a required
+    # probability or a disaggregated-only search would be dropped without a word
+    if app.search.confidence is not None:
+        raise ConfigError("co-location plans on the point prediction; search.confidence is not applied",
+                          key="search.confidence", fix="drop search.confidence with colocate")
+    if "agg" not in app.search.modes:
+        raise ConfigError("co-location plans aggregated pools only (a shared pool or dedicated ones)",
+                          key="search.modes", fix="drop search.modes (or include agg) with colocate")
     check_engine(app.engine)
     inputs = colocate_inputs(app)
     gpus = resolve_gpus(app)

@@ -76,7 +76,23 @@ def resolve_gpu(key: str, app: AppConfig) -> GPUSpec:
     price = app.gpu.usd_per_hour.get(key, app.gpu.usd_per_hour.get(gpu.key))
     if price is not None:  # positive and finite: config_checks
         changes["usd_per_hour"] = float(price)
+    given = {k for k in changes if k in gpu.unknown and k != "usd_per_hour"}
+    if given:  # a figure the catalog marks unknown, given here, is known from now on (the fix the
+        # KV-transfer error offers: gpu.spec_overrides='{l40s: {scaleout_bw_gbps: 50}}')
+        changes["unknown"] = tuple(u for u in gpu.unknown if u not in given)
+    check_engine_vendor(app.engine.name, gpu)
     return replace(gpu, **changes) if changes else gpu
+
+
+def check_engine_vendor(engine: str, gpu: GPUSpec) -> None:
+    """TensorRT-LLM runs on NVIDIA GPUs only ("TensorRT LLM supports the full spectrum of NVIDIA GPU
+    architectures", https://nvidia.github.io/TensorRT-LLM/supported-hardware.html): a plan or a
+    simulation of it on an AMD or Intel GPU (and its trtllm-serve launch script) is refused."""
+    if engine == "trtllm" and gpu.vendor != "nvidia":
+        vendor = {"amd": "an AMD", "intel": "an Intel"}.get(gpu.vendor, f"a {gpu.vendor}")
+        raise ConfigError(f"engine=trtllm runs on NVIDIA GPUs only; {gpu.key} is {vendor} GPU",
+                          key="engine", fix=f"use engine=vllm or engine=sglang on {gpu.key}, or NVIDIA GPUs only "
+                                            "(e.g. gpu=nvidia_all)")
 
 
 def resolve_gpus(app: AppConfig) -> list[GPUSpec]:
@@ -128,7 +144,28 @@ def resolve_space(app: AppConfig, **over) -> SearchSpace:
     return space
 
 
+#: each engine's memory knob (sim/kv_budget.py FRACTION_FIELDS) and the value that means "not set"
+#: (EngineProfile's default): a knob of another engine, changed, would be ignored
+_MEMORY_KNOBS = {"gpu_memory_utilization": ("vllm", 0.9), "mem_fraction_static": ("sglang", None),
+                 "kv_cache_free_gpu_mem_fraction": ("trtllm", 0.9)}
+
+
+def check_memory_knob(engine: EngineProfile) -> None:
+    """engine.mem_fraction_static=0.5 under vLLM would leave vLLM's budget at 0.9 without a word:
+    a memory fraction that the chosen engine does not read is refused, naming the one it reads."""
+    from llmplan.sim.kv_budget import FRACTION_FIELDS
+
+    own = FRACTION_FIELDS.get(engine.name, FRACTION_FIELDS["vllm"])
+    for knob, (owner, unset) in _MEMORY_KNOBS.items():
+        value = getattr(engine, knob)
+        if knob != own and value != unset:
+            raise ConfigError(f"{knob} is {owner}'s memory fraction; engine '{engine.name}' sizes its KV cache with "
+                              f"engine.{own} and would ignore {knob}={value:g}", key=f"engine.{knob}",
+                              fix=f"set engine.{own}={value:g} instead, or engine={owner}")
+
+
 def check_engine(engine: EngineProfile) -> None:
+    check_memory_knob(engine)
     if engine.max_num_batched_tokens < engine.block_size:
         raise ConfigError(f"token budget {engine.max_num_batched_tokens} is smaller than one KV block ({engine.block_size})",
                           key="engine.max_num_batched_tokens", fix="raise it (vLLM default 8192)")
@@ -200,6 +237,10 @@ def check_search(model: ModelSpec, tps: list[int], eps: list[int], precisions: l
     if not model.is_moe and eps and all(e > 1 for e in eps):
         raise ConfigError(f"expert parallelism on dense model {model.key}", key=f"{key}.ep",
                           fix="use ep=1 (EP applies to MoE models only)")
+    if model.is_moe and eps and model.moe is not None and not any(model.moe.num_experts % e == 0 for e in eps):
+        n = model.moe.num_experts  # sim.deployment.parallelism_problem: every EP rank holds n / ep experts
+        raise ConfigError(f"ep={eps[0] if len(eps) == 1 else eps} does not divide the {n} experts of {model.key}",
+                          key=f"{key}.ep", fix=f"use divisors of {n}, e.g. {[d for d in (1, 2, 4, 8, 16) if n % d == 0]}")
     from llmplan.model_catalog.spec import BYTES_PER_ELEMENT
 
     for p in precisions:

@@ -159,6 +159,11 @@ def simulate_disagg_summary(app, model, slos: list[SLOTarget], out: Path) -> tup
         summary["notes"] = [f"workload.rate_rps not set: driving at {s.get('offered_rate_rps') or 0:.4g} req/s, "
                             f"about 80% of the estimated capacity {cap:.3g} req/s (the smaller of the prefill and "
                             f"decode pools')"] + summary["notes"]
+    from llmplan.cli.simulate_cmd import speculation_unused_note
+
+    unused = speculation_unused_note(app.speculative)  # speculative.k=3 with method none: said, as aggregated
+    if unused:
+        summary["notes"].append(unused)
     return summary, files
 
 

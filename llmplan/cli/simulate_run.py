@@ -179,7 +179,14 @@ def length_stats(app, model):
     if wl_spec.arrival in ("closed_loop", "offline"):
         probe = replace(app, workload=replace(wl_spec, arrival="poisson", rate_rps=1.0))
     if wl_spec.arrival != "trace":  # length moments: 2,000 draws are plenty
-        probe = replace(probe, workload=replace(probe.workload, num_requests=min(wl_spec.num_requests, 2000)))
+        n = min(wl_spec.num_requests, 2000)
+        if wl_spec.steady_state and wl_spec.arrival in ("poisson", "gamma"):
+            # an open-loop run is lengthened for its steady-state window (sim/steady_state.py), so it
+            # draws more requests than asked: the longest request, which sizes a prefill-first
+            # engine's token budget (sim.deployment.replica_limits), comes from as many draws as a
+            # default run's, or `workload.num_requests=50 engine=sglang` refuses its own request 218
+            n = 2000
+        probe = replace(probe, workload=replace(probe.workload, num_requests=n))
     stats, _ = workload_sample(probe, model, need_rate=False)
     return stats
 

@@ -33,9 +33,13 @@ def _plan_fields(d: dict) -> dict[str, Any]:
     """plan.json's chosen deployment (its top level: the split when `plan` chose one, pools by role)."""
     offline = {"tokens_per_s": d.get("tokens_per_s"), "target_tokens_per_s": d.get("target_tokens_per_s")} \
         if d.get("mode") == "offline_throughput" else {}
+    # a plan that found no deployment has no cost: its plan.json zeros stay out of the table, where
+    # a $0.00 row would sort as the cheapest job of the sweep
+    chosen = d.get("feasible") is not False
+    cost = {k: d.get(k) if chosen else None
+            for k in ("total_usd_per_hour", "total_gpus", "usd_per_million_output_tokens")}
     return offline | {"model": d.get("model"), "feasible": d.get("feasible"), "mode": plan_mode(d),
-            "total_usd_per_hour": d.get("total_usd_per_hour"), "total_gpus": d.get("total_gpus"),
-            "usd_per_million_output_tokens": d.get("usd_per_million_output_tokens"),
+            **cost,
             "deployment": deployment_label(d.get("deployments", [])),
             "binding_constraint": d.get("binding_constraint")}
 
@@ -75,8 +79,12 @@ def summarize(sweep_dir: Path, jobs: list[SweptJob]):
     import pandas as pd
 
     df = pd.DataFrame([job_row(j) for j in jobs])
+    if "total_gpus" in df.columns:  # counts stay integers next to the empty cells of failed jobs
+        df["total_gpus"] = df["total_gpus"].astype("Int64")
     df.to_csv(sweep_dir / "summary.csv", index=False)
-    (sweep_dir / "summary.md").write_text(df.to_markdown(index=False) if _has_tabulate() else df.to_string(index=False))
+    shown = df.astype(object).where(df.notna(), "")  # an empty cell, not "NaN", where a job has no figure
+    (sweep_dir / "summary.md").write_text(shown.to_markdown(index=False) if _has_tabulate()
+                                          else shown.to_string(index=False))
     return df
 
 
@@ -93,9 +101,11 @@ def report(sweep_dir: Path, jobs: list[SweptJob]) -> None:
     print(f"\nSweep summary ({len(jobs)} jobs, {len(jobs) - len(failed)} ok): {sweep_dir / 'summary.csv'}")
     brief = [c for c in ("job", "swept", "status", "mode", "deployment", "total_usd_per_hour", "ttft_p90_ms", "tpot_p90_ms",
                          "whatif_usd_per_hour", "reason") if c in df.columns]
-    print(df[brief].to_string(index=False))
-    for j in failed:
-        print(f"job {j.num} ({j.overrides}): {STATUS.get(j.code, 'error')}: {j.reason}", file=sys.stderr)
+    print(df[brief].astype(object).where(df[brief].notna(), "").to_string(index=False))
+    reasons = dict(zip(df["job"], df["reason"].fillna("")))
+    for j in failed:  # the reason as the table has it (an infeasible plan's comes from its plan.json)
+        print(f"job {j.num} ({j.overrides}): {STATUS.get(j.code, 'error')}: {j.reason or reasons.get(j.num, '')}",
+              file=sys.stderr)
 
 
 def swept_columns(df):

@@ -75,6 +75,15 @@ def check_curve(app) -> tuple[str, list[float], list[str]]:
     if fig in GPU_FIGURES:
         for g in gpus:
             get_gpu(g)
+        # a GPU without the hardware (L40S: no scale-up fabric, 0 GB/s) has nothing to scale; it used to
+        # fail inside the scenario on gpu.spec_overrides.<gpu>.<figure>, a key the user never typed
+        absent = [g for g in gpus if fig != "tflops" and getattr(get_gpu(g), fig, None) == 0]
+        if absent:
+            rest = [g for g in gpus if g not in absent]
+            raise ConfigError(f"{', '.join(absent)} {'has' if len(absent) == 1 else 'have'} no {fig} (0 in the GPU "
+                              "catalog): nothing to scale", key="whatif.curve.figure",
+                              fix=(f"scale the others: whatif.curve.gpus=[{','.join(rest)}]" if rest
+                                   else "pick another figure"))
     elif c.gpus:
         raise ConfigError(f"whatif.curve.gpus applies to GPU figures, not {fig!r}", key="whatif.curve.gpus",
                           fix="drop it")

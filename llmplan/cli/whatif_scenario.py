@@ -16,10 +16,28 @@ def scenario(app):
 
     w = app.whatif
     new = copy.deepcopy(app)
+    if w.add_gpus and new.fleet.gpus:  # fleet mode plans the fleet's types: added candidates would be ignored
+        raise ConfigError("fleet mode (fleet.gpus) plans the fleet's GPU types; added candidates would be ignored",
+                          key="whatif.add_gpus", fix="drop whatif.add_gpus, or compare fleets in two runs")
     for key in w.add_gpus:
         get_gpu(key)
         if key not in new.gpu.candidates:
             new.gpu.candidates.append(key)
+    # a scaled figure or price of a GPU type the plan never considers would change nothing: the
+    # scenario would print "what if" columns equal to the baseline's without saying why
+    # fleet mode plans the fleet's GPU types instead of gpu.candidates (llmplan/cli/plan_cmd.py)
+    planned = {get_gpu(k).key for k in (list(new.fleet.gpus) or new.gpu.candidates)}
+    for group in ("gpu_scale", "price_scale"):
+        for key in getattr(w, group):
+            if get_gpu(key).key not in planned:
+                raise ConfigError(f"{key} is not a candidate GPU of this plan ("
+                                  + (f"fleet.gpus: {', '.join(new.fleet.gpus)}" if new.fleet.gpus else
+                                     f"gpu.candidates: {', '.join(new.gpu.candidates)}")
+                                  + "), so scaling it changes nothing",
+                                  key=f"whatif.{group}.{key}",
+                                  fix=f"add it to fleet.gpus" if new.fleet.gpus else
+                                  f"add it to the scenario with whatif.add_gpus=[{key}], or to both plans "
+                                  f"with gpu.candidates")
     for key, figs in w.gpu_scale.items():
         gpu = get_gpu(key)
         over = dict(new.gpu.spec_overrides.get(key, {}))
@@ -31,7 +49,15 @@ def scenario(app):
                 if base is None:
                     raise ConfigError(f"{gpu.key} has no {fig}", key=f"whatif.gpu_scale.{key}.{fig}")
             elif hasattr(gpu, fig) and isinstance(getattr(gpu, fig), (int, float)):
+                if fig in gpu.unknown and fig not in over:  # a catalog estimate, not a figure to scale:
+                    # scaled, it would pass as given (llmplan.cli.resolve clears `unknown` for overrides)
+                    raise ConfigError(f"{gpu.key}'s {fig} is unknown in the GPU catalog (its value is a placeholder)",
+                                      key=f"whatif.gpu_scale.{key}.{fig}",
+                                      fix=f"give the figure: gpu.spec_overrides='{{{key}: {{{fig}: <value>}}}}'")
                 base = getattr(gpu, fig)
+                if base == 0 and fig not in over:  # no such hardware (L40S: no scale-up fabric)
+                    raise ConfigError(f"{gpu.key} has no {fig} (0 in the GPU catalog): nothing to scale",
+                                      key=f"whatif.gpu_scale.{key}.{fig}", fix=f"drop {fig} for {key}")
             else:
                 raise ConfigError("unknown GPU figure", key=f"whatif.gpu_scale.{key}.{fig}",
                                   fix="e.g. hbm_bw_gbps, hbm_gb, bf16_tflops, scaleup_bw_gbps")
