@@ -136,7 +136,9 @@ def _check_requests(wl: Workload, replicas: list[Replica]) -> None:
         if need > max_len:
             raise UserError(f"request {i} needs {q.input_tokens} prompt + {q.output_tokens} output = {need} tokens, "
                             f"more than max_model_len {max_len}", key="workload",
-                            fix="shorten the trace's requests, lower workload max_tokens, or raise max_model_len")
+                            fix="shorten the trace's requests or lower workload max_tokens (max_model_len is the model's "
+                                "context, max_position_embeddings, or for a prefill-first engine twice the "
+                                "longest request within it)")
         if q.input_tokens > prompt_cap:   # TensorRT-LLM: whole prompts within the budget (sim.trtllm_token_budget)
             why = next(w for w in (prompt_over_budget(r.spec.engine, q.input_tokens) for r in replicas) if w)
             raise UserError(f"request {i}: {why}", key="engine.max_num_batched_tokens",

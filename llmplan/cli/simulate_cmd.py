@@ -77,24 +77,6 @@ def breakdown_json(step, shape: StepShape) -> dict:
         for o in bd.ops]}
 
 
-#: speculative keys that only a speculation method reads
-SPEC_SETTINGS = ("k", "acceptance", "accepted_length_probs", "accept_length", "draft_model", "verify_tokens")
-
-
-def speculation_unused_note(spec) -> str | None:
-    """`simulate speculative.k=3` with the method left at none runs without speculation: said in
-    the notes (a note, not an error: `+experiment=survey_i5_1 speculative.method=none` is the
-    documented baseline of a speculating experiment)."""
-    if spec.method not in ("none", "off"):
-        return None
-    given = [k for k in SPEC_SETTINGS if getattr(spec, k) is not None] + (["topk"] if spec.topk != 1 else [])
-    if not given:
-        return None
-    return (f"speculative.method={spec.method}: simulated WITHOUT speculation; "
-            + ", ".join(f"speculative.{k}" for k in given)
-            + " unused (set speculative.method=eagle3, mtp or draft_model to speculate)")
-
-
 def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console | None = None) -> int:
     console = console or make_console()
     t0 = time.perf_counter()
@@ -115,7 +97,8 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
     if app.deployment.mode == "disagg":
         return run_disagg(app, model, slos, out_dir or _output_dir(), console, t0)
     dep, step, mem = resolve_deployment(app, model)
-    from llmplan.cli.simulate_run import experiment_result, length_stats, render_tail, run_des, write_summary
+    from llmplan.cli.simulate_run import (experiment_result, length_stats, render_tail, run_des,
+                                          speculation_unused_note, write_summary)
 
     # analytical view (capacity, latency at the load) from the workload's own length sample
     wl_spec = app.workload

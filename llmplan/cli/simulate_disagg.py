@@ -12,7 +12,7 @@ from rich.console import Console
 
 from llmplan.cli.resolve import check_search, resolve_gpu
 from llmplan.cli.simulate_run import (_thresholds, des_summary, experiment_result, length_stats, render_summary,
-                                      render_tail, write_summary)
+                                      render_tail, speculation_unused_note, write_summary)
 from llmplan.errors import EXIT_OK, ConfigError, InfeasibleDeployment, UserError
 from llmplan.optimizer.enumerate import kv_dtype_for
 from llmplan.optimizer.types import SLOTarget
@@ -159,7 +159,6 @@ def simulate_disagg_summary(app, model, slos: list[SLOTarget], out: Path) -> tup
         summary["notes"] = [f"workload.rate_rps not set: driving at {s.get('offered_rate_rps') or 0:.4g} req/s, "
                             f"about 80% of the estimated capacity {cap:.3g} req/s (the smaller of the prefill and "
                             f"decode pools')"] + summary["notes"]
-    from llmplan.cli.simulate_cmd import speculation_unused_note
 
     unused = speculation_unused_note(app.speculative)  # speculative.k=3 with method none: said, as aggregated
     if unused:

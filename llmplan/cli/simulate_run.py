@@ -304,3 +304,21 @@ def render_summary(console: Console, summary: dict, slos: list[SLOTarget]) -> No
         mark = "[green]met[/green]" if v["met"] else "[red]missed[/red]"
         console.print(f"  {label}: simulated {f(v['simulated_ms'], '{:.1f}')} ms {mark} "
                       f"({f(v['share_within'], '{:.1%}')} of requests within)")
+
+
+#: speculative keys that only a speculation method reads
+SPEC_SETTINGS = ("k", "acceptance", "accepted_length_probs", "accept_length", "draft_model", "verify_tokens")
+
+
+def speculation_unused_note(spec) -> str | None:
+    """`simulate speculative.k=3` with the method left at none runs without speculation: said in
+    the notes (a note, not an error: `+experiment=survey_i5_1 speculative.method=none` is the
+    documented baseline of a speculating experiment)."""
+    if spec.method not in ("none", "off"):
+        return None
+    given = [k for k in SPEC_SETTINGS if getattr(spec, k) is not None] + (["topk"] if spec.topk != 1 else [])
+    if not given:
+        return None
+    return (f"speculative.method={spec.method}: simulated WITHOUT speculation; "
+            + ", ".join(f"speculative.{k}" for k in given)
+            + " unused (set speculative.method=eagle3, mtp or draft_model to speculate)")
