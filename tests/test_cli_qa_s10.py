@@ -12,29 +12,14 @@ import json
 
 import pytest
 
-from llmplan.cli import main
-
-FAST = ["search.finalists=0"]
-
-
-def _run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as e:  # pragma: no cover - a SystemExit is itself a failure of the contract
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from tests.test_cli_bad_inputs import FAST, _run
+from tests.test_cli_bad_inputs import _assert_clear as _assert_error
 
 
 def _assert_clear(code, out, err, key, needle=None):
-    assert code == 2, (out, err)
-    assert "Traceback" not in out + err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert 1 <= len(lines) <= 2, err
-    assert lines[0].startswith(f"error: {key}: "), err
-    assert lines[-1].lstrip().startswith("fix: "), err
-    if needle:
-        assert needle in err, err
+    """test_cli_bad_inputs' check, and the message ends with a fix line."""
+    _assert_error(code, out, err, key, needle)
+    assert [ln for ln in err.splitlines() if ln.strip()][-1].lstrip().startswith("fix: "), err
 
 
 CASES = [
