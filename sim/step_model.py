@@ -51,6 +51,14 @@ _OP_CACHES = ("_linear", "_attn", "_body_lat", "_logit_lat", "_linear_ms", "_pf_
               "_mla_module")
 
 
+def _remember(cache: dict, key: tuple, value):
+    """``cache[key] = value`` (returned), the cache emptied first once it holds 262,144 entries."""
+    if len(cache) >= 262144:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def _bucket(x: float) -> float:
     """Round a positive length to a 1% geometric grid (cache key, <0.5% error)."""
     if x <= 64:
@@ -165,13 +173,18 @@ class AnalyticalStepModel:
             key = (n, _bucket(shape.decode_kv_tokens / n))
             t = self._decode_ms.get(key)
             if t is None:
-                if len(self._decode_ms) >= 262144:
-                    self._decode_ms.clear()
-                stage, comm = self._decode_stage_comm(shape, key)
-                t = self._decode_ms[key] = self._with_host(stage * self.pp + comm, shape)
+                t = _remember(self._decode_ms, key, self._step_total(*self._decode_stage_comm(shape, key), shape))
             return t
-        stage, comm = self._mixed_stage_comm(shape)
+        return self._step_total(*self._mixed_stage_comm(shape), shape)
+
+    def _step_total(self, stage: float, comm: float, shape: StepShape) -> float:
+        """A step's time from its busiest stage and pipeline send: every stage in turn, plus host time."""
         return self._with_host(stage * self.pp + comm, shape)
+
+    def _stage_total(self, stage: float, comm: float, shape: StepShape) -> float:
+        """One pipeline stage's time: its layers, one stage-to-stage send and its host share."""
+        return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape,
+                               self.layers_per_stage)
 
     def decode_step_ms(self, decode_seqs: int, decode_kv_tokens: int) -> float:
         """``step_time_ms`` of a decode-only step (``decode_seqs`` >= 1) without building its
@@ -188,9 +201,7 @@ class AnalyticalStepModel:
         (the same function of (sequences, bucketed mean KV length) as the decode step time)."""
         sc = self._decode_sc.get(key)
         if sc is None:
-            if len(self._decode_sc) >= 262144:
-                self._decode_sc.clear()
-            sc = self._decode_sc[key] = self._stage_and_comm(shape)
+            sc = _remember(self._decode_sc, key, self._stage_and_comm(shape))
         return sc
 
     def _mixed_stage_comm(self, shape: StepShape) -> tuple[float, float]:
@@ -217,15 +228,10 @@ class AnalyticalStepModel:
             key = (n, _bucket(shape.decode_kv_tokens / n))
             t = self._decode_stage_ms.get(key)
             if t is None:
-                if len(self._decode_stage_ms) >= 262144:
-                    self._decode_stage_ms.clear()
-                stage, comm = self._decode_stage_comm(shape, key)
-                t = self._decode_stage_ms[key] = self._with_host(
-                    stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape, self.layers_per_stage)
+                t = _remember(self._decode_stage_ms, key,
+                              self._stage_total(*self._decode_stage_comm(shape, key), shape))
             return t
-        stage, comm = self._mixed_stage_comm(shape)
-        return self._with_host(stage + (comm / max(1, self.pp - 1) if self.pp > 1 else 0.0), shape,
-                               self.layers_per_stage)
+        return self._stage_total(*self._mixed_stage_comm(shape), shape)
 
     def breakdown(self, shape: StepShape) -> StepTiming:
         rank = rank_shape(shape, self.dp)
