@@ -81,24 +81,21 @@ def _text(row: Mapping[str, Any], key: str) -> str:
     return str(row.get(key) or "").strip().lower()
 
 
+def _sweep_row(row: Mapping[str, Any], isl: int, osl: int, script_rows: frozenset) -> bool:
+    """A TensorRT-LLM sweep row (the InferenceX client's lengths) of one of ``script_rows``'
+    (model, GPU) pairs."""
+    return (_text(row, "backend") == "trtllm" and (_text(row, "model_path"), _text(row, "system")) in script_rows
+            and length_range_ratio(row, isl, osl) < 1.0)
+
+
 def inferencex_llama70b_row(row: Mapping[str, Any], isl: int, osl: int) -> bool:
     """True for a TensorRT-LLM Llama-3.1-70B H200 sweep row (the InferenceX client's lengths)."""
-    if _text(row, "backend") != "trtllm":
-        return False
-    if (_text(row, "model_path"), _text(row, "system")) not in SCRIPT_ROWS:
-        return False
-    return length_range_ratio(row, isl, osl) < 1.0
+    return _sweep_row(row, isl, osl, SCRIPT_ROWS)
 
 
 def inferencex_dsr1_fp8_row(row: Mapping[str, Any], isl: int, osl: int) -> bool:
     """True for a TensorRT-LLM DeepSeek-R1/V3 FP8 H200 sweep row (the InferenceX client's lengths)."""
-    if _text(row, "backend") != "trtllm":
-        return False
-    if (_text(row, "model_path"), _text(row, "system")) not in DSR1_SCRIPT_ROWS:
-        return False
-    if _text(row, "precision") not in ("", "fp8"):
-        return False
-    return length_range_ratio(row, isl, osl) < 1.0
+    return _text(row, "precision") in ("", "fp8") and _sweep_row(row, isl, osl, DSR1_SCRIPT_ROWS)
 
 
 def script_sets_budget(backend: str, model_path: str, gpu_key: str, length_ratio: float) -> bool:
