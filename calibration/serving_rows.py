@@ -74,6 +74,7 @@ from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
+from llmplan.calibration.sglang_frontend_rate import dynamo_frontend_row
 from llmplan.calibration.sglang_sweep_launch import (inferencex_mem_fraction, inferencex_prefill_tokens,
                                                       inferencex_radix_cache_off)
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
@@ -472,6 +473,9 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
     if backend == "sglang" and inferencex_mem_fraction(row, isl, osl) is not None:
         # InferenceX's SGLang launch scripts pass --mem-fraction-static (calibration.sglang_sweep_launch)
         engine = replace(engine, mem_fraction_static=inferencex_mem_fraction(row, isl, osl))
+    if backend == "sglang" and dynamo_frontend_row(row):
+        # served behind Dynamo's front end: its per-token time bounds the steps (sim/frontend_ceiling.py)
+        engine = replace(engine, frontend="dynamo")
     if backend == "sglang" and inferencex_radix_cache_off(row, isl, osl):
         # --disable-radix-cache: no prefix cache, and SGLang's ignore_eos admission (sim.sglang_admission)
         engine = replace(engine, enable_prefix_caching=False)

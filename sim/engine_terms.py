@@ -87,6 +87,15 @@ def fitted_terms(engine: str, path: str | None = None) -> tuple[dict[str, float]
     return vals, f"mean of fitted engines ({', '.join(sorted(engines))}); '{engine}' has no fit"
 
 
+def fitted_frontend_ms(engine: str, frontend: str, path: str | None = None) -> float:
+    """Per streamed token time of ``frontend`` in front of ``engine`` (sim/frontend_ceiling.py), ms:
+    0 for the engine's own front end ("engine") and where the file has no fitted value. The file
+    holds one value per engine, for the Dynamo front end (``frontend_per_token_ms``)."""
+    if frontend == "engine":
+        return 0.0
+    return float(load(path).get("engines", {}).get(engine, {}).get("frontend_per_token_ms", 0.0))
+
+
 def fitted_range(engine: str, path: str | None = None) -> dict[str, tuple[float, float]]:
     """{quantity: (low, high)} of the served rows the engine's terms were fitted on
     (``concurrency``, ``isl``, ``osl``); {} when the file has no range for the engine."""

@@ -30,6 +30,7 @@ from llmplan.sim.cuda_graphs import eager_step, padded_tokens, sglang_graph_max_
 from llmplan.sim.dp_layout import rank_shape
 from llmplan.sim.deepseek_routing import moe_layer_extra_ops
 from llmplan.sim.engine_terms import request_ttft_ms
+from llmplan.sim.frontend_ceiling import frontend_per_token_ms
 from llmplan.sim.ep_comm import moe_exchange
 from llmplan.sim.kernels import KernelModel, KernelTime, RooflineKernelModel
 from llmplan.sim.shared_experts import fused_shared_experts
@@ -100,6 +101,8 @@ class AnalyticalStepModel:
         self._graph_bs = (sglang_graph_max_bs(gpu.memory_bytes, par.tp, par.pp)
                           if self.engine.name == "sglang" and gpu.memory_bytes > 0 else None)
         self._graph_pads = True  # False: every decode batch up to _graph_bs captured (capture_every_batch)
+        # serial per-token time of the front end streaming the outputs (sim/frontend_ceiling.py; 0 = none)
+        self._frontend_ms = frontend_per_token_ms(self.engine)
         self._ar_rms_tokens = 0  # vLLM / SGLang: steps up to this many rows fold both norms into the all-reduce
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
@@ -249,11 +252,12 @@ class AnalyticalStepModel:
     # ------------------------------------------------------------------ internals
     def _with_host(self, device_ms: float, shape: StepShape, layers: int | None = None) -> float:
         """Device time plus the engine's host time (sim/engine_terms.py): per-sequence CPU work
-        overlapped with the device step shows only where it is longer; the rest adds, and so does
+        overlapped with the device step shows only where it is longer, as does a front end's serial
+        time for the step's streamed tokens (sim/frontend_ceiling.py); the rest adds, and so does
         the host launch of an eager step (no CUDA graph, sim/cuda_graphs.py): per layer of the
         step (``layers``: of one pipeline stage; default all), never per sequence."""
         e, n = self.engine, shape.decode_seqs + shape.prefill_seqs
-        t = (max(device_ms, e.host_overlap_per_seq_ms * n) + e.host_overhead_ms
+        t = (max(device_ms, e.host_overlap_per_seq_ms * n, self._frontend_ms * n) + e.host_overhead_ms
              + e.host_overhead_per_seq_ms * n)
         if e.eager_step_ms_per_layer:
             t += e.eager_step_ms_per_layer * self.eager_layers(shape, layers)

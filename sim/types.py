@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
-from llmplan.sim.engine_terms import FIELDS, fitted_terms
+from llmplan.sim.engine_terms import FIELDS, fitted_frontend_ms, fitted_terms
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,13 @@ class EngineProfile:
     # (TensorRT-LLM's default; TorchLlmArgs batch_wait_timeout_iters / batch_wait_max_tokens_ratio)
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    # the front end that streams the output tokens (sim/frontend_ceiling.py): "engine" (the engine's own
+    # API server, no per-token ceiling) or "dynamo" (Dynamo's in-process worker). frontend_per_token_ms
+    # is that front end's serial time per streamed token; it bounds each step from below (max with the
+    # GPU step, never added) and is ignored for "engine". None = the fitted value of "dynamo"
+    # (sim/data/engine_profiles.json), 0 without one
+    frontend: str = "engine"
+    frontend_per_token_ms: Optional[float] = None
 
     def __post_init__(self) -> None:
         if any(getattr(self, f) is None for f in FIELDS):
@@ -165,3 +172,5 @@ class EngineProfile:
             for f in FIELDS:
                 if getattr(self, f) is None:
                     object.__setattr__(self, f, vals[f])
+        if self.frontend_per_token_ms is None:
+            object.__setattr__(self, "frontend_per_token_ms", fitted_frontend_ms(self.name, "dynamo"))
