@@ -187,6 +187,7 @@ class EngineParams:
     ttft_per_request_ms: float = 0.0        # per-request TTFT outside the steps (sim/engine_terms.py)
     ttft_per_prompt_token_ms: float = 0.0   # per prompt token (tokenisation)
     eager_step_ms_per_layer: float = 0.0    # per layer of a step without CUDA graphs
+    frontend_per_token_ms: float = 0.0      # Dynamo front end, per streamed token (rows of FRONTEND_ROWS only)
 
 
 # ----------------------------------------------------------------------------- cost models
@@ -284,6 +285,13 @@ class Basis:
     tier: str
     grid: tuple[float, ...] = OVERLAP_GRID
     eager: tuple[float, float] = (0.0, 0.0)   # (TTFT, TPOT) coefficients of eager_step_ms_per_layer
+    frontend: bool = False   # served behind the Dynamo front end (:func:`tag_frontend_rows`)
+
+    def overlap_of(self, p: EngineParams) -> float:
+        """The per-sequence floor of this row's steps under ``p``: the overlapped CPU term, or the
+        front end's per-token time where larger on a front-end row (sim/frontend_ceiling.py: both
+        give ``max(device, x x seqs)``, so the overlap grid's runs are the front end's)."""
+        return max(p.host_overlap_per_seq_ms, p.frontend_per_token_ms) if self.frontend else p.host_overlap_per_seq_ms
 
     def base(self, c: float) -> tuple[float, float]:
         """Base means at overlap ``c`` (linear interpolation between grid values)."""
@@ -297,7 +305,7 @@ class Basis:
                 (1 - w) * self.tpot_base[k - 1] + w * self.tpot_base[k])
 
     def predict(self, p: EngineParams) -> tuple[float, float]:
-        t0, p0 = self.base(p.host_overlap_per_seq_ms)
+        t0, p0 = self.base(self.overlap_of(p))
         x = np.array([p.host_overhead_ms, p.host_overhead_per_seq_ms, p.prefill_scale - 1.0])
         e = p.eager_step_ms_per_layer
         return (t0 + float(np.dot(self.ttft, x)) + e * self.eager[0] + self.request_ms(p),
@@ -423,11 +431,11 @@ def fit_params(bases: list[Basis], start: EngineParams, prefill_scale: bool = Fa
     the overlap kept only where identified, :func:`overlap_identified`); ``request`` names
     the per-request TTFT terms fitted with them (:data:`REQUEST_FORMS`); ``eager``: fit the
     eager-step term too (else the start's value is kept; ``--no-eager-term`` turns it off)."""
-    return _fit_form(bases, start, prefill_scale, form, request, eager)[0]
+    return _fit_form(bases, start, prefill_scale, form, request, eager, frontend=True)[0]
 
 
 def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str,
-              request: str = REQUEST_DEFAULT, eager: bool = True) -> tuple[EngineParams, float]:
+              request: str = REQUEST_DEFAULT, eager: bool = True, frontend: bool = False) -> tuple[EngineParams, float]:
     if form not in FORMS:
         raise UserError(f"unknown engine-term form '{form}'", key="--form", fix=f"one of {', '.join(FORMS)}")
     if request not in REQUEST_FORMS:
@@ -436,12 +444,44 @@ def _fit_form(bases: list[Basis], start: EngineParams, prefill_scale: bool, form
     if not bases:
         return start, math.inf
     grid = (0.0,) if form == "linear" else bases[0].grid
+    fe = start.frontend_per_token_ms
+    if frontend and any(b.frontend for b in bases):
+        fe = _fit_frontend(bases, start, prefill_scale, form, request, eager)
     fits = [fit_with_cost(bases, start, prefill_scale, overlap=c, per_seq=(form != "overlap"), request=request,
-                          eager=eager) for c in grid]
+                          eager=eager, frontend=fe) for c in grid]
     best = min(fits, key=lambda f: f[1])   # first (smallest c) of equal costs
-    if form != "linear" and grid[0] == 0.0 and not overlap_identified(fits[0][1], best[1], len(bases)):
+    if form != "linear" and grid[0] == 0.0 and not overlap_identified(fits[0][1], best[1], _residual_rows(bases)):
         return fits[0]
     return best
+
+
+# --- the Dynamo front end's per-token time (sim/frontend_ceiling.py; session 11) -------------------
+#: per streamed token times of the Dynamo front end tried (ms). The rows' Little's-law rate bounds it:
+#: a front end of t ms per token delivers at most 1 / t tokens/s, and the SGLang generator rows
+#: delivered up to 19.6k tokens/s (t <= 0.051 ms); the grid spans the overlap grid's range (10-80 us
+#: per token: Python-level work per streamed item), values between the overlap grid's points
+#: interpolate its runs (:meth:`Basis.base`)
+FRONTEND_GRID = (0.0, 0.01, 0.02, 0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.055, 0.06, 0.07, 0.08)
+
+
+def _fit_frontend(bases: list[Basis], start: EngineParams, prefill_scale: bool, form: str, request: str,
+                  eager: bool) -> float:
+    """The Dynamo front end's per-token time: the value of :data:`FRONTEND_GRID` with the lowest cost
+    at overlap 0 where the rows identify it (:func:`overlap_identified`, the same likelihood-ratio test
+    as the overlap term's), else 0. Tested before the engine-wide overlap term: both floor a step at
+    ``x x seqs`` and only the front-end rows reach batches where it shows (SGLang's other rows run at
+    N <= 64), so the rows cannot tell them apart; the documented mechanism (a per-token GIL crossing in
+    Dynamo's worker, ai-dynamo/dynamo PR #10609 and #7910) is the front end's, and the term keyed to it
+    leaves the engine's other rows and every other front end unchanged."""
+    fits = [fit_with_cost(bases, start, prefill_scale, overlap=0.0, per_seq=(form != "overlap"), request=request,
+                          eager=eager, frontend=f) for f in FRONTEND_GRID]
+    best = min(fits, key=lambda f: f[1])
+    return best[0].frontend_per_token_ms if overlap_identified(fits[0][1], best[1], _residual_rows(bases)) else 0.0
+
+
+def _residual_rows(bases: list[Basis]) -> float:
+    """Log residuals of the fit over 2: the rows, less half a row for each kept for its TPOT only."""
+    return len(bases) - sum(not math.isfinite(b.measured_ttft_ms) for b in bases) / 2
 
 
 def overlap_identified(cost_zero: float, cost_best: float, rows: int) -> bool:
@@ -459,7 +499,7 @@ def overlap_identified(cost_zero: float, cost_best: float, rows: int) -> bool:
 
 def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool = False, overlap: float = 0.0,
                   per_seq: bool = True, request: str = REQUEST_DEFAULT,
-                  eager: bool = True) -> tuple[EngineParams, float]:
+                  eager: bool = True, frontend: float = 0.0) -> tuple[EngineParams, float]:
     """Least-squares fit of h0[, h1][, s][, e][, per-request TTFT terms] at a fixed overlap value;
     returns the terms and the final robust cost (comparable between fits of the same rows).
     ``eager``: fit the eager-step term (else it keeps the start's value)."""
@@ -467,7 +507,7 @@ def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool =
 
     if not bases:
         return start, math.inf
-    B = np.array([b.base(overlap) for b in bases])
+    B = np.array([b.base(max(overlap, frontend) if b.frontend else overlap) for b in bases])
     isl = np.array([float(b.isl) for b in bases])
     E = np.array([b.eager for b in bases])
     # columns: h0, h1, s - 1, e (eager ms per layer), per-request ms, per prompt token ms (the last
@@ -475,6 +515,10 @@ def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool =
     T = np.column_stack([np.array([b.ttft for b in bases]), E[:, 0], np.ones(len(bases)), isl])
     P = np.column_stack([np.array([b.tpot for b in bases]), E[:, 1], np.zeros((len(bases), 2))])
     y = np.log(np.concatenate([[b.measured_ttft_ms for b in bases], [b.measured_tpot_ms for b in bases]]))
+    # rows kept for their TPOT only (measured TTFT NaN: front-end-bound, server-queued; exclude_regimes)
+    # carry no TTFT residual
+    w = np.isfinite(y).astype(float)
+    y = np.where(w > 0, y, 0.0)
     req = [4 + REQUEST_BOUNDS_ORDER.index(k) for k in REQUEST_FORMS[request]]
     fixed = np.array([start.eager_step_ms_per_layer, start.ttft_per_request_ms, start.ttft_per_prompt_token_ms])
     free = [0] + ([1] if per_seq else []) + ([2] if prefill_scale else []) + ([3] if eager else []) + req
@@ -493,7 +537,7 @@ def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool =
     def resid(v: np.ndarray) -> np.ndarray:
         x = full(v)
         pred = np.concatenate([B[:, 0] + T @ x, B[:, 1] + P @ x])
-        return np.log(np.maximum(pred, 1e-9)) - y
+        return (np.log(np.maximum(pred, 1e-9)) - y) * w
 
     s0 = np.array([start.host_overhead_ms, start.host_overhead_per_seq_ms, start.prefill_scale,
                    start.eager_step_ms_per_layer, start.ttft_per_request_ms, start.ttft_per_prompt_token_ms])
@@ -505,7 +549,7 @@ def fit_with_cost(bases: list[Basis], start: EngineParams, prefill_scale: bool =
             best = r
     x = full(best.x)
     return (EngineParams(float(x[0]), float(x[1]), float(overlap), float(x[2] + 1.0), 0.0, float(x[4]), float(x[5]),
-                         float(x[3])),
+                         float(x[3]), float(frontend)),
             float(best.cost))
 
 
@@ -538,7 +582,7 @@ def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scal
     """Best terms for each jitter; the jitter with the lowest cost wins."""
     best: tuple[float, EngineParams] | None = None
     for j, bases in sorted(by_jitter.items()):
-        p, cost = _fit_form(bases, start, prefill_scale, form, request, eager)
+        p, cost = _fit_form(bases, start, prefill_scale, form, request, eager, frontend=True)
         if best is None or cost < best[0] - 1e-12:
             best = (cost, replace(p, osl_jitter=j))
     assert best is not None
@@ -653,7 +697,8 @@ def _terms(p: EngineParams) -> dict[str, float]:
             "prefill_scale": round(p.prefill_scale, 4), "osl_jitter": p.osl_jitter,
             "ttft_per_request_ms": round(p.ttft_per_request_ms, 3),
             "ttft_per_prompt_token_ms": round(p.ttft_per_prompt_token_ms, 6),
-            "eager_step_ms_per_layer": round(p.eager_step_ms_per_layer, 5)}
+            "eager_step_ms_per_layer": round(p.eager_step_ms_per_layer, 5),
+            "frontend_per_token_ms": round(p.frontend_per_token_ms, 5)}
 
 
 def write_profiles(path: Path, fits: dict[str, EngineFit], provenance: dict[str, Any],
@@ -687,10 +732,12 @@ def _rounded(d: dict) -> dict:
 
 #: numeric per-engine keys of the profile file
 NUMERIC_KEYS = ("host_overhead_ms", "host_overhead_per_seq_ms", "host_overlap_per_seq_ms", "prefill_scale",
-                "osl_jitter", "ttft_per_request_ms", "ttft_per_prompt_token_ms", "eager_step_ms_per_layer")
+                "osl_jitter", "ttft_per_request_ms", "ttft_per_prompt_token_ms", "eager_step_ms_per_layer",
+                "frontend_per_token_ms")
 #: host and per-request terms all zero (``--engine-profiles none``)
 NO_HOST = {"host_overhead_ms": 0.0, "host_overhead_per_seq_ms": 0.0, "host_overlap_per_seq_ms": 0.0,
-           "ttft_per_request_ms": 0.0, "ttft_per_prompt_token_ms": 0.0, "eager_step_ms_per_layer": 0.0}
+           "ttft_per_request_ms": 0.0, "ttft_per_prompt_token_ms": 0.0, "eager_step_ms_per_layer": 0.0,
+           "frontend_per_token_ms": 0.0}
 
 
 def load_engine_overrides(spec: str | None, holdout: bool = False) -> tuple[dict[str, dict[str, Any]], str]:
@@ -898,6 +945,7 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
     excluded: dict[str, int] | None = None
     if exclude:
         by_j, excluded = exclude_regimes(by_j, df)
+    by_j = tag_frontend_rows(by_j, df)
     fits = {}
     for be in BACKENDS:
         mine = {j: v for j, bs in by_j.items() if (v := [b for b in bs if b.backend == be])}
@@ -928,6 +976,17 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
     return FitResult(fits, skipped, prov, by_j)
 
 
+def tag_frontend_rows(by_j: dict[float, list[Basis]], df: Any) -> dict[float, list[Basis]]:
+    """The bases with ``frontend`` set on the rows served behind the Dynamo front end
+    (:func:`calibration.sglang_frontend_rate.dynamo_frontend_row`), whose steps the front end's
+    per-token time bounds (sim/frontend_ceiling.py)."""
+    from llmplan.calibration.sglang_frontend_rate import dynamo_frontend_row
+
+    rows = df.to_dict("records")
+    return {j: [replace(b, frontend=True) if dynamo_frontend_row(rows[b.index]) else b for b in bs]
+            for j, bs in by_j.items()}
+
+
 def engine_grids(by_j: dict[float, list[Basis]]) -> dict[str, list[float]]:
     """{engine: the jitter values its rows were simulated at}."""
     out: dict[str, set[float]] = {}
@@ -941,7 +1000,7 @@ def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float
     """The bases without the rows :mod:`calibration.serving_regimes` flags (regimes the replay
     does not reproduce; criteria from the row and the simulator, never from the error), and
     {flag: rows excluded}."""
-    from llmplan.calibration.serving_regimes import flags_of
+    from llmplan.calibration.serving_regimes import SERVER_QUEUED, flags_of
 
     indices = sorted({b.index for bs in by_j.values() for b in bs})
     flags = flags_of(df.to_dict("records"), indices, engine_profiles(SCHEDULER))
@@ -949,15 +1008,34 @@ def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float
     for f in flags.values():
         for k in f:
             counts[k] = counts.get(k, 0) + 1
-    keep = {j: [b for b in bs if not flags.get(b.index)] for j, bs in by_j.items()}
+    tpot_only = frontend_bound_queued(flags, df)
+    if tpot_only:
+        counts[f"{SERVER_QUEUED} (kept for TPOT: Dynamo front end)"] = len(tpot_only)
+    keep = {j: [replace(b, measured_ttft_ms=math.nan) if b.index in tpot_only else b for b in bs
+                if not flags.get(b.index) or b.index in tpot_only] for j, bs in by_j.items()}
     return keep, dict(sorted(counts.items()))
+
+
+def frontend_bound_queued(flags: dict[int, tuple[str, ...]], df: Any) -> set[int]:
+    """Rows flagged only ``server-queued`` that ran behind the Dynamo front end
+    (:func:`calibration.sglang_frontend_rate.dynamo_frontend_row`): the fit keeps their TPOT and leaves
+    out their TTFT. Their decode rate is the front end's ceiling, which the replay now models
+    (sim/frontend_ceiling.py); the requests waiting before their first token behind the saturated
+    front end are not modelled, so their TTFT stays out as before (the kept basis carries a NaN
+    measured TTFT: no TTFT residual in the fit, its scores or the bands)."""
+    from llmplan.calibration.serving_regimes import SERVER_QUEUED
+    from llmplan.calibration.sglang_frontend_rate import dynamo_frontend_row
+
+    rows = df.to_dict("records")
+    return {i for i, f in flags.items() if tuple(f) == (SERVER_QUEUED,) and dynamo_frontend_row(rows[i])}
 
 
 def _fmt(p: EngineParams) -> str:
     req = (f", r {p.ttft_per_request_ms:.1f} + {1000 * p.ttft_per_prompt_token_ms:.2f} us/tok"
            if p.ttft_per_request_ms or p.ttft_per_prompt_token_ms else "")
+    fe = f", front end {p.frontend_per_token_ms:.4f}/token" if p.frontend_per_token_ms else ""
     return (f"h0 {p.host_overhead_ms:.3f}, c {p.host_overlap_per_seq_ms:.3f}, h1 {p.host_overhead_per_seq_ms:.4f}, "
-            f"s {p.prefill_scale:.2f}, e {p.eager_step_ms_per_layer:.3f}/layer, j {p.osl_jitter:.2f}{req}")
+            f"s {p.prefill_scale:.2f}, e {p.eager_step_ms_per_layer:.3f}/layer, j {p.osl_jitter:.2f}{req}{fe}")
 
 
 def print_fit(res: FitResult, console: Any = None) -> None:
