@@ -161,8 +161,8 @@ class EngineProfile:
     # the front end that streams the output tokens (sim/frontend_ceiling.py): "engine" (the engine's own
     # API server, no per-token ceiling) or "dynamo" (Dynamo's in-process worker). frontend_per_token_ms
     # is that front end's serial time per streamed token; it bounds each step from below (max with the
-    # GPU step, never added) and is ignored for "engine". None = the fitted value of "dynamo"
-    # (sim/data/engine_profiles.json), 0 without one
+    # GPU step, never added) and is ignored for "engine". None = the front end's fitted value
+    # (sim/data/engine_profiles.json; 0 for "engine" and where none is fitted)
     frontend: str = "engine"
     frontend_per_token_ms: Optional[float] = None
 
@@ -173,4 +173,4 @@ class EngineProfile:
                 if getattr(self, f) is None:
                     object.__setattr__(self, f, vals[f])
         if self.frontend_per_token_ms is None:
-            object.__setattr__(self, "frontend_per_token_ms", fitted_frontend_ms(self.name, "dynamo"))
+            object.__setattr__(self, "frontend_per_token_ms", fitted_frontend_ms(self.name, self.frontend))
