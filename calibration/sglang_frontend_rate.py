@@ -53,8 +53,14 @@ def delivered_output_tokens_per_s(isl: int, osl: int, concurrency: int, ttft_ms:
 
 def generator_sglang_row(row: Mapping[str, Any]) -> bool:
     """True for an aggregated SGLang row of aiconfigurator's generator (Dynamo front end)."""
+    return generator_row(row, "sglang")
+
+
+def generator_row(row: Mapping[str, Any], backend: str) -> bool:
+    """True for an aggregated row of ``backend`` from aiconfigurator's generator (per-engine-version
+    collection file; Dynamo front end)."""
     source = collection_file(row)
-    return source is not None and source[0] == "sglang" and str(row.get("mode") or "agg").strip() == "agg"
+    return source is not None and source[0] == backend and str(row.get("mode") or "agg").strip() == "agg"
 
 
 def dynamo_frontend_row(row: Mapping[str, Any]) -> bool:
@@ -69,12 +75,12 @@ def dynamo_frontend_row(row: Mapping[str, Any]) -> bool:
     return generator_sglang_row(row)
 
 
-def delivered_rates(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per (model, GPU, version, TP) of the generator's SGLang rows: the largest concurrency and the
-    delivered output rates of the rows at it (tokens/s, min and max), sorted by model, GPU, version, TP."""
+def delivered_rates(rows: list[Mapping[str, Any]], backend: str = "sglang") -> list[dict[str, Any]]:
+    """Per (model, GPU, version, TP) of the generator's rows of ``backend``: the largest concurrency and
+    the delivered output rates of the rows at it (tokens/s, min and max), sorted by model, GPU, version, TP."""
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in rows:
-        if not generator_sglang_row(r):
+        if not generator_row(r, backend):
             continue
         key = (str(r.get("model_path")), str(r.get("system")), str(r.get("backend_version")), int(float(r.get("tp_size") or 1)))
         groups.setdefault(key, []).append(r)
@@ -100,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measurements", nargs="+", required=True, help="e2e_serving.csv files or folders")
+    ap.add_argument("--backend", default="sglang", choices=("sglang", "vllm", "trtllm"),
+                    help="the generator rows of this engine (default sglang)")
     args = ap.parse_args(argv)
     from pathlib import Path
 
@@ -109,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         files += sorted(p.rglob("e2e_serving.csv")) if p.is_dir() else [p]
     df = pd.concat([read_serving_csv(f) for f in files], ignore_index=True)
     print(f"{'model':34} {'gpu':9} {'version':12} {'tp':>3} {'N':>5} {'rows':>4} {'out tok/s min':>13} {'max':>9}")
-    for g in delivered_rates(df.to_dict("records")):
+    for g in delivered_rates(df.to_dict("records"), args.backend):
         print(f"{g['model'][:34]:34} {g['gpu']:9} {g['version'][:12]:12} {g['tp']:>3} {g['concurrency']:>5} "
               f"{g['rows']:>4} {g['min_tokens_per_s']:>13,.0f} {g['max_tokens_per_s']:>9,.0f}")
     return 0
