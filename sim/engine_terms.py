@@ -31,6 +31,11 @@ Step time with these terms (``sim.step_model``)::
   each layer. A constant per eager step that scales with the layers and never with the batch
   (0 where the profile file has no value, i.e. before a fit that includes it).
 
+A front end that handles every streamed token in one process (``EngineProfile.frontend: dynamo``)
+floors the step the same way, ``max(device, c x seqs, frontend_per_token_ms x tokens)``
+(sim/frontend_ceiling.py); its fitted value is the file's ``frontend_per_token_ms``
+(:func:`fitted_frontend_ms`), applied only where the profile names that front end.
+
 Per-request terms of the time to first token (added to each request's TTFT and end-to-end
 latency, never to a step; :func:`request_ttft_ms`)::
 
