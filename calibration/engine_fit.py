@@ -978,9 +978,9 @@ def fit_bases(by_j: dict[float, list[Basis]], skipped: dict[str, int], df: Any, 
 
 def tag_frontend_rows(by_j: dict[float, list[Basis]], df: Any) -> dict[float, list[Basis]]:
     """The bases with ``frontend`` set on the rows served behind the Dynamo front end
-    (:func:`calibration.sglang_frontend_rate.dynamo_frontend_row`), whose steps the front end's
+    (:func:`calibration.sglang_launch.dynamo_frontend_row`), whose steps the front end's
     per-token time bounds (sim/frontend_ceiling.py)."""
-    from llmplan.calibration.sglang_frontend_rate import dynamo_frontend_row
+    from llmplan.calibration.sglang_launch import dynamo_frontend_row
 
     rows = df.to_dict("records")
     return {j: [replace(b, frontend=True) if dynamo_frontend_row(rows[b.index]) else b for b in bs]
@@ -1018,13 +1018,13 @@ def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float
 
 def frontend_bound_queued(flags: dict[int, tuple[str, ...]], df: Any) -> set[int]:
     """Rows flagged only ``server-queued`` that ran behind the Dynamo front end
-    (:func:`calibration.sglang_frontend_rate.dynamo_frontend_row`): the fit keeps their TPOT and leaves
+    (:func:`calibration.sglang_launch.dynamo_frontend_row`): the fit keeps their TPOT and leaves
     out their TTFT. Their decode rate is the front end's ceiling, which the replay now models
     (sim/frontend_ceiling.py); the requests waiting before their first token behind the saturated
     front end are not modelled, so their TTFT stays out as before (the kept basis carries a NaN
     measured TTFT: no TTFT residual in the fit, its scores or the bands)."""
     from llmplan.calibration.serving_regimes import SERVER_QUEUED
-    from llmplan.calibration.sglang_frontend_rate import dynamo_frontend_row
+    from llmplan.calibration.sglang_launch import dynamo_frontend_row
 
     rows = df.to_dict("records")
     return {i for i, f in flags.items() if tuple(f) == (SERVER_QUEUED,) and dynamo_frontend_row(rows[i])}

@@ -70,11 +70,11 @@ import pandas as pd
 
 from llmplan.calibration.benchmark_clients import (AIPERF_MEASURED_WAVES, AIPERF_WARMUP_WAVES, length_bounds,
                                                     length_range_ratio, prompt_pool_size)
+from llmplan.calibration.sglang_launch import dynamo_frontend_row
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
-from llmplan.calibration.sglang_frontend_rate import dynamo_frontend_row
 from llmplan.calibration.sglang_sweep_launch import (inferencex_mem_fraction, inferencex_prefill_tokens,
                                                       inferencex_radix_cache_off)
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens

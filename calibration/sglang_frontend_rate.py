@@ -27,7 +27,8 @@ time on each TP rank) would scale with the device step or stay per sequence, not
 ranks; a single-process front end caps it. Those rows are the ``server-queued`` ones (measured TTFT
 1.4-8.0 s). Session 11 models the ceiling as a physical per-token time of the front end
 (sim/frontend_ceiling.py), fitted with the other engine terms on the training half
-(calibration.engine_fit ``FRONTEND_GRID``) for the rows of :func:`dynamo_frontend_row`.
+(calibration.engine_fit ``FRONTEND_GRID``) for the rows of
+:func:`calibration.sglang_launch.dynamo_frontend_row`.
 
 Run ``python -m llmplan.calibration.sglang_frontend_rate --measurements DIR`` for the table.
 """
@@ -39,6 +40,7 @@ import math
 from typing import Any, Mapping
 
 from llmplan.calibration.benchmark_clients import collection_file
+from llmplan.calibration.sglang_launch import dynamo_frontend_row  # noqa: F401  (the rows the term applies to)
 
 
 def delivered_output_tokens_per_s(isl: int, osl: int, concurrency: int, ttft_ms: float, tpot_ms: float) -> float:
@@ -61,18 +63,6 @@ def generator_row(row: Mapping[str, Any], backend: str) -> bool:
     collection file; Dynamo front end)."""
     source = collection_file(row)
     return source is not None and source[0] == backend and str(row.get("mode") or "agg").strip() == "agg"
-
-
-def dynamo_frontend_row(row: Mapping[str, Any]) -> bool:
-    """True for a row served behind Dynamo's front end with SGLang's per-token stream: the aggregated
-    SGLang rows of aiconfigurator's generator (:func:`generator_sglang_row`; ``dynamo.frontend`` +
-    ``dynamo.sglang``, ``--stream-interval`` at its default 1). Their steps are bounded by the front
-    end's per-token time (sim/frontend_ceiling.py, fitted in calibration.engine_fit). The vLLM and
-    TensorRT-LLM generator rows are not included: their delivered rates grow with TP (vLLM Qwen3-32B
-    H100 N = 128, 1k/1k: 3.3 / 4.9 / 6.5k tokens/s at TP 2 / 4 / 8) or are too low to tell a ceiling
-    from the engine (TensorRT-LLM Llama-3.1-8B H100 1.0.0rc3, 9.1-9.3k at TP 2-8 only at N = 128, 1k/512),
-    and Dynamo's worker for them is another Python handler (docs/ACCURACY.md, session 11)."""
-    return generator_sglang_row(row)
 
 
 def delivered_rates(rows: list[Mapping[str, Any]], backend: str = "sglang") -> list[dict[str, Any]]:

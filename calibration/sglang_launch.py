@@ -74,6 +74,20 @@ def generator_cuda_graph_every_batch(row: Mapping[str, Any]) -> bool:
     return source is not None and source[0] == "sglang"
 
 
+def dynamo_frontend_row(row: Mapping[str, Any]) -> bool:
+    """True for a row served behind Dynamo's front end with SGLang's per-token stream: the aggregated
+    SGLang rows of aiconfigurator's generator (``dynamo.frontend`` + ``dynamo.sglang``,
+    ``--stream-interval`` at its default 1; :func:`generator_mixed_chunk` for the templates). Their steps are bounded by the front
+    end's per-token time (sim/frontend_ceiling.py, fitted in calibration.engine_fit). The vLLM and
+    TensorRT-LLM generator rows are not included: their delivered rates grow with TP (vLLM Qwen3-32B
+    H100 N = 128: up to 3.3 / 4.9 / 5.9k tokens/s at TP 2 / 4 / 8), or are flat only at one shape
+    (TensorRT-LLM Llama-3.1-8B H100 1.0.0rc3, N = 128, 1k/512: 9.2k at TP 2-8) and a TensorRT-LLM fit
+    with its generator rows tagged does not identify a per-token time; Dynamo's worker for them is
+    another Python handler (docs/ACCURACY.md, session 11)."""
+    source = collection_file(row)
+    return source is not None and source[0] == "sglang" and str(row.get("mode") or "agg").strip() == "agg"
+
+
 def allreduce_rms_fusion(version: str | None) -> bool:
     """Whether the SGLang release ``version`` (the row's ``backend_version``) enables the FlashInfer
     AllReduce + RMSNorm fusion by default on Hopper for the models of

@@ -124,7 +124,9 @@ def test_the_rate_table_reads_each_engines_generator_rows():
            "mode": "agg", "model_path": "m", "system": "h100_sxm", "backend_version": "1.0.0rc3", "tp_size": 2,
            "isl": 1024, "osl": 512, "batch_size": 128, "silicon_ttft_ms": 1105.9, "silicon_tpot_ms": 11.75}
     assert fr.generator_row(row, "trtllm") and not fr.generator_row(row, "sglang")
-    assert not fr.dynamo_frontend_row(row)
+    from llmplan.calibration.sglang_launch import dynamo_frontend_row
+
+    assert not dynamo_frontend_row(row)
     (g,) = fr.delivered_rates([row], "trtllm")
     assert g["max_tokens_per_s"] == pytest.approx(128 * 512 / ((1105.9 + 511 * 11.75) / 1000.0))
     assert fr.delivered_rates([row]) == []
