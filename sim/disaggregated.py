@@ -42,12 +42,13 @@ plus per-request ``prefill_worker``, ``prefill_done_ms``, ``kv_arrival_ms``, ``t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Union
 
 import numpy as np
 
 from llmplan.errors import InfeasibleDeployment, UserError
+from llmplan.sim.disagg_launch import CONTEXT_LAUNCH, context_step_model
 from llmplan.sim.disagg_workers import DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.kv_transfer import (KVPayload, LinkOccupancy, PoolLink, exposed_transfer_ms, pool_link,
@@ -174,6 +175,16 @@ class DisaggSpec:
     #: the order of Dynamo's PrefillRouter with TensorRT-LLM, whose generation server allocates the
     #: KV and requests the transfer only once the decode request has arrived)
     handoff_at: str = "after_transfer"
+    #: how a prefill worker's eager host launch composes with its device work (sim/disagg_launch.py):
+    #: ``"under_device"`` (default: the launch runs under the long prompt steps, max of the two) or
+    #: ``"additive"`` (the aggregated step model's sum)
+    context_launch: str = "under_device"
+
+
+def prefill_replica(spec: DisaggSpec) -> ReplicaSpec:
+    """The prefill pool's replica as the run uses it: its step model under ``spec.context_launch``."""
+    rs = spec.prefill.replica
+    return replace(rs, cost_model=context_step_model(rs.cost_model, spec.context_launch))
 
 
 def describe_disagg(spec: DisaggSpec) -> dict:
@@ -182,7 +193,7 @@ def describe_disagg(spec: DisaggSpec) -> dict:
             "total_gpus": spec.prefill.gpus + spec.decode.gpus, "kv_transfer": spec.transfer.describe(),
             "first_token_at": spec.first_token_at, "hold_prefill_kv": spec.hold_prefill_kv,
             "reserve_decode_kv": spec.reserve_decode_kv, "handoff_ms": spec.handoff_ms, "routing": spec.routing,
-            "handoff_at": spec.handoff_at}
+            "handoff_at": spec.handoff_at, "context_launch": spec.context_launch}
 
 
 def validate_disagg(spec: DisaggSpec) -> None:
@@ -199,6 +210,9 @@ def validate_disagg(spec: DisaggSpec) -> None:
     h = spec.handoff_ms
     if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h < 0:
         raise UserError(f"must be a finite number >= 0, got {h!r}", key="handoff_ms")
+    if spec.context_launch not in CONTEXT_LAUNCH:
+        raise UserError(f"unknown context launch rule {spec.context_launch!r}", key="context_launch",
+                        fix="one of " + ", ".join(CONTEXT_LAUNCH))
     if spec.handoff_at not in HANDOFF_AT:
         raise UserError(f"unknown hand-off point {spec.handoff_at!r}", key="handoff_at",
                         fix="one of " + ", ".join(HANDOFF_AT))
@@ -216,7 +230,7 @@ def estimate_disagg_capacity_rps(spec: DisaggSpec, mean_input_tokens: float, mea
     """Rough sustainable rate: the smaller of the prefill pool's (full token-budget chunks)
     and the decode pool's (full batches, limited by ``max_num_seqs`` and KV)."""
     pin, pout = max(1.0, mean_input_tokens), max(1.0, mean_output_tokens)
-    p = spec.prefill.replica
+    p = prefill_replica(spec)
     chunk = int(max(1, min(pin, p.engine.max_num_batched_tokens)))
     t = float(p.cost_model.stage_time_ms(StepShape(chunk, 1, float(chunk * (chunk + 1) / 2), 0, 0, 0)))
     pre = spec.prefill.workers * 1000.0 * chunk / (t * pin)
@@ -314,7 +328,8 @@ class _Run:
         interval = interval_ms or (max(wl.horizon_ms / 500.0, 10.0) if not self.closed else 1000.0)
         self.seqs = [Seq(i, q, lo <= i < hi) for i, q in enumerate(wl.requests)]
         P, D = spec.prefill.workers, spec.decode.workers
-        self.pre = [Replica(i, spec.prefill.replica, loop, self.itl, self._prefilled, wl.prefix_block_tokens, interval)
+        pre_rs = prefill_replica(spec)
+        self.pre = [Replica(i, pre_rs, loop, self.itl, self._prefilled, wl.prefix_block_tokens, interval)
                     for i in range(P)]
         for r in self.pre:   # context servers run without the overlap scheduler (sim.trtllm_scheduling)
             for ve in r.ves:

@@ -200,7 +200,18 @@ def test_heterogeneous_pools_prefill_h100_decode_h200():
     r = one(Request(0.0, 2000, 3), s)
     xfer = transfer_ms(request_kv_payload(m, "bf16", 2000), s.transfer.link)
     assert r["transfer_ms"] == pytest.approx(xfer)
-    assert r["prefill_done_ms"] == pytest.approx(s.prefill.replica.cost_model.step_time_ms(StepShape.build([(2000, 0)])))
+    # the prefill step: the aggregated step model's time less its eager launch, which runs under the
+    # 2000-token step's device work (sim/disagg_launch.py)
+    from llmplan.sim.disaggregated import prefill_replica
+
+    shape = StepShape.build([(2000, 0)])
+    additive = s.prefill.replica.cost_model.step_time_ms(shape)
+    launch = s.prefill.replica.cost_model.engine.eager_step_ms_per_layer * m.num_layers
+    assert launch > 0
+    assert r["prefill_done_ms"] == pytest.approx(prefill_replica(s).cost_model.step_time_ms(shape))
+    assert r["prefill_done_ms"] == pytest.approx(additive - launch)
+    r_add = one(Request(0.0, 2000, 3), replace(s, context_launch="additive"))
+    assert r_add["prefill_done_ms"] == pytest.approx(additive)
     # plus the engine's per-request TTFT (front end, tokenisation: sim.engine_terms), once, as aggregated
     from llmplan.sim.engine_terms import cost_model_request_ttft_ms
 
@@ -361,3 +372,40 @@ def test_unknown_routing_or_handoff_point_is_refused(key, bad):
     with pytest.raises(UserError) as e:
         simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), **{key: bad}))
     assert e.value.key == key
+
+
+def test_context_launch_runs_under_long_device_steps_and_bounds_short_ones():
+    from llmplan.sim.disagg_launch import LaunchUnderDevice
+
+    class Eager:   # a stand-in step model: device time 0.01 ms per token + 2 ms host, 4 layers eager
+        pp = 1
+        layers_per_stage = 4
+
+        class engine:   # noqa: N801 - the attribute the step model carries
+            eager_step_ms_per_layer = 0.5
+
+        def eager_layers(self, shape, layers=None):
+            return 4 if shape.prefill_seqs else 0
+
+        def step_time_ms(self, shape):
+            return 0.01 * shape.prefill_tokens + 2.0 + self.engine.eager_step_ms_per_layer * self.eager_layers(shape)
+
+        stage_time_ms = step_time_ms
+
+    w = LaunchUnderDevice(Eager())
+    long, short = StepShape.build([(1000, 0)]), StepShape.build([(10, 0)])
+    assert Eager().step_time_ms(long) == pytest.approx(14.0)
+    assert w.step_time_ms(long) == pytest.approx(12.0)        # the 2 ms launch is hidden under 12 ms
+    assert w.stage_time_ms(long) == pytest.approx(12.0)
+    assert w.step_time_ms(short) == pytest.approx(2.1)        # 2.1 ms of device + host > 2.0 ms of launch
+    assert LaunchUnderDevice(Eager()).launch_ms(StepShape(0, 0, 0.0, 0, 4, 400)) == 0.0   # graphed decode step
+    # a launch longer than the rest of the step bounds it
+    Eager.engine.eager_step_ms_per_layer = 1.0
+    assert w.step_time_ms(short) == pytest.approx(4.0)
+    Eager.engine.eager_step_ms_per_layer = 0.5
+
+
+def test_unknown_context_launch_is_refused():
+    with pytest.raises(UserError) as e:
+        simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), context_launch="later"))
+    assert e.value.key == "context_launch"
