@@ -6,11 +6,13 @@ A deployment is a prefill pool of ``P`` workers and a decode pool of ``D`` worke
 
 1. arrives (open or closed loop, the same :class:`~sim.workload.Workload` as the
    aggregated simulator) and is routed to the prefill worker with the fewest unfinished
-   requests (ties: lowest index);
+   requests (ties: lowest index; ``routing="round_robin"``: the next worker in turn, as
+   Dynamo's frontend does by default);
 2. queues there and is prefilled by the worker's chunked-prefill loop (token budget,
    ``max_num_seqs``, KV blocks, prefix cache): the prefill produces the first token;
-3. is assigned to the decode worker with the most free KV tokens, net of the requests
-   already in transit to it or waiting there (ties: lowest index); with
+3. is assigned to the decode worker with a free batch slot and the most free KV tokens, net of
+   the requests already in transit to it or waiting there (ties: lowest index; round-robin: the
+   next worker in turn); after the hand-off delay when ``handoff_at="before_decode"``; with
    ``reserve_decode_kv`` (default, as SGLang's pre-allocation queue and vLLM's decode-side
    pull) it waits there until fewer than ``max_num_seqs`` requests run or hold KV and its
    prompt's blocks fit above the watermark, the blocks are allocated, and then its KV moves:
@@ -40,12 +42,13 @@ plus per-request ``prefill_worker``, ``prefill_done_ms``, ``kv_arrival_ms``, ``t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Union
 
 import numpy as np
 
 from llmplan.errors import InfeasibleDeployment, UserError
+from llmplan.sim.disagg_launch import CONTEXT_LAUNCH, context_step_model
 from llmplan.sim.disagg_workers import DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.kv_transfer import (KVPayload, LinkOccupancy, PoolLink, exposed_transfer_ms, pool_link,
@@ -60,6 +63,8 @@ from llmplan.sim.types import StepShape
 from llmplan.sim.workload import Request, Workload, WorkloadSpec
 
 FIRST_TOKEN_AT = ("decode", "prefill")
+ROUTING = ("least_loaded", "round_robin")
+HANDOFF_AT = ("after_transfer", "before_decode")
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,28 @@ class DisaggSpec:
     #: handshake, detokenised first chunk); it occupies no link and no compute. Fitted per engine on
     #: served rows (sim/data/disagg_handoff.json, docs/DISAGG.md), 0 = none
     handoff_ms: float = 0.0
+    #: how the front end picks the prefill worker of an arriving request and the decode worker of
+    #: a prefilled one: ``"least_loaded"`` (default: fewest unfinished requests; decode: a free
+    #: batch slot, then the most free KV) or ``"round_robin"`` (each pool cycles through its
+    #: workers whatever their load: Dynamo's frontend default, ``--router-mode round-robin``)
+    routing: str = "least_loaded"
+    #: where the hand-off delay sits: ``"after_transfer"`` (default: between the KV's arrival and
+    #: the decode worker taking the request, which holds its decode slot meanwhile) or
+    #: ``"before_decode"`` (between the end of the prefill and the request reaching the decode
+    #: worker, which then reserves its KV and pulls it; the prefill worker holds the KV meanwhile:
+    #: the order of Dynamo's PrefillRouter with TensorRT-LLM, whose generation server allocates the
+    #: KV and requests the transfer only once the decode request has arrived)
+    handoff_at: str = "after_transfer"
+    #: how a prefill worker's eager host launch composes with its device work (sim/disagg_launch.py):
+    #: ``"under_device"`` (default: the launch runs under the long prompt steps, max of the two) or
+    #: ``"additive"`` (the aggregated step model's sum)
+    context_launch: str = "under_device"
+
+
+def prefill_replica(spec: DisaggSpec) -> ReplicaSpec:
+    """The prefill pool's replica as the run uses it: its step model under ``spec.context_launch``."""
+    rs = spec.prefill.replica
+    return replace(rs, cost_model=context_step_model(rs.cost_model, spec.context_launch))
 
 
 def describe_disagg(spec: DisaggSpec) -> dict:
@@ -165,7 +192,8 @@ def describe_disagg(spec: DisaggSpec) -> dict:
     return {"mode": "disaggregated", "prefill": spec.prefill.describe(), "decode": spec.decode.describe(),
             "total_gpus": spec.prefill.gpus + spec.decode.gpus, "kv_transfer": spec.transfer.describe(),
             "first_token_at": spec.first_token_at, "hold_prefill_kv": spec.hold_prefill_kv,
-            "reserve_decode_kv": spec.reserve_decode_kv, "handoff_ms": spec.handoff_ms}
+            "reserve_decode_kv": spec.reserve_decode_kv, "handoff_ms": spec.handoff_ms, "routing": spec.routing,
+            "handoff_at": spec.handoff_at, "context_launch": spec.context_launch}
 
 
 def validate_disagg(spec: DisaggSpec) -> None:
@@ -182,6 +210,14 @@ def validate_disagg(spec: DisaggSpec) -> None:
     h = spec.handoff_ms
     if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h < 0:
         raise UserError(f"must be a finite number >= 0, got {h!r}", key="handoff_ms")
+    if spec.context_launch not in CONTEXT_LAUNCH:
+        raise UserError(f"unknown context launch rule {spec.context_launch!r}", key="context_launch",
+                        fix="one of " + ", ".join(CONTEXT_LAUNCH))
+    if spec.handoff_at not in HANDOFF_AT:
+        raise UserError(f"unknown hand-off point {spec.handoff_at!r}", key="handoff_at",
+                        fix="one of " + ", ".join(HANDOFF_AT))
+    if spec.routing not in ROUTING:
+        raise UserError(f"unknown routing {spec.routing!r}", key="routing", fix="one of " + ", ".join(ROUTING))
     if spec.first_token_at not in FIRST_TOKEN_AT:
         raise UserError(f"unknown first-token convention {spec.first_token_at!r}", key="first_token_at",
                         fix="one of " + ", ".join(FIRST_TOKEN_AT))
@@ -194,7 +230,7 @@ def estimate_disagg_capacity_rps(spec: DisaggSpec, mean_input_tokens: float, mea
     """Rough sustainable rate: the smaller of the prefill pool's (full token-budget chunks)
     and the decode pool's (full batches, limited by ``max_num_seqs`` and KV)."""
     pin, pout = max(1.0, mean_input_tokens), max(1.0, mean_output_tokens)
-    p = spec.prefill.replica
+    p = prefill_replica(spec)
     chunk = int(max(1, min(pin, p.engine.max_num_batched_tokens)))
     t = float(p.cost_model.stage_time_ms(StepShape(chunk, 1, float(chunk * (chunk + 1) / 2), 0, 0, 0)))
     pre = spec.prefill.workers * 1000.0 * chunk / (t * pin)
@@ -292,7 +328,8 @@ class _Run:
         interval = interval_ms or (max(wl.horizon_ms / 500.0, 10.0) if not self.closed else 1000.0)
         self.seqs = [Seq(i, q, lo <= i < hi) for i, q in enumerate(wl.requests)]
         P, D = spec.prefill.workers, spec.decode.workers
-        self.pre = [Replica(i, spec.prefill.replica, loop, self.itl, self._prefilled, wl.prefix_block_tokens, interval)
+        pre_rs = prefill_replica(spec)
+        self.pre = [Replica(i, pre_rs, loop, self.itl, self._prefilled, wl.prefix_block_tokens, interval)
                     for i in range(P)]
         for r in self.pre:   # context servers run without the overlap scheduler (sim.trtllm_scheduling)
             for ve in r.ves:
@@ -310,6 +347,10 @@ class _Run:
         self.xfer_ms = np.full(n, math.nan)
         self.transfer_start = np.full(n, math.nan)
         self.first_at_decode = spec.first_token_at == "decode"
+        self.round_robin = spec.routing == "round_robin"
+        self.handoff_first = spec.handoff_at == "before_decode" and spec.handoff_ms > 0.0
+        self.rr_prefill = 0                  # next worker of each pool under round-robin routing
+        self.rr_decode = 0
         self.held: dict[int, tuple] = {}     # request -> (prefill engine, blocks) held until sent
         self.transfers = 0
         self.done = 0
@@ -335,10 +376,14 @@ class _Run:
         now = self.loop.now
         seq.arrival = now
         pre = self.pre
-        best, best_n = 0, pre[0].outstanding
-        for i in range(1, len(pre)):
-            if pre[i].outstanding < best_n:
-                best, best_n = i, pre[i].outstanding
+        if self.round_robin:
+            best = self.rr_prefill
+            self.rr_prefill = (best + 1) % len(pre)
+        else:
+            best, best_n = 0, pre[0].outstanding
+            for i in range(1, len(pre)):
+                if pre[i].outstanding < best_n:
+                    best, best_n = i, pre[i].outstanding
         self.prefill_worker[seq.idx] = best
         prepare_prefill(seq)
         pre[best].submit(seq, now)
@@ -363,12 +408,16 @@ class _Run:
         # the worker with the most free batch slots (max_num_seqs minus the requests it holds,
         # in transit or waiting), then the most free KV: a worker with free KV but a full batch
         # would make the request wait while another has room
-        cap = self.spec.decode.replica.engine.max_num_seqs
-        best, best_key = 0, (min(cap - dec[0].outstanding, 1), free_kv_tokens(dec[0]) - pend[0])
-        for j in range(1, len(dec)):
-            k = (min(cap - dec[j].outstanding, 1), free_kv_tokens(dec[j]) - pend[j])
-            if k > best_key:
-                best, best_key = j, k
+        if self.round_robin:
+            best = self.rr_decode
+            self.rr_decode = (best + 1) % len(dec)
+        else:
+            cap = self.spec.decode.replica.engine.max_num_seqs
+            best, best_key = 0, (min(cap - dec[0].outstanding, 1), free_kv_tokens(dec[0]) - pend[0])
+            for j in range(1, len(dec)):
+                k = (min(cap - dec[j].outstanding, 1), free_kv_tokens(dec[j]) - pend[j])
+                if k > best_key:
+                    best, best_key = j, k
         pend[best] += seq.P
         src = int(self.prefill_worker[i])
         if self.spec.hold_prefill_kv:
@@ -378,8 +427,16 @@ class _Run:
             ve.pool.allocate(blocks)   # just freed by the prefill, so they fit
             self.held[i] = (ve, blocks)
         seq.replica = dec[best].index
+        if self.handoff_first:
+            self.loop.schedule(now + self.spec.handoff_ms, PRIORITY_ARRIVAL, self._reached_decode, seq)
+        else:
+            self._reached_decode(seq)
+
+    def _reached_decode(self, seq: Seq) -> None:
+        """The prefilled request is at its decode worker: reserve room there, or transfer at once."""
+        now = self.loop.now
         if self.spec.reserve_decode_kv:
-            dec[best].offer(seq, now)    # the transfer starts when the decode worker has room
+            self.dec[seq.replica - self.spec.prefill.workers].offer(seq, now)   # transfer once it has room
         else:
             self._start_transfer(seq, now)
 
@@ -404,7 +461,7 @@ class _Run:
             w = self.pre[int(self.prefill_worker[seq.idx])]
             if any(v.waiting for v in w.ves):
                 w._wake(max(now, w.stage_free_at))
-        if self.spec.handoff_ms > 0.0:
+        if self.spec.handoff_ms > 0.0 and not self.handoff_first:
             self.loop.schedule(now + self.spec.handoff_ms, PRIORITY_ARRIVAL, self._handed_off, seq)
         else:
             self.dec[seq.replica - self.spec.prefill.workers].kv_arrived(seq, now)

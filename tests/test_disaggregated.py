@@ -200,7 +200,18 @@ def test_heterogeneous_pools_prefill_h100_decode_h200():
     r = one(Request(0.0, 2000, 3), s)
     xfer = transfer_ms(request_kv_payload(m, "bf16", 2000), s.transfer.link)
     assert r["transfer_ms"] == pytest.approx(xfer)
-    assert r["prefill_done_ms"] == pytest.approx(s.prefill.replica.cost_model.step_time_ms(StepShape.build([(2000, 0)])))
+    # the prefill step: the aggregated step model's time less its eager launch, which runs under the
+    # 2000-token step's device work (sim/disagg_launch.py)
+    from llmplan.sim.disaggregated import prefill_replica
+
+    shape = StepShape.build([(2000, 0)])
+    additive = s.prefill.replica.cost_model.step_time_ms(shape)
+    launch = s.prefill.replica.cost_model.engine.eager_step_ms_per_layer * m.num_layers
+    assert launch > 0
+    assert r["prefill_done_ms"] == pytest.approx(prefill_replica(s).cost_model.step_time_ms(shape))
+    assert r["prefill_done_ms"] == pytest.approx(additive - launch)
+    r_add = one(Request(0.0, 2000, 3), replace(s, context_launch="additive"))
+    assert r_add["prefill_done_ms"] == pytest.approx(additive)
     # plus the engine's per-request TTFT (front end, tokenisation: sim.engine_terms), once, as aggregated
     from llmplan.sim.engine_terms import cost_model_request_ttft_ms
 
@@ -316,3 +327,85 @@ def test_decode_worker_with_a_free_batch_slot_is_preferred_over_more_free_kv():
     r = simulate_disaggregated(reqs, s).requests
     assert list(r["replica"]) == [4, 5, 4, 5]
     assert r["first_token_ms"].iloc[3] - r["kv_arrival_ms"].iloc[3] <= decode_ms(COST, 2) + 1e-9
+
+
+def test_handoff_before_decode_delays_the_transfer_and_frees_the_decode_slot():
+    # same TTFT for one idle request, but the KV moves after the delay (Dynamo/TensorRT-LLM order)
+    base = one(Request(0.0, 1000, 11), replace(spec(transfer=5.0), handoff_ms=250.0))
+    first = one(Request(0.0, 1000, 11), replace(spec(transfer=5.0), handoff_ms=250.0, handoff_at="before_decode"))
+    assert first["ttft_ms"] == pytest.approx(base["ttft_ms"])
+    assert first["tpot_ms"] == pytest.approx(base["tpot_ms"])
+    assert first["kv_arrival_ms"] - first["prefill_done_ms"] == pytest.approx(255.0)
+    assert base["kv_arrival_ms"] - base["prefill_done_ms"] == pytest.approx(5.0)
+    # a decode worker with one slot and two requests prefilled together: by default the second waits
+    # for the first to finish and then for its own hand-off (the delay holds no slot before the KV
+    # moves, so it is paid after the wait); with the hand-off first both delays run concurrently,
+    # before the slot is reserved, and the second request finishes 250 ms earlier
+    d_rep = make_replica(COST, max_num_seqs=1)
+    reqs = [Request(0.0, 100, 4), Request(0.0, 100, 4)]
+    after = simulate_disaggregated(reqs, replace(spec(p_workers=2, d_rep=d_rep), handoff_ms=250.0)).requests
+    before = simulate_disaggregated(reqs, replace(spec(p_workers=2, d_rep=d_rep), handoff_ms=250.0,
+                                                  handoff_at="before_decode")).requests
+    # default: the second request's slot opens when the first finishes, then it waits the hand-off again
+    assert after["e2e_ms"].max() - before["e2e_ms"].max() == pytest.approx(250.0)
+
+
+def test_round_robin_routing_ignores_load():
+    # A (3 chunks of 1024 tokens, 10 ms each) -> prefill worker 0 until 30 ms, B (1 chunk) -> worker 1
+    # until 10 ms; C arrives at 15 ms: least-loaded sends it to the idle worker 1 (done at 25 ms),
+    # round-robin (Dynamo's frontend default) to worker 0, where it waits for A (done at 40 ms)
+    p_rep = make_replica(LinearStepCost.constant(10.0), max_num_batched_tokens=1024, max_num_seqs=1)
+    reqs = [Request(0.0, 3072, 2), Request(0.0, 1024, 2), Request(15.0, 1024, 2)]
+    ll = simulate_disaggregated(reqs, spec(p_workers=2, d_workers=2, p_rep=p_rep), window=None).requests
+    rr = simulate_disaggregated(reqs, replace(spec(p_workers=2, d_workers=2, p_rep=p_rep), routing="round_robin"),
+                                window=None).requests
+    assert list(ll["prefill_worker"]) == [0, 1, 1]
+    assert list(rr["prefill_worker"]) == [0, 1, 0]
+    assert ll["prefill_done_ms"].iloc[2] == pytest.approx(25.0)
+    assert rr["prefill_done_ms"].iloc[2] == pytest.approx(40.0)
+    # decode workers are cycled too, in the order the prefills end (B, A, C)
+    assert list(rr.sort_values("prefill_done_ms")["replica"]) == [2, 3, 2]
+
+
+@pytest.mark.parametrize("key,bad", [("routing", "random"), ("handoff_at", "never")])
+def test_unknown_routing_or_handoff_point_is_refused(key, bad):
+    with pytest.raises(UserError) as e:
+        simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), **{key: bad}))
+    assert e.value.key == key
+
+
+def test_context_launch_runs_under_long_device_steps_and_bounds_short_ones():
+    from llmplan.sim.disagg_launch import LaunchUnderDevice
+
+    class Eager:   # a stand-in step model: device time 0.01 ms per token + 2 ms host, 4 layers eager
+        pp = 1
+        layers_per_stage = 4
+
+        class engine:   # noqa: N801 - the attribute the step model carries
+            eager_step_ms_per_layer = 0.5
+
+        def eager_layers(self, shape, layers=None):
+            return 4 if shape.prefill_seqs else 0
+
+        def step_time_ms(self, shape):
+            return 0.01 * shape.prefill_tokens + 2.0 + self.engine.eager_step_ms_per_layer * self.eager_layers(shape)
+
+        stage_time_ms = step_time_ms
+
+    w = LaunchUnderDevice(Eager())
+    long, short = StepShape.build([(1000, 0)]), StepShape.build([(10, 0)])
+    assert Eager().step_time_ms(long) == pytest.approx(14.0)
+    assert w.step_time_ms(long) == pytest.approx(12.0)        # the 2 ms launch is hidden under 12 ms
+    assert w.stage_time_ms(long) == pytest.approx(12.0)
+    assert w.step_time_ms(short) == pytest.approx(2.1)        # 2.1 ms of device + host > 2.0 ms of launch
+    assert LaunchUnderDevice(Eager()).launch_ms(StepShape(0, 0, 0.0, 0, 4, 400)) == 0.0   # graphed decode step
+    # a launch longer than the rest of the step bounds it
+    Eager.engine.eager_step_ms_per_layer = 1.0
+    assert w.step_time_ms(short) == pytest.approx(4.0)
+    Eager.engine.eager_step_ms_per_layer = 0.5
+
+
+def test_unknown_context_launch_is_refused():
+    with pytest.raises(UserError) as e:
+        simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), context_launch="later"))
+    assert e.value.key == "context_launch"
