@@ -79,6 +79,7 @@ from llmplan.calibration.sglang_sweep_launch import (inferencex_mem_fraction, in
                                                       inferencex_radix_cache_off)
 from llmplan.calibration.vllm_launch import max_capture_tokens as vllm_max_capture_tokens
 from llmplan.calibration.vllm_launch import runs_data_parallel as vllm_runs_data_parallel
+from llmplan.calibration.vllm_launch import mxfp4_marlin as vllm_mxfp4_marlin
 from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generator_launch
 from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
 from llmplan.calibration.trtllm_sweep_launch import script_sets_budget as trtllm_script_sets_budget
@@ -659,6 +660,9 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
         step.capture_up_to(case.graph_capture_tokens)
     if case.backend == "vllm" and vllm_allreduce_rms_fusion(case.version):  # -O2 fusion (calibration.vllm_launch)
         step.fuse_allreduce_rms()
+    if case.backend == "vllm" and vllm_mxfp4_marlin(case.model_path, case.dep.gpu.key, case.version,
+                                                    case.length_ratio):  # VLLM_MXFP4_USE_MARLIN (calibration.vllm_launch)
+        step.run_marlin_mxfp4_moe()
     if case.backend == "sglang" and sglang_allreduce_rms_fusion(case.version):  # >= 0.5.7 default (calibration.sglang_launch)
         step.fuse_sglang_allreduce_rms()
     return step

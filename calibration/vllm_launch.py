@@ -18,8 +18,7 @@ one-prompt step at TP 8 (docs/ACCURACY.md, "vLLM and SGLang TTFT (2026-11-24, se
 
 Which rows: the sweep rows of the database dump (InferenceMAX/InferenceX client,
 :func:`calibration.benchmark_clients.length_range_ratio` < 1) of ``openai/gpt-oss-*`` served by vLLM
-on H100/H200. The same scripts set ``VLLM_MXFP4_USE_MARLIN=1``; no table times vLLM's Marlin MXFP4
-MoE at gpt-oss's shape, so the experts keep the measured triton MXFP4 tables (not modelled).
+on H100/H200. The same scripts set ``VLLM_MXFP4_USE_MARLIN=1`` (:func:`mxfp4_marlin`, below).
 Other InferenceX vLLM launches of these rows leave the capture size at vLLM's default (Kimi-K2.5
 ``kimik2.5_int4_h200.sh``; MiniMax-M2.5 ``minimaxm2.5_fp8_h100.sh`` passes
 ``--max-num-seqs 256`` with ``cudagraph_mode PIECEWISE``, whose steps of 2N-512 tokens are not
@@ -46,6 +45,20 @@ export (``source_file=2026-04-06.csv``, 15 MiniMax-M2.5 H100 rows, ids ``..._tp4
 ``attention_dp_size`` 4 and ``moe_ep_size`` 16 for that ``tp 4, ep 4`` launch (its sibling export
 ``2026-03-25.csv`` of the same launch writes ``attention_dp_size`` 1, ``moe_ep_size`` 4); the layout
 the id names is kept (``calibration.serving_rows.id_layout``), without the attention DP.
+
+**gpt-oss's MXFP4 experts on Marlin in the v0.18.0 launches** (:func:`mxfp4_marlin`). InferenceX's
+gpt-oss vLLM scripts of the v0.18.0 image (``benchmarks/single_node/gptoss_fp4_h100.sh`` and
+``gptoss_fp4_h200.sh`` at 626932a1, 2026-03-27, the measurement date of the 0.18.0 rows) export
+``VLLM_MXFP4_USE_MARLIN=1``, and vLLM's ``get_mxfp4_backend`` returns ``Mxfp4Backend.MARLIN``
+whenever it is set (vllm ``model_executor/layers/quantization/mxfp4.py``), where SM90's default is
+OpenAI's ``triton_kernels`` path. The launches of the older rows did not set it: the scripts the
+2025-11-02 rows ran (``gptoss_fp4_h200_slurm.sh`` at 69844b2e, image v0.10.2) and the 2025-12-08
+0.11.2 rows (``gptoss_fp4_h100_docker.sh`` at 4e135fd3) export no ``VLLM_MXFP4_USE_MARLIN``; the
+variable came and went in those scripts between 2025-12-10 and 2026-02-26, and is present in every
+revision of the single-node scripts from 2026-03-06 to 2026-05-20. So the rule is: gpt-oss sweep
+rows of vLLM >= 0.18 on H100/H200. The Marlin time comes from the measured Marlin MXFP4 table at
+another expert shape (sim/vllm_marlin_mxfp4.py). The planner's vLLM profile keeps vLLM's default
+(triton).
 """
 
 from __future__ import annotations
@@ -61,6 +74,8 @@ GPTOSS_HOPPER_MAX_CAPTURE = 2048
 HOPPER = frozenset({"h100_sxm", "h200_sxm"})
 #: first vLLM release whose default -O2 level runs the AllReduce + RMSNorm fusion (documented for 0.18.x)
 ALLREDUCE_RMS_FUSION_FROM = (0, 18)
+#: first vLLM release of the InferenceX gpt-oss launches that export VLLM_MXFP4_USE_MARLIN=1 (the v0.18.0 image)
+MXFP4_MARLIN_FROM = (0, 18)
 
 
 def max_capture_tokens(row: Mapping[str, Any], isl: int, osl: int) -> int:
@@ -98,3 +113,14 @@ def runs_data_parallel(row: Mapping[str, Any]) -> bool:
     except (TypeError, ValueError):
         return True
     return length_range_ratio(row, isl, osl) >= 1.0
+
+
+def mxfp4_marlin(model_path: str, gpu_key: str, version: str, length_ratio: float) -> bool:
+    """Whether the launch behind a vLLM row ran gpt-oss's MXFP4 experts on Marlin
+    (``VLLM_MXFP4_USE_MARLIN=1``, module docstring): gpt-oss sweep rows (the InferenceX client,
+    ``length_ratio`` < 1) on H100/H200 of vLLM >= 0.18; False otherwise (vLLM's default kernel)."""
+    if not str(model_path or "").strip().lower().startswith("openai/gpt-oss-"):
+        return False
+    if str(gpu_key or "").strip().lower() not in HOPPER or length_ratio >= 1.0:
+        return False
+    return at_least(str(version or "").strip(), MXFP4_MARLIN_FROM)

@@ -42,6 +42,7 @@ from llmplan.sim.types import EngineProfile, OpTime, Parallelism, Precision, Ste
 from llmplan.sim.vllm_allreduce_rms import fused_max_tokens
 from llmplan.sim.sglang_allreduce_rms import fused_max_tokens as sglang_fused_max_tokens
 from llmplan.sim.vllm_minimax_qk_norm import applies as minimax_qk_norm_tp, qk_bytes, variance_allreduce_bytes
+from llmplan.sim.vllm_marlin_mxfp4 import moe_on_marlin
 from llmplan.sim.wideep_moe import group_moe
 
 ACT_BYTES = 2.0  # activations stay in bf16/fp16
@@ -104,6 +105,7 @@ class AnalyticalStepModel:
         # serial per-token time of the front end streaming the outputs (sim/frontend_ceiling.py; 0 = none)
         self._frontend_ms = frontend_per_token_ms(self.engine)
         self._ar_rms_tokens = 0  # vLLM / SGLang: steps up to this many rows fold both norms into the all-reduce
+        self._marlin_mxfp4 = False  # vLLM with VLLM_MXFP4_USE_MARLIN: MXFP4 experts on Marlin (sim/vllm_marlin_mxfp4.py)
         # layers of each attention kind on the busiest stage (fractions for pp > 1)
         self._n_linear = (m.linear.num_layers if m.linear is not None else 0) * self._frac
         self._n_indexer = (m.sparse.num_indexer_layers if m.sparse is not None else 0) * self._frac
@@ -160,7 +162,7 @@ class AnalyticalStepModel:
         one this model would compute, so answers are unchanged. Returns whether they are shared."""
         if not (type(self) is type(other) and self.kernels is other.kernels and self.model is other.model
                 and self.gpu is other.gpu and self.par == other.par and self.prec == other.prec
-                and self._ar_rms_tokens == other._ar_rms_tokens
+                and self._ar_rms_tokens == other._ar_rms_tokens and self._marlin_mxfp4 == other._marlin_mxfp4
                 and replace(self.engine, max_num_seqs=0) == replace(other.engine, max_num_seqs=0)):
             return False
         for name in _OP_CACHES:
@@ -303,6 +305,15 @@ class AnalyticalStepModel:
         self._ar_rms_tokens = fused_max_tokens(self.gpu.key, self.par.tp, self.par.dp, self.par.pp,
                                                self.model.hidden_size, ACT_BYTES)
         self._init_op_caches()  # the norms' operators change: caches of its own
+
+    def run_marlin_mxfp4_moe(self) -> None:
+        """vLLM launched with ``VLLM_MXFP4_USE_MARLIN=1`` (``calibration.vllm_launch.mxfp4_marlin``):
+        MXFP4 experts run Marlin's kernel, timed by its measured throughput (sim/vllm_marlin_mxfp4.py).
+        Call before the first step is timed."""
+        if self.engine.name != "vllm":
+            raise ValueError(f"run_marlin_mxfp4_moe is vLLM's VLLM_MXFP4_USE_MARLIN, not {self.engine.name}'s")
+        self._marlin_mxfp4 = self._moe_dtype == "mxfp4"
+        self._init_op_caches()  # the experts' operator changes: caches of its own
 
     def fuse_sglang_allreduce_rms(self) -> None:
         """SGLang release whose default turns the FlashInfer AllReduce + RMSNorm fusion on
@@ -508,6 +519,9 @@ class AnalyticalStepModel:
                 if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
                     e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])
+            if self._marlin_mxfp4 and group_tokens is None:  # VLLM_MXFP4_USE_MARLIN (sim/vllm_marlin_mxfp4.py)
+                moe_kt = moe_on_marlin(moe_kt, self.gpu.key, T_moe, eh, e.expert_intermediate_size, e.top_k,
+                                       e.num_experts, par.moe_tp, par.ep, float(getattr(k, "moe_skew", 1.01)))
             ops.append(self._op("moe_experts", "moe", moe_kt, n_moe))
             # the shared expert's local width when it runs as its own MLP (0: none, or folded into the fused MoE)
             sh = e.num_shared_experts * e.shared_intermediate_size // tp if e.num_shared_experts and not fused else 0

@@ -62,6 +62,7 @@ def test_018_row_folds_the_decode_steps_norms_but_not_the_prompt_steps():
     assert case.version == "0.18.0" and fused._ar_rms_tokens == fused_max_tokens("h200_sxm", 8, 1, 1, 2880, 2.0)
     _, plain = _step(backend_version="0.16.0")
     assert plain._ar_rms_tokens == 0
+    plain.run_marlin_mxfp4_moe()  # the 0.18 launch's Marlin MXFP4 experts (calibration.vllm_launch.mxfp4_marlin): only the fusion differs
     f, p = _ops(fused, DECODE), _ops(plain, DECODE)
     assert f["norms"] == 0.0 and p["norms"] > 0
     # everything else identical: the decode step is shorter by exactly the norm kernels
