@@ -27,7 +27,7 @@ the larger (:func:`moe_on_marlin`).
 On H200 at the replay's routing (power law 1.01) this gives, per layer at moe_tp 1 against the
 measured triton kernel of gpt-oss's shape: 8 tokens 0.158 ms (triton 0.189), 64 tokens 0.446
 (0.517), 1,024 tokens 1.542 (1.340), 2,048 tokens 2.51 (1.68), 8,192 tokens 7.39 (3.94): Marlin
-runs at 200-230 TFLOP/s in prompt steps where the triton kernel reaches 450-560, and the decode
+runs at about 220 TFLOP/s in an 8k prompt step where the triton kernel reaches 410, and the decode
 sizes keep the triton time (docs/ACCURACY.md, "vLLM gpt-oss prompts: the launch's Marlin MXFP4
 MoE (session 11)").
 """
