@@ -3,7 +3,10 @@
 **Which kernel.** vLLM serves gpt-oss's MXFP4 experts on Hopper with OpenAI's ``triton_kernels``
 (matmul_ogs) by default, and with Marlin's weight-only MXFP4 kernel when ``VLLM_MXFP4_USE_MARLIN``
 is set: ``get_mxfp4_backend`` (vllm ``model_executor/layers/quantization/mxfp4.py``) returns
-``Mxfp4Backend.MARLIN`` "if envs.VLLM_MXFP4_USE_MARLIN" before any other SM90 choice. The InferenceX
+``Mxfp4Backend.MARLIN`` "if envs.VLLM_MXFP4_USE_MARLIN" before any other SM90 choice, and the later
+``select_mxfp4_moe_backend`` (``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``, stored
+version 045335ce) still returns ``MARLIN`` when the variable is set, ahead of SM90's default
+``TRITON_MONOLITHIC``. The InferenceX
 launches of the vLLM 0.18 gpt-oss-120b sweep rows export ``VLLM_MXFP4_USE_MARLIN=1``
 (SemiAnalysisAI/InferenceX ``benchmarks/single_node/gptoss_fp4_h100.sh`` / ``gptoss_fp4_h200.sh``
 at 626932a1, 2026-03-27, the v0.18.0 image); which rows: ``calibration.vllm_launch.mxfp4_marlin``.
