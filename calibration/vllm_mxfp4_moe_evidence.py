@@ -13,7 +13,9 @@ hidden 3,584, inter 3,072, 896 experts, top-16). This prints, per kernel source 
 the routed tokens per expert at each token count, and what gpt-oss's triton time per layer
 would become at Marlin's throughput of the same token count: the transfer a Marlin stand-in
 would make, to be held against the served residuals (docs/ACCURACY.md, "vLLM TTFT (session 9,
-round 2)").
+round 2)"). Since session 11 the replay runs Marlin for those rows with a transfer matched on the
+tokens per expert, the (moe_tp, moe_ep) layout and the routing rather than on the token count
+(sim/vllm_marlin_mxfp4.py, calibration/vllm_launch.mxfp4_marlin).
 
     python -m llmplan.calibration.vllm_mxfp4_moe_evidence --measurements ../shared/measurements --gpu h200_sxm
 """

@@ -3,7 +3,10 @@
 **Which kernel.** vLLM serves gpt-oss's MXFP4 experts on Hopper with OpenAI's ``triton_kernels``
 (matmul_ogs) by default, and with Marlin's weight-only MXFP4 kernel when ``VLLM_MXFP4_USE_MARLIN``
 is set: ``get_mxfp4_backend`` (vllm ``model_executor/layers/quantization/mxfp4.py``) returns
-``Mxfp4Backend.MARLIN`` "if envs.VLLM_MXFP4_USE_MARLIN" before any other SM90 choice. The InferenceX
+``Mxfp4Backend.MARLIN`` "if envs.VLLM_MXFP4_USE_MARLIN" before any other SM90 choice, and the later
+``select_mxfp4_moe_backend`` (``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``, stored
+version 045335ce) still returns ``MARLIN`` when the variable is set, ahead of SM90's default
+``TRITON_MONOLITHIC``. The InferenceX
 launches of the vLLM 0.18 gpt-oss-120b sweep rows export ``VLLM_MXFP4_USE_MARLIN=1``
 (SemiAnalysisAI/InferenceX ``benchmarks/single_node/gptoss_fp4_h100.sh`` / ``gptoss_fp4_h200.sh``
 at 626932a1, 2026-03-27, the v0.18.0 image); which rows: ``calibration.vllm_launch.mxfp4_marlin``.
@@ -24,10 +27,12 @@ transfer holds where the GEMMs are throughput-bound; in decode (few tokens per e
 reads and launch floors) the measured triton time of gpt-oss's own shape is kept wherever it is
 the larger (:func:`moe_on_marlin`).
 
-On H200 this gives, per layer at moe_tp 1: 8 tokens 0.153 ms (triton 0.189), 64 tokens 0.624
-(0.665), 1,024 tokens 1.125 (0.843), 8,192 tokens 7.19 (2.91): Marlin keeps up with the triton
-kernel in decode and runs at 200-230 TFLOP/s in prompt steps where triton reaches 560 (docs/
-ACCURACY.md, "vLLM gpt-oss prefill: the launch's Marlin MXFP4 MoE (session 11)").
+On H200 at the replay's routing (power law 1.01) this gives, per layer at moe_tp 1 against the
+measured triton kernel of gpt-oss's shape: 8 tokens 0.158 ms (triton 0.189), 64 tokens 0.446
+(0.517), 1,024 tokens 1.542 (1.340), 2,048 tokens 2.51 (1.68), 8,192 tokens 7.39 (3.94): Marlin
+runs at about 220 TFLOP/s in an 8k prompt step where the triton kernel reaches 410, and the decode
+sizes keep the triton time (docs/ACCURACY.md, "vLLM gpt-oss prompts: the launch's Marlin MXFP4
+MoE (session 11)").
 """
 
 from __future__ import annotations
