@@ -10,7 +10,8 @@ version family (:func:`version_family`), we fit
 * ``host_overhead_ms`` (h0): per-step host time not hidden behind the GPU;
 * ``host_overlap_per_seq_ms`` (c): per-sequence CPU work overlapped with the device step
   (asynchronous / overlap schedulers), chosen from :data:`OVERLAP_GRID`;
-* ``osl_jitter`` (j): the engine's *desynchronisation*, chosen from :data:`JITTER_GRID`;
+* ``osl_jitter`` (j): the engine's *desynchronisation*, chosen from :data:`JITTER_GRID` by the cost of
+  the model as written (engine-wide and per-version family terms fitted at each j, :func:`model_cost`);
 * ``eager_step_ms_per_layer`` (e): host launch time per layer of a step that runs without CUDA
   graphs (``sim.cuda_graphs.eager_step``: steps carrying a prompt on TensorRT-LLM and SGLang,
   steps above the largest capture size); a constant per eager step, bounded by
@@ -578,15 +579,38 @@ class EngineFit:
 
 
 def _pick(by_jitter: dict[float, list[Basis]], start: EngineParams, prefill_scale: bool,
-          form: str = SHIPPED_FORM, request: str = REQUEST_DEFAULT, eager: bool = True) -> EngineParams:
-    """Best terms for each jitter; the jitter with the lowest cost wins."""
+          form: str = SHIPPED_FORM, request: str = REQUEST_DEFAULT, eager: bool = True,
+          families: bool = False) -> EngineParams:
+    """Best terms for each jitter; the jitter with the lowest cost wins. ``families``: the cost is
+    that of the model as written to the profile file, the engine-wide terms *and* the per-version
+    family terms fitted at that jitter (:func:`_families`, :func:`model_cost`), not the engine-wide
+    fit's alone (session 11: the two disagreed on vLLM, where the engine-wide cost picked j = 0.02
+    and the shipped model's training-half cost j = 0.3)."""
     best: tuple[float, EngineParams] | None = None
     for j, bases in sorted(by_jitter.items()):
         p, cost = _fit_form(bases, start, prefill_scale, form, request, eager, frontend=True)
+        p = replace(p, osl_jitter=j)
+        if families:
+            fams = _families(by_jitter, p, prefill_scale, request, eager)
+            cost = model_cost(bases, lambda b: terms_for(b, p, fams))  # noqa: B023 (used at once)
         if best is None or cost < best[0] - 1e-12:
-            best = (cost, replace(p, osl_jitter=j))
+            best = (cost, p)
     assert best is not None
     return best[1]
+
+
+def model_cost(bases: list[Basis], pick: Callable[[Basis], EngineParams]) -> float:
+    """The fit's robust cost (:func:`fit_with_cost`: soft-L1 of the TTFT and TPOT log residuals at
+    :data:`F_SCALE`, a TTFT left out where it is not measured) of ``bases`` under the terms
+    ``pick(basis)``: comparable between models of the same rows."""
+    if not bases:
+        return math.inf
+    pred = np.array([bases[i].predict(pick(bases[i])) for i in range(len(bases))])
+    meas = np.array([[b.measured_ttft_ms, b.measured_tpot_ms] for b in bases])
+    ok = np.isfinite(meas) & (meas > 0)
+    r = np.where(ok, np.log(np.maximum(pred, 1e-9)) - np.log(np.where(ok, meas, 1.0)), 0.0)
+    z = (r / F_SCALE) ** 2
+    return float(0.5 * F_SCALE ** 2 * np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
 
 
 def _families(by_jitter: dict[float, list[Basis]], engine: EngineParams, prefill_scale: bool,
@@ -623,9 +647,9 @@ def fit_engine(backend: str, by_jitter: dict[float, list[Basis]], start: EngineP
     j0 = min(by_jitter)
     halves = {j: grouped_halves(b, seed) for j, b in by_jitter.items()}
     train_by_j = {j: h[0] for j, h in halves.items()}
-    hold = _pick(train_by_j, start, prefill_scale, SHIPPED_FORM, request=request, eager=eager)
+    hold = _pick(train_by_j, start, prefill_scale, SHIPPED_FORM, request=request, eager=eager, families=True)
     hold_fam = _families(train_by_j, hold, prefill_scale, request, eager)
-    final = _pick(by_jitter, start, prefill_scale, SHIPPED_FORM, request=request, eager=eager)
+    final = _pick(by_jitter, start, prefill_scale, SHIPPED_FORM, request=request, eager=eager, families=True)
     fams = _families(by_jitter, final, prefill_scale, request, eager)
     lin = _pick(train_by_j, start, prefill_scale, "linear", eager=eager)
     train0, test0 = halves[j0]
