@@ -24,8 +24,8 @@ composed like the engine's overlapped per-sequence CPU term (``sim/step_model.py
 ``max(device, c x seqs, per_token_ms x seqs) + host_overhead_ms``): a GPU step longer than the front
 end's work is unchanged, and the delivered rate is at most ``1 / per_token_ms`` tokens per second
 whatever the tensor-parallel size. ``tokens_delivered`` is taken as the step's sequences (one token
-per decode sequence; a prefill chunk is counted as the first token of its request, which is exact
-where prompts are not split across steps, as on the rows fitted).
+per decode sequence; a prefill chunk is counted as the first token of its request, exact where prompts
+are not split across steps and an upper bound where they are).
 
 The time is an engine-profile setting (``EngineProfile.frontend`` / ``frontend_per_token_ms``),
 off by default: the engines' own front ends are not modelled this way. ``frontend: dynamo`` takes the
