@@ -70,7 +70,8 @@ def test_pooled_model_predicts_a_gpu_it_never_saw(synth, tmp_path):
     ape_ideal = np.abs(np.asarray(CG.ideal_us(phys)) / y_us - 1.0).mean()
     assert ape < 0.2 and ape < 0.7 * ape_ideal, (ape, ape_ideal)
     for i, r in enumerate(df.head(10).to_dict("records")):
-        one = F.gemm(r["m"], r["n"], r["k"], 2.0, gf.peak("bf16"), gf, F.PY)
+        copies = F.gemm_bench_copies(r["backend"], r["dtype"], r["n"] * r["k"] * 2.0, gf, F.PY)   # the row's engine
+        one = F.gemm(r["m"], r["n"], r["k"], 2.0, gf.peak("bf16"), gf, F.PY, copies)
         assert math.exp(member.log_us_one(one)) == pytest.approx(pred[i], rel=1e-9)
     assert CG.member_for(["l40s", "a100_sxm"], "vllm", "int4_wo", path) is None   # group not fitted
     assert CG.member_for(["l40s", "h200_sxm"], "vllm", "bf16", path) is None      # pool not fitted

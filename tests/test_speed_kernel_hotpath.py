@@ -77,7 +77,7 @@ def _uncached_predict(km: CalibratedKernelModel, family, dtype, q, rs, prefer=No
         if group is None:
             continue
         gm = cand.model.groups[group]
-        phys = scalar_phys(family, cand.features, group, q, cand.model.work_form)
+        phys = scalar_phys(family, cand.features, group, q, cand.model.work_form, cand.backend)
         alt = cand.model.shared_gbt if cand.model.shared_gbt is not None and gm.outside_config(family, rs) else None
         ms, bound = gm.predict_one(phys, alt)
         return ms, cand.backend, group, exact

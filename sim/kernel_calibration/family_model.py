@@ -184,9 +184,11 @@ class FamilyModel:
         return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form)
 
 
-def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures) -> tuple[np.ndarray, np.ndarray]:
+def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
+                         backend: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(latency ms, group found) for every row of a canonical frame of one GPU.
-    Rows whose group the model lacks get NaN."""
+    Rows whose group the model lacks get NaN. ``backend``: the engine whose model answers
+    (:func:`features.frame_phys`; default each row's own)."""
     out = np.full(len(df), np.nan)
     if not len(df):
         return out, np.zeros(0, dtype=bool)
@@ -206,7 +208,7 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures)
                     lo, hi = gm.ranges[c]
                     v = sub[c].to_numpy(dtype=np.float64)
                     use |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-        out[mask] = gm.predict_frame(F.frame_phys(model.family, sub, gpu, model.work_form), model.shared_gbt, use)
+        out[mask] = gm.predict_frame(F.frame_phys(model.family, sub, gpu, model.work_form, backend), model.shared_gbt, use)
     return out, ~np.isnan(out)
 
 
@@ -217,14 +219,19 @@ def _wbytes(dtype: str) -> float:
     return F.DTYPE_BYTES.get(dtype, 2.0)
 
 
-def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], moe_form: str = F.MOE_FORM) -> F.Phys:
+def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], moe_form: str = F.MOE_FORM,
+                backend: str | None = None) -> F.Phys:
     """Physical terms of one protocol query (``q`` holds the canonical shape fields;
-    ``moe_form``: the answering model's :attr:`FamilyModel.work_form`)."""
+    ``moe_form``: the answering model's :attr:`FamilyModel.work_form`; ``backend``: the engine
+    whose model answers, for a GEMM the weight copies its collector cycles through,
+    :func:`features.gemm_bench_copies`, as :func:`features.frame_phys` reads a table row)."""
     ops = F.PY
     if family == "gemm":
         dt = q["dtype"]
         peak = gpu.peak(F.COMPUTE_DTYPE.get(dt, F.COMPUTE_DTYPE.get(group, "bf16")))
-        return F.gemm(q["m"], q["n"], q["k"], _wbytes(dt), peak, gpu, ops)
+        wb = _wbytes(dt)
+        copies = 1.0 if backend is None else F.gemm_bench_copies(backend, dt, q["n"] * q["k"] * wb, gpu, ops)
+        return F.gemm(q["m"], q["n"], q["k"], wb, peak, gpu, ops, copies)
     if family == "attention_prefill":
         return F.attention_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], q["num_kv_heads"],
                                    q["head_dim"], _wbytes(q["kv_dtype"]), 0.0, q.get("window", 0),

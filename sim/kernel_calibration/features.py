@@ -76,7 +76,7 @@ MLA_KV_LORA, MLA_NOPE, MLA_ROPE, MLA_V = 512, 128, 64, 128
 
 FEATURES: dict[str, tuple[str, ...]] = {
     "gemm": ("log_m", "log_n", "log_k", "eff_m64", "eff_m128", "eff_n128", "eff_wave_128x128",
-             "eff_wave_128x256", "eff_wave_64x128", "log_tiles_per_sm", "log_ws_over_l2",
+             "eff_wave_128x256", "eff_wave_64x128", "log_tiles_per_sm", "log_cycled_ws_over_l2",
              "log_tc_over_tm", "log_t_roof_us", "m_aligned8", "log_k_per_n"),
     "attention_prefill": ("log_batch", "log_q", "log_heads", "log_gqa", "log_head_dim", "kv_fp8", "attn_fp8",
                           "log_window_frac", "log_ctas_per_sm", "eff_wave", "eff_tile_q", "log_kv_over_q",
@@ -206,7 +206,49 @@ def _gemm_quant_scalar(m: float, n: float, k: float, sm: int) -> float:
     return max(best, 1.0)
 
 
-def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP) -> Phys:
+#: distinct weight copies aiconfigurator's GEMM collectors cycle through, one call each, per timed
+#: iteration (the table's latency is the loop's time over the copies), so that a small weight is
+#: not served from the L2 left warm by the previous call (ai-dynamo/aiconfigurator
+#: ``collector/*/collect_gemm.py``, ``outside_loop_count``): TensorRT-LLM ``min(5, ceil(L2 / weight
+#: bytes))``; SGLang and vLLM's XPU collector up to 6 (fewer only when 6 copies exceed 45% of the
+#: device memory, i.e. for weights of gigabytes, far above any L2, where the count no longer
+#: matters); vLLM's CUDA collector 6, except 1 for ``fp8_block`` and nvfp4
+#: (:data:`GEMM_BENCH_SINGLE_COPY`). Engines not listed (the cross-gen pool) take
+#: :data:`GEMM_BENCH_COPIES_DEFAULT`.
+GEMM_BENCH_COPIES = {"trtllm": 5.0, "sglang": 6.0, "vllm": 6.0}
+GEMM_BENCH_COPIES_DEFAULT = 6.0
+#: (engine, dtype group) pairs whose collector times a single weight copy
+GEMM_BENCH_SINGLE_COPY = frozenset({("vllm", "fp8_block"), ("vllm", "fp4"), ("vllm", "nvfp4")})
+
+
+def gemm_bench_copies(backend: Any, dtype: Any, weight_bytes: Any, gpu: GPUFeatures, ops: Any = NP) -> Any:
+    """Weight copies the engine's GEMM collector cycles through (:data:`GEMM_BENCH_COPIES`) for
+    weights of ``weight_bytes``: scalars (one query) or arrays of backends / dtypes (table rows)."""
+    l2 = gpu.l2_mb * 1e6
+    if ops is PY:
+        if (backend, dtype) in GEMM_BENCH_SINGLE_COPY:
+            return 1.0
+        cap = GEMM_BENCH_COPIES.get(backend, GEMM_BENCH_COPIES_DEFAULT)
+        return max(1.0, min(cap, float(math.ceil(l2 / weight_bytes)))) if backend == "trtllm" else cap
+    be = np.asarray(backend).astype(str)
+    dt = np.asarray(dtype).astype(str)
+    out = np.full(len(be), GEMM_BENCH_COPIES_DEFAULT)
+    for b, c in GEMM_BENCH_COPIES.items():
+        out[be == b] = c
+    trt = be == "trtllm"
+    if trt.any():
+        out[trt] = np.maximum(1.0, np.minimum(out[trt], np.ceil(l2 / np.asarray(weight_bytes)[trt])))
+    for b, d in GEMM_BENCH_SINGLE_COPY:
+        out[(be == b) & (dt == d)] = 1.0
+    return out
+
+
+def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP,
+         copies: Any = 1.0) -> Phys:
+    """GEMM terms. ``copies``: weight copies the benchmark cycles through (:func:`gemm_bench_copies`);
+    the base model's warm-L2 share and the residual feature ``log_cycled_ws_over_l2`` follow that
+    cycled working set (``copies`` weights, one input and one output buffer, which the caching
+    allocator reuses call after call; ``copies`` = 1: one call's bytes)."""
     sm = gpu.sm_count
     flops = 2.0 * m * n * k
     nbytes = m * k * 2.0 + k * n * w_bytes + m * n * 2.0
@@ -221,7 +263,7 @@ def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops:
     w256 = _wave_eff(tm128 * tn256, sm, ops)
     w64 = _wave_eff(tm64 * tn128, sm, ops)
     q = gemm_quant(m, n, k, sm, ops)
-    ws = nbytes / (gpu.l2_mb * 1e6)
+    ws = (nbytes + (copies - 1.0) * k * n * w_bytes) / (gpu.l2_mb * 1e6)
     x = [ops.log2(m), ops.log2(n), ops.log2(k), eff_m64, eff_m128, eff_n128, w128, w256, w64,
          ops.log2(tiles / sm), ops.log2(ws), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
          ops.flag(m % 8 == 0), ops.log2(k / n)]
@@ -532,12 +574,19 @@ def _peak(df: Any, name: str, gpu: GPUFeatures) -> np.ndarray:
     return df[name].map(lambda v: gpu.peak(COMPUTE_DTYPE.get(v, "bf16"))).to_numpy(dtype=np.float64)
 
 
-def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM) -> Phys:
+def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM, backend: str | None = None) -> Phys:
     """Physical terms and features for every row of a canonical frame of one GPU
-    (``moe_form``: the MoE work terms, :data:`MOE_FORMS`)."""
+    (``moe_form``: the MoE work terms, :data:`MOE_FORMS`; ``backend``: the engine whose fitted model
+    answers, for the GEMM collector's weight copies, :func:`gemm_bench_copies`; default: each row's
+    own ``backend`` column, as the fit reads its rows)."""
     c = lambda n: _col(df, n)  # noqa: E731
     if family == "gemm":
-        return gemm(c("m"), c("n"), c("k"), _map(df, "dtype", DTYPE_BYTES, 2.0), _peak(df, "dtype", gpu), gpu)
+        wb = _map(df, "dtype", DTYPE_BYTES, 2.0)
+        engines = np.full(len(df), backend) if backend is not None else (
+            df["backend"].to_numpy() if "backend" in df else None)
+        copies = 1.0 if engines is None else gemm_bench_copies(engines, df["dtype"].to_numpy(),
+                                                               c("n") * c("k") * wb, gpu)
+        return gemm(c("m"), c("n"), c("k"), wb, _peak(df, "dtype", gpu), gpu, copies=copies)
     if family == "attention_prefill":
         peak = df["attn_dtype"].map(lambda v: gpu.peak("fp8" if v == "fp8" else "bf16")).to_numpy(np.float64)
         return attention_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"), c("num_kv_heads"),

@@ -61,7 +61,7 @@ def _predict_compute(choice: TierChoice, family: str, df: pd.DataFrame, pred: np
             missing = rows[np.isnan(pred[rows])]
             if not len(missing):
                 break
-            p, ok = predict_family_frame(cand.model, df.iloc[missing], cand.features)
+            p, ok = predict_family_frame(cand.model, df.iloc[missing], cand.features, cand.backend)
             pred[missing[ok]] = p[ok]
             used[missing[ok]] = cand.tier
 
