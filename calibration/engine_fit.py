@@ -133,7 +133,11 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 14: TensorRT-LLM decode-only MLA steps take the measured whole module (sim/trtllm_mla_module.py)
 #: 15: TensorRT-LLM Llama-3.1-70B sweep rows take InferenceX's launch (max_num_tokens 16,384; batch
 #:     waiting at 1k/1k, TP < 8: calibration/trtllm_sweep_launch.py, sim/trtllm_batch_wait.py)
-BASIS_VERSION = 16
+#: 16: (session 10) the InferenceX DeepSeek-R1 launch budget and SGLang sweep launches, SGLang's admission
+#: 17: the vLLM gpt-oss 0.18 sweep rows' Marlin MXFP4 MoE (sim/vllm_marlin_mxfp4.py), the GEMM weight copies of
+#:     the collectors in the kernel calibration (sim/kernel_calibration/features.py), the Dynamo front end of
+#:     the SGLang generator rows (sim/frontend_ceiling.py)
+BASIS_VERSION = 17
 #: model forms: which terms are free (module docstring)
 FORMS = ("overlap", "linear", "overlap+linear")
 #: the form of the shipped fit (engine-wide and per version family)
