@@ -32,6 +32,9 @@ decode room. ``"prefill"`` stamps the first token at the end of the prefill inst
 transfer and the decode wait then show in the gap to the second token, i.e. in TPOT and ITL).
 A one-token request finishes at the end of its prefill (nothing to transfer).
 
+Prefill steps: every step of a prefill worker is a prompt, whose device work hides the eager
+host launch the aggregated step model adds (``context_launch``, :mod:`sim.disagg_launch`).
+
 Prefill KV: with ``hold_prefill_kv`` (default, as SGLang and vLLM's NIXL connector do) the
 prefill worker keeps ``ceil(P / block)`` blocks of the request until its transfer has ended,
 so slow transfers and a full decode pool throttle the prefill pool. Simplification
