@@ -27,6 +27,9 @@ from typing import Any
 
 #: how a prefill pool's eager launch composes with its device work
 CONTEXT_LAUNCH = ("under_device", "additive")
+#: the rule the disaggregated simulator applies by default (``DisaggSpec.context_launch``), which the
+#: planner's analytical prefill screen (``optimizer.disagg_candidates.prefill_ms``) uses too
+DEFAULT_CONTEXT_LAUNCH = "under_device"
 
 
 class LaunchUnderDevice:
