@@ -56,6 +56,13 @@ class LaunchUnderDevice:
         e = self.launch_ms(shape, getattr(self.step, "layers_per_stage", None) if self.pp > 1 else None)
         return max(t - e, e)
 
+    def breakdown(self, shape: Any) -> Any:
+        """The wrapped model's operators, with this model's step and stage times."""
+        from dataclasses import replace
+
+        return replace(self.step.breakdown(shape), latency_ms=self.step_time_ms(shape),
+                       stage_ms=self.stage_time_ms(shape))
+
     def __getattr__(self, name: str) -> Any:
         if name == "step" or name.startswith("__"):   # not set yet (copy / pickle): no recursion
             raise AttributeError(name)
