@@ -72,23 +72,26 @@ def check_frontend(kind: str) -> str:
     return kind
 
 
-def frontend_problem(engine: object) -> tuple[str, str] | None:
-    """(what is wrong, the fix) for a front-end setting the simulator would not honour, else None:
-    an unknown kind, a negative time, a time set on the engine's own front end (ignored there), or the
-    Dynamo front end without a per-token time (none given and none fitted). Checked on the user's
-    configuration (``llmplan.cli.resolve.check_engine``); the served-row replay sets both fields itself."""
+def frontend_problem(engine: object) -> tuple[str, str, str] | None:
+    """(the engine key at fault, what is wrong, the fix) for a front-end setting the simulator would
+    not honour, else None: an unknown kind, a negative time, a time set on the engine's own front end
+    (ignored there), or the Dynamo front end without a per-token time (0 given, or none given and none
+    fitted). Checked on the user's configuration (``llmplan.cli.resolve.check_engine``); the
+    served-row replay sets both fields itself."""
     kind = getattr(engine, "frontend", DEFAULT_FRONTEND)
     value = float(getattr(engine, "frontend_per_token_ms", 0.0) or 0.0)
     if kind not in FRONTENDS:
-        return f"unknown front end '{kind}'", f"one of {', '.join(FRONTENDS)}"
+        return "frontend", f"unknown front end '{kind}'", f"one of {', '.join(FRONTENDS)}"
     if value < 0.0:
-        return f"frontend_per_token_ms {value:g} is negative", "use 0 or a positive time per streamed token (ms)"
+        return ("frontend_per_token_ms", f"frontend_per_token_ms {value:g} is negative",
+                "use 0 or a positive time per streamed token (ms)")
     if kind == DEFAULT_FRONTEND and value > 0.0:
-        return (f"frontend_per_token_ms {value:g} is set but the front end is the engine's own, which is not "
-                "modelled with a per-token time", "set engine.frontend=dynamo, or engine.frontend_per_token_ms=0")
+        return ("frontend_per_token_ms", f"frontend_per_token_ms {value:g} is set but the front end is the "
+                "engine's own, which is not modelled with a per-token time",
+                "set engine.frontend=dynamo, or engine.frontend_per_token_ms=0")
     if kind != DEFAULT_FRONTEND and value == 0.0:
-        return (f"front end '{kind}' has no per-token time: none is fitted in sim/data/engine_profiles.json for "
-                f"engine '{getattr(engine, 'name', '?')}'",
+        return ("frontend", f"front end '{kind}' has no per-token time: frontend_per_token_ms is 0 (given as 0, or "
+                f"none given and none fitted in sim/data/engine_profiles.json for engine "
+                f"'{getattr(engine, 'name', '?')}')",
                 "set engine.frontend_per_token_ms (ms per streamed token) or engine.frontend=engine")
     return None
-

@@ -74,6 +74,13 @@ CASES = [
     (["plan", "engine.gpu_memory_utilization=1.5"], "engine.gpu_memory_utilization", "(0, 1]"),
     (["plan", "engine.max_num_seqs=0"], "engine.max_num_seqs", ">= 1"),
     (["plan", "engine.watermark=1"], "engine.watermark", "[0, 1)"),
+    # the front end (sim/frontend_ceiling.py): the key at fault is named
+    (["simulate", "engine.frontend=nginx"], "engine.frontend", "one of engine, dynamo"),
+    (["simulate", "engine.frontend=dynamo", "engine.frontend_per_token_ms=-0.01"], "engine.frontend_per_token_ms",
+     "is negative"),
+    (["simulate", "engine.frontend_per_token_ms=0.05"], "engine.frontend_per_token_ms", "engine.frontend=dynamo"),
+    (["simulate", "engine=vllm", "engine.frontend=dynamo"], "engine.frontend", "has no per-token time"),
+    (["simulate", "engine.frontend=dynamo", "engine.frontend_per_token_ms=0"], "engine.frontend", "given as 0"),
     (["simulate", "model=llama3_1_8b", "deployment.replicas=0"], "deployment.replicas", "in [1, 256]"),
     (["plan", "gpu.max_gpus={h100_sxm: -1}"], "gpu.max_gpus.h100_sxm", ">= 0"),
     (["plan", "gpu.usd_per_hour={h100_sxm: 0}"], "gpu.usd_per_hour.h100_sxm", "> 0"),
