@@ -65,6 +65,17 @@ def frontend_per_token_ms(engine: object) -> float:
     return float(value) if kind != DEFAULT_FRONTEND and value > 0.0 else 0.0
 
 
+def frontend_note(engine: object) -> str:
+    """The line that tells a user the front end's ceiling is modelled ("" when it is not): the
+    per-token time and the delivered rate it caps each replica at (:func:`ceiling_tokens_per_s`)."""
+    t = frontend_per_token_ms(engine)
+    if t <= 0.0:
+        return ""
+    return (f"engine.frontend={getattr(engine, 'frontend', DEFAULT_FRONTEND)}: every step lasts at least "
+            f"{t:g} ms per streamed token (decode sequences and prefill chunks), so a replica (a disaggregated "
+            f"worker) delivers at most {ceiling_tokens_per_s(t):,.0f} output tokens/s (sim/frontend_ceiling.py)")
+
+
 def check_frontend(kind: str) -> str:
     """``kind`` when it is a known front end, else a ValueError naming the known ones."""
     if kind not in FRONTENDS:

@@ -160,6 +160,10 @@ def simulate_disagg_summary(app, model, slos: list[SLOTarget], out: Path) -> tup
                             f"about 80% of the estimated capacity {cap:.3g} req/s (the smaller of the prefill and "
                             f"decode pools')"] + summary["notes"]
 
+    from llmplan.sim.frontend_ceiling import frontend_note
+
+    if frontend_note(app.engine):   # engine.frontend=dynamo: the per-token ceiling is on (stated, as aggregated)
+        summary["notes"].append(frontend_note(app.engine))
     unused = speculation_unused_note(app.speculative)  # speculative.k=3 with method none: said, as aggregated
     if unused:
         summary["notes"].append(unused)
