@@ -130,3 +130,16 @@ def test_the_rate_table_reads_each_engines_generator_rows():
     (g,) = fr.delivered_rates([row], "trtllm")
     assert g["max_tokens_per_s"] == pytest.approx(128 * 512 / ((1105.9 + 511 * 11.75) / 1000.0))
     assert fr.delivered_rates([row]) == []
+
+
+def test_the_rate_tables_rows_are_the_front_end_terms_rows():
+    """One predicate: the SGLang generator rows of the rate table are the rows the front-end term
+    applies to (calibration.sglang_launch.dynamo_frontend_row), for aggregated and disaggregated rows."""
+    from llmplan.calibration import sglang_frontend_rate as fr
+    from llmplan.calibration.sglang_launch import dynamo_frontend_row
+
+    src = "source_file=/u/aic/data/h200_sxm/{}/0.5.6.post2/m.csv; silicon_concurrency=8"
+    rows = [{"silicon_data_source": src.format(b), "mode": m} for b in ("sglang", "vllm") for m in ("agg", "disagg", None)]
+    rows.append({"silicon_data_source": "InferenceX sweep", "mode": "agg"})
+    assert [fr.generator_sglang_row(r) for r in rows] == [dynamo_frontend_row(r) for r in rows]
+    assert [dynamo_frontend_row(r) for r in rows] == [True, False, True, False, False, False, False]
