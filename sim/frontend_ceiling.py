@@ -76,13 +76,6 @@ def frontend_note(engine: object) -> str:
             f"worker) delivers at most {ceiling_tokens_per_s(t):,.0f} output tokens/s (sim/frontend_ceiling.py)")
 
 
-def check_frontend(kind: str) -> str:
-    """``kind`` when it is a known front end, else a ValueError naming the known ones."""
-    if kind not in FRONTENDS:
-        raise ValueError(f"unknown front end '{kind}' (known: {', '.join(FRONTENDS)})")
-    return kind
-
-
 def frontend_problem(engine: object) -> tuple[str, str, str] | None:
     """(the engine key at fault, what is wrong, the fix) for a front-end setting the simulator would
     not honour, else None: an unknown kind, a negative time, a time set on the engine's own front end

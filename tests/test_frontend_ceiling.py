@@ -30,9 +30,9 @@ def test_arithmetic():
     assert fc.frontend_floor_ms(0.0, 512) == 0.0
     assert fc.ceiling_tokens_per_s(0.05) == pytest.approx(20000.0)
     assert fc.ceiling_tokens_per_s(0.0) == float("inf")
-    assert fc.check_frontend("dynamo") == "dynamo"
-    with pytest.raises(ValueError, match="known: engine, dynamo"):
-        fc.check_frontend("nginx")
+    # the one validation of the setting (llmplan.cli.resolve.check_engine; CLI cases in test_cli_bad_inputs.py)
+    assert fc.frontend_problem(EngineProfile(frontend="dynamo", frontend_per_token_ms=0.05)) is None
+    assert fc.frontend_problem(EngineProfile(frontend="nginx"))[:2] == ("frontend", "unknown front end 'nginx'")
 
 
 def test_the_engines_own_front_end_applies_no_per_token_time():
