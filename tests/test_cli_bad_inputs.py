@@ -81,6 +81,8 @@ CASES = [
     (["simulate", "engine.frontend_per_token_ms=0.05"], "engine.frontend_per_token_ms", "engine.frontend=dynamo"),
     (["simulate", "engine=vllm", "engine.frontend=dynamo"], "engine.frontend", "has no per-token time"),
     (["simulate", "engine.frontend=dynamo", "engine.frontend_per_token_ms=0"], "engine.frontend", "given as 0"),
+    (["simulate", "deployment.mode=disagg", "deployment.router=round_robin"], "deployment.router",
+     "decode: a free batch slot, then the most free KV"),
     (["simulate", "model=llama3_1_8b", "deployment.replicas=0"], "deployment.replicas", "in [1, 256]"),
     (["plan", "gpu.max_gpus={h100_sxm: -1}"], "gpu.max_gpus.h100_sxm", ">= 0"),
     (["plan", "gpu.usd_per_hour={h100_sxm: 0}"], "gpu.usd_per_hour.h100_sxm", "> 0"),

@@ -42,7 +42,8 @@ def check_mode_keys(app) -> None:
     d, default = app.deployment, DeploymentConfig()
     if d.mode == "disagg":
         for k, fix in (("replicas", "set the pools' sizes: deployment.prefill.workers / deployment.decode.workers"),
-                       ("router", "drop it (prefill: fewest unfinished requests; decode: most free KV, docs/DISAGG.md)")):
+                       ("router", "drop it (prefill: fewest unfinished requests; decode: a free batch slot, "
+                                  "then the most free KV; docs/DISAGG.md)")):
             if getattr(d, k) != getattr(default, k):
                 raise ConfigError(f"applies to aggregated deployments only, got {getattr(d, k)!r} with "
                                   f"deployment.mode=disagg", key=f"deployment.{k}", fix=fix)
