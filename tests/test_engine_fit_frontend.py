@@ -143,3 +143,19 @@ def test_the_rate_tables_rows_are_the_front_end_terms_rows():
     rows.append({"silicon_data_source": "InferenceX sweep", "mode": "agg"})
     assert [fr.generator_sglang_row(r) for r in rows] == [dynamo_frontend_row(r) for r in rows]
     assert [dynamo_frontend_row(r) for r in rows] == [True, False, True, False, False, False, False]
+
+
+def test_rows_kept_for_tpot_are_not_counted_as_left_out(monkeypatch):
+    """The provenance's ``rows_excluded_by_regime`` counts under ``server-queued`` only the rows left out;
+    the Dynamo rows kept for their TPOT are counted under their own key (no row counted twice)."""
+    import llmplan.calibration.serving_regimes as rg
+
+    df = _frame()
+    flags = {0: (SERVER_QUEUED,), 1: (SERVER_QUEUED, "admission-limited"), 2: (SERVER_QUEUED,)}
+    monkeypatch.setattr(rg, "flags_of", lambda rows, indices, engines: flags)
+    b = _row(0, 512, 12.0, ef.EngineParams(1.0), False)
+    kept, counts = ef.exclude_regimes({0.0: [replace(b, index=i) for i in range(4)]}, df)
+    assert [x.index for x in kept[0.0]] == [0, 3] and math.isnan(kept[0.0][0].measured_ttft_ms)
+    assert counts == {"admission-limited": 1, SERVER_QUEUED: 2, f"{SERVER_QUEUED} (kept for TPOT: Dynamo front end)": 1}
+    left_out = {i for i in range(4)} - {x.index for x in kept[0.0]}
+    assert counts[SERVER_QUEUED] == sum(SERVER_QUEUED in flags[i] for i in left_out)
