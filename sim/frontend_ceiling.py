@@ -30,7 +30,8 @@ are not split across steps and an upper bound where they are).
 The time is an engine-profile setting (``EngineProfile.frontend`` / ``frontend_per_token_ms``),
 off by default: the engines' own front ends are not modelled this way. ``frontend: dynamo`` takes the
 per-token time fitted to the served rows that ran behind Dynamo (``calibration.engine_fit``,
-``sim/data/engine_profiles.json``: ``frontends``); an explicit ``frontend_per_token_ms`` wins.
+``sim/data/engine_profiles.json``: each engine's ``frontend_per_token_ms``, read by
+``sim.engine_terms.fitted_frontend_ms``); an explicit ``frontend_per_token_ms`` wins.
 """
 
 from __future__ import annotations
