@@ -142,3 +142,18 @@ def test_simulate_says_the_front_end_ceiling_is_on(tmp_path, capsys):
     assert [n for n in s["notes"] if n.startswith("engine.frontend=dynamo:") and "at most 10,000 output" in n]
     assert "engine.frontend=dynamo" in out
     assert s["output_tokens_per_s"] <= 10000.0 * 1.001
+
+
+@pytest.mark.parametrize("extra", [["+colocate=llama2_7b_13b"],
+                                   ["engine=trtllm", "model=llama3_1_8b", "gpu=h200_sxm", "deployment.mode=disagg",
+                                    "deployment.tp=1", "workload.num_requests=100"]])
+def test_colocated_and_disaggregated_runs_say_it_too(extra, tmp_path, capsys):
+    import json
+
+    from simulate_cli_helpers import run_cli
+
+    code, _, err = run_cli(["simulate", *extra, "engine.frontend=dynamo", "engine.frontend_per_token_ms=0.05"],
+                           capsys, tmp_path)
+    assert code == 0, err
+    notes = json.loads((tmp_path / "summary.json").read_text())["notes"]
+    assert [n for n in notes if n.startswith("engine.frontend=dynamo:") and "at most 20,000 output" in n]
