@@ -169,3 +169,33 @@ def test_prefill_screen_times_prompts_as_the_disaggregated_simulator_does():
     assert DisaggSpec.__dataclass_fields__["context_launch"].default == "under_device"
     assert prefill_ms(ev) == pytest.approx(sum(LaunchUnderDevice(step).step_time_ms(s) for s in shapes))
     assert prefill_ms(ev) == pytest.approx(additive - 2 * launch)
+
+
+def test_prefill_pool_power_uses_the_step_the_simulator_runs():
+    """plan.json's prefill-pool power: the utilisation of the prompt step as the DES times it (launch
+    under the device work), so a shorter step with the same work is a busier GPU."""
+    from types import SimpleNamespace
+
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.disagg_figures import pool_power
+    from llmplan.sim.disagg_launch import LaunchUnderDevice
+    from llmplan.sim.kernels import RooflineKernelModel
+    from llmplan.sim.power import step_utilization
+    from llmplan.sim.step_model import AnalyticalStepModel
+    from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
+
+    g = get_gpu("h200_sxm")
+    engine = EngineProfile(name="trtllm", kernel_backend="trtllm", host_overhead_ms=0.5, host_overhead_per_seq_ms=0.0,
+                           host_overlap_per_seq_ms=0.0, eager_step_ms_per_layer=0.2, ttft_per_request_ms=0.0,
+                           ttft_per_prompt_token_ms=0.0)
+    step = AnalyticalStepModel(load_model("llama3_1_8b"), g, Parallelism(1), Precision(), engine, RooflineKernelModel(g))
+    cand = SimpleNamespace(gpu=g, gpus_per_replica=1, prec=Precision())
+    pick = SimpleNamespace(role="prefill", workers=1, evaluation=SimpleNamespace(
+        candidate=cand, analyzer=SimpleNamespace(step=step, I=2000.0, O=100.0, budget=8192)))
+    p = pool_power(pick, 1.0, {"busy_fraction": 1.0})
+    shape = StepShape.build([(2000, 0)], [])
+    hidden = step_utilization(LaunchUnderDevice(step).breakdown(shape), g, "bf16")
+    additive = step_utilization(step.breakdown(shape), g, "bf16")
+    assert p["utilization_compute"] == pytest.approx(hidden.compute, abs=1e-4)
+    assert hidden.compute > additive.compute * 1.05
