@@ -62,6 +62,13 @@ def collection_file(row: Mapping[str, Any]) -> tuple[str, str] | None:
     return (m.group(2), m.group(3)) if m else None
 
 
+def generator_agg_row(row: Mapping[str, Any], backend: str) -> bool:
+    """True for an aggregated row of ``backend`` from a per-engine-version collection file
+    (:func:`collection_file`: aiconfigurator's generator, served behind Dynamo's front end)."""
+    source = collection_file(row)
+    return source is not None and source[0] == backend and str(row.get("mode") or "agg").strip() == "agg"
+
+
 def length_range_ratio(row: Mapping[str, Any], isl: int, osl: int) -> float:
     """The row's client range ratio: lengths uniform in ``[ratio x L, L]``; 1.0 = fixed lengths
     (also for an engine outside :data:`CLIENT_MODEL_ENGINES`)."""

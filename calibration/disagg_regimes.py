@@ -10,7 +10,8 @@ the prediction error):
 * ``beyond a full prefill queue``: the measured mean TTFT exceeds the front-end TTFT plus the time
   the prefill pool needs to serve every one of the run's ``N`` clients once, ``ceil(N / (P x S))``
   prefill steps of ``S`` whole prompts (``S``: the worker's batch x attention DP; ``P`` workers;
-  the step timed by the pool's own step model, host time included). In a closed loop no request
+  the step timed by the pool's own step model as the replay runs it, host time included,
+  the eager launch under the device work: ``sim.disaggregated.prefill_replica``). In a closed loop no request
   can find more than the other ``N - 1`` clients ahead of it, so a TTFT above that bound is not
   prefill queueing; a per-request delay of that size would be a hand-off tens of times the
   engine's other rows'.
@@ -33,9 +34,11 @@ def prefill_step_ms(case: Any, spec: Any) -> float:
     ``spec``: the case's :class:`~sim.disaggregated.DisaggSpec` (``serving_disagg_rows.disagg_spec``)."""
     from llmplan.sim.types import StepShape
 
+    from llmplan.sim.disaggregated import prefill_replica
+
     seqs = max(1, int(case.prefill.dep.engine.max_num_seqs))
-    step = spec.prefill.replica.cost_model
-    return float(step.breakdown(StepShape.build([(case.isl, 0)] * seqs, [])).latency_ms)
+    step = prefill_replica(spec).cost_model   # as the replay runs it (DisaggSpec.context_launch)
+    return float(step.step_time_ms(StepShape.build([(case.isl, 0)] * seqs, [])))
 
 
 def full_queue_ttft_ms(case: Any, spec: Any) -> float:

@@ -1027,7 +1027,8 @@ def engine_grids(by_j: dict[float, list[Basis]]) -> dict[str, list[float]]:
 def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float, list[Basis]], dict[str, int]]:
     """The bases without the rows :mod:`calibration.serving_regimes` flags (regimes the replay
     does not reproduce; criteria from the row and the simulator, never from the error), and
-    {flag: rows excluded}."""
+    {flag: rows excluded}, plus the rows kept for their TPOT only (:func:`frontend_bound_queued`) under
+    ``"server-queued (kept for TPOT: Dynamo front end)"``, not counted under ``"server-queued"``."""
     from llmplan.calibration.serving_regimes import SERVER_QUEUED, flags_of
 
     indices = sorted({b.index for bs in by_j.values() for b in bs})
@@ -1037,7 +1038,10 @@ def exclude_regimes(by_j: dict[float, list[Basis]], df: Any) -> tuple[dict[float
         for k in f:
             counts[k] = counts.get(k, 0) + 1
     tpot_only = frontend_bound_queued(flags, df)
-    if tpot_only:
+    if tpot_only:   # kept (TPOT only): not counted as left out
+        counts[SERVER_QUEUED] -= len(tpot_only)
+        if not counts[SERVER_QUEUED]:
+            del counts[SERVER_QUEUED]
         counts[f"{SERVER_QUEUED} (kept for TPOT: Dynamo front end)"] = len(tpot_only)
     keep = {j: [replace(b, measured_ttft_ms=math.nan) if b.index in tpot_only else b for b in bs
                 if not flags.get(b.index) or b.index in tpot_only] for j, bs in by_j.items()}

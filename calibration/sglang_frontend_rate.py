@@ -39,8 +39,8 @@ import argparse
 import math
 from typing import Any, Mapping
 
-from llmplan.calibration.benchmark_clients import collection_file
-from llmplan.calibration.sglang_launch import dynamo_frontend_row  # noqa: F401  (the rows the term applies to)
+from llmplan.calibration.benchmark_clients import generator_agg_row
+from llmplan.calibration.sglang_launch import dynamo_frontend_row
 
 
 def delivered_output_tokens_per_s(isl: int, osl: int, concurrency: int, ttft_ms: float, tpot_ms: float) -> float:
@@ -54,15 +54,15 @@ def delivered_output_tokens_per_s(isl: int, osl: int, concurrency: int, ttft_ms:
 
 
 def generator_sglang_row(row: Mapping[str, Any]) -> bool:
-    """True for an aggregated SGLang row of aiconfigurator's generator (Dynamo front end)."""
-    return generator_row(row, "sglang")
+    """True for an aggregated SGLang row of aiconfigurator's generator (Dynamo front end): the rows the
+    front-end term applies to (:func:`calibration.sglang_launch.dynamo_frontend_row`)."""
+    return dynamo_frontend_row(row)
 
 
 def generator_row(row: Mapping[str, Any], backend: str) -> bool:
     """True for an aggregated row of ``backend`` from aiconfigurator's generator (per-engine-version
     collection file; Dynamo front end)."""
-    source = collection_file(row)
-    return source is not None and source[0] == backend and str(row.get("mode") or "agg").strip() == "agg"
+    return generator_agg_row(row, backend)
 
 
 def delivered_rates(rows: list[Mapping[str, Any]], backend: str = "sglang") -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from llmplan.calibration.benchmark_clients import collection_file
+from llmplan.calibration.benchmark_clients import collection_file, generator_agg_row
 from llmplan.calibration.engine_versions import at_least
 
 #: aiconfigurator's generator: ``max_prefill_tokens = isl + 1500`` for aggregated SGLang workers
@@ -84,8 +84,7 @@ def dynamo_frontend_row(row: Mapping[str, Any]) -> bool:
     (TensorRT-LLM Llama-3.1-8B H100 1.0.0rc3, N = 128, 1k/512: 9.2k at TP 2-8) and a TensorRT-LLM fit
     with its generator rows tagged does not identify a per-token time; Dynamo's worker for them is
     another Python handler (docs/ACCURACY.md, session 11)."""
-    source = collection_file(row)
-    return source is not None and source[0] == "sglang" and str(row.get("mode") or "agg").strip() == "agg"
+    return generator_agg_row(row, "sglang")
 
 
 def allreduce_rms_fusion(version: str | None) -> bool:

@@ -132,13 +132,18 @@ def _limits(slos: list[SLOTarget], metric: str) -> tuple[float, float]:
 
 
 def prefill_ms(ev: Evaluation) -> float:
-    """Time of one mean-length prompt on a worker (chunks of the token budget)."""
+    """Time of one mean-length prompt on a worker (chunks of the token budget), timed by the
+    prefill pool's step model as the disaggregated simulator runs it: the eager host launch under
+    the prompt's device work (``sim.disagg_launch``, ``DisaggSpec.context_launch``'s default)."""
+    from llmplan.sim.disagg_launch import DEFAULT_CONTEXT_LAUNCH, context_step_model
+
     an = ev.analyzer
+    step = context_step_model(an.step, DEFAULT_CONTEXT_LAUNCH)
     left, done, t = int(round(an.I)), 0, 0.0
     budget = max(1, int(an.budget))
     while left > 0:
         c = min(left, budget)
-        t += float(an.step.step_time_ms(StepShape.build([(c, done)], [])))
+        t += float(step.step_time_ms(StepShape.build([(c, done)], [])))
         done, left = done + c, left - c
     return t
 

@@ -93,7 +93,12 @@ def pool_power(pick: Any, rate_rps: float, activity: dict | None, model: PowerMo
         shape = StepShape.build([], [int(an.I + an.O / 2)] * max(1, int(round(batch))))
         busy = act.get("busy_fraction")
         busy = min(1.0, batch) if busy is None else busy
-    util = step_utilization(an.step.breakdown(shape), c.gpu, _dtype(c.gpu, c.prec.weights), an.step.pp)
+    step = an.step
+    if pick.role == "prefill":   # the prefill pool's step as the DES runs it (sim/disagg_launch.py, prefill_ms)
+        from llmplan.sim.disagg_launch import DEFAULT_CONTEXT_LAUNCH, context_step_model
+
+        step = context_step_model(an.step, DEFAULT_CONTEXT_LAUNCH)
+    util = step_utilization(step.breakdown(shape), c.gpu, _dtype(c.gpu, c.prec.weights), an.step.pp)
     p_gpu = duty_cycle_power_w(gpu_power_w(util, tdp, model), model.idle_fraction * tdp, busy)
     return base | {"utilization_compute": _r(util.compute, 4), "utilization_memory": _r(util.memory, 4),
                    "busy_fraction": _r(busy, 4), "decode_batch_mean": _r(batch, 3),

@@ -27,6 +27,9 @@ from typing import Any
 
 #: how a prefill pool's eager launch composes with its device work
 CONTEXT_LAUNCH = ("under_device", "additive")
+#: the rule the disaggregated simulator applies by default (``DisaggSpec.context_launch``), which the
+#: planner's analytical prefill screen (``optimizer.disagg_candidates.prefill_ms``) uses too
+DEFAULT_CONTEXT_LAUNCH = "under_device"
 
 
 class LaunchUnderDevice:
@@ -52,6 +55,13 @@ class LaunchUnderDevice:
         t = float(self.step.stage_time_ms(shape))
         e = self.launch_ms(shape, getattr(self.step, "layers_per_stage", None) if self.pp > 1 else None)
         return max(t - e, e)
+
+    def breakdown(self, shape: Any) -> Any:
+        """The wrapped model's operators, with this model's step and stage times."""
+        from dataclasses import replace
+
+        return replace(self.step.breakdown(shape), latency_ms=self.step_time_ms(shape),
+                       stage_ms=self.stage_time_ms(shape))
 
     def __getattr__(self, name: str) -> Any:
         if name == "step" or name.startswith("__"):   # not set yet (copy / pickle): no recursion

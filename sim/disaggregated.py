@@ -51,7 +51,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 
 from llmplan.errors import InfeasibleDeployment, UserError
-from llmplan.sim.disagg_launch import CONTEXT_LAUNCH, context_step_model
+from llmplan.sim.disagg_launch import CONTEXT_LAUNCH, DEFAULT_CONTEXT_LAUNCH, context_step_model
 from llmplan.sim.disagg_workers import DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.kv_transfer import (KVPayload, LinkOccupancy, PoolLink, exposed_transfer_ms, pool_link,
@@ -181,7 +181,7 @@ class DisaggSpec:
     #: how a prefill worker's eager host launch composes with its device work (sim/disagg_launch.py):
     #: ``"under_device"`` (default: the launch runs under the long prompt steps, max of the two) or
     #: ``"additive"`` (the aggregated step model's sum)
-    context_launch: str = "under_device"
+    context_launch: str = DEFAULT_CONTEXT_LAUNCH
 
 
 def prefill_replica(spec: DisaggSpec) -> ReplicaSpec:

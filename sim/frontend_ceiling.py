@@ -30,7 +30,8 @@ are not split across steps and an upper bound where they are).
 The time is an engine-profile setting (``EngineProfile.frontend`` / ``frontend_per_token_ms``),
 off by default: the engines' own front ends are not modelled this way. ``frontend: dynamo`` takes the
 per-token time fitted to the served rows that ran behind Dynamo (``calibration.engine_fit``,
-``sim/data/engine_profiles.json``: ``frontends``); an explicit ``frontend_per_token_ms`` wins.
+``sim/data/engine_profiles.json``: each engine's ``frontend_per_token_ms``, read by
+``sim.engine_terms.fitted_frontend_ms``); an explicit ``frontend_per_token_ms`` wins.
 """
 
 from __future__ import annotations
@@ -65,30 +66,37 @@ def frontend_per_token_ms(engine: object) -> float:
     return float(value) if kind != DEFAULT_FRONTEND and value > 0.0 else 0.0
 
 
-def check_frontend(kind: str) -> str:
-    """``kind`` when it is a known front end, else a ValueError naming the known ones."""
-    if kind not in FRONTENDS:
-        raise ValueError(f"unknown front end '{kind}' (known: {', '.join(FRONTENDS)})")
-    return kind
+def frontend_note(engine: object) -> str:
+    """The line that tells a user the front end's ceiling is modelled ("" when it is not): the
+    per-token time and the delivered rate it caps each replica at (:func:`ceiling_tokens_per_s`)."""
+    t = frontend_per_token_ms(engine)
+    if t <= 0.0:
+        return ""
+    return (f"engine.frontend={getattr(engine, 'frontend', DEFAULT_FRONTEND)}: every step lasts at least "
+            f"{t:g} ms per streamed token (decode sequences and prefill chunks), so a replica (a disaggregated "
+            f"worker) delivers at most {ceiling_tokens_per_s(t):,.0f} output tokens/s (sim/frontend_ceiling.py)")
 
 
-def frontend_problem(engine: object) -> tuple[str, str] | None:
-    """(what is wrong, the fix) for a front-end setting the simulator would not honour, else None:
-    an unknown kind, a negative time, a time set on the engine's own front end (ignored there), or the
-    Dynamo front end without a per-token time (none given and none fitted). Checked on the user's
-    configuration (``llmplan.cli.resolve.check_engine``); the served-row replay sets both fields itself."""
+def frontend_problem(engine: object) -> tuple[str, str, str] | None:
+    """(the engine key at fault, what is wrong, the fix) for a front-end setting the simulator would
+    not honour, else None: an unknown kind, a negative time, a time set on the engine's own front end
+    (ignored there), or the Dynamo front end without a per-token time (0 given, or none given and none
+    fitted). Checked on the user's configuration (``llmplan.cli.resolve.check_engine``); the
+    served-row replay sets both fields itself."""
     kind = getattr(engine, "frontend", DEFAULT_FRONTEND)
     value = float(getattr(engine, "frontend_per_token_ms", 0.0) or 0.0)
     if kind not in FRONTENDS:
-        return f"unknown front end '{kind}'", f"one of {', '.join(FRONTENDS)}"
+        return "frontend", f"unknown front end '{kind}'", f"one of {', '.join(FRONTENDS)}"
     if value < 0.0:
-        return f"frontend_per_token_ms {value:g} is negative", "use 0 or a positive time per streamed token (ms)"
+        return ("frontend_per_token_ms", f"frontend_per_token_ms {value:g} is negative",
+                "use 0 or a positive time per streamed token (ms)")
     if kind == DEFAULT_FRONTEND and value > 0.0:
-        return (f"frontend_per_token_ms {value:g} is set but the front end is the engine's own, which is not "
-                "modelled with a per-token time", "set engine.frontend=dynamo, or engine.frontend_per_token_ms=0")
+        return ("frontend_per_token_ms", f"frontend_per_token_ms {value:g} is set but the front end is the "
+                "engine's own, which is not modelled with a per-token time",
+                "set engine.frontend=dynamo, or engine.frontend_per_token_ms=0")
     if kind != DEFAULT_FRONTEND and value == 0.0:
-        return (f"front end '{kind}' has no per-token time: none is fitted in sim/data/engine_profiles.json for "
-                f"engine '{getattr(engine, 'name', '?')}'",
+        return ("frontend", f"front end '{kind}' has no per-token time: frontend_per_token_ms is 0 (given as 0, or "
+                f"none given and none fitted in sim/data/engine_profiles.json for engine "
+                f"'{getattr(engine, 'name', '?')}')",
                 "set engine.frontend_per_token_ms (ms per streamed token) or engine.frontend=engine")
     return None
-

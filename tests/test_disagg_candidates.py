@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from llmplan.optimizer.disagg_candidates import best_disagg, decode_capacity, prefill_capacity
+from llmplan.optimizer.disagg_candidates import best_disagg, decode_capacity, prefill_capacity, prefill_ms
 from llmplan.optimizer.types import SLOTarget, WorkloadStats
 
 
@@ -140,3 +140,62 @@ def test_option_is_recommended_exactly_when_the_mode_selection_chooses_it(planne
     assert d["recommended"] == (res.chosen_mode == "disagg") == d["chosen"]
     noted = any("chosen deployment is disaggregated" in n for n in res.notes)
     assert noted == d["recommended"]
+
+
+def test_prefill_screen_times_prompts_as_the_disaggregated_simulator_does():
+    """The screen's prompt time is the prefill pool's step under the simulator's default context-launch
+    rule (sim/disagg_launch.py): a TensorRT-LLM prompt step is eager, and its launch runs under the
+    device work instead of adding to it, as in ``simulate_disaggregated``'s prefill workers."""
+    from types import SimpleNamespace
+
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.sim.disagg_launch import LaunchUnderDevice
+    from llmplan.sim.disaggregated import DisaggSpec
+    from llmplan.sim.kernels import RooflineKernelModel
+    from llmplan.sim.step_model import AnalyticalStepModel
+    from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
+
+    g = get_gpu("h200_sxm")
+    engine = EngineProfile(name="trtllm", kernel_backend="trtllm", host_overhead_ms=0.5, host_overhead_per_seq_ms=0.0,
+                           host_overlap_per_seq_ms=0.0, eager_step_ms_per_layer=0.2, ttft_per_request_ms=0.0,
+                           ttft_per_prompt_token_ms=0.0)
+    step = AnalyticalStepModel(load_model("llama3_1_8b"), g, Parallelism(1), Precision(), engine, RooflineKernelModel(g))
+    ev = SimpleNamespace(analyzer=SimpleNamespace(step=step, I=3000.0, budget=2048))
+    shapes = [StepShape.build([(2048, 0)], []), StepShape.build([(952, 2048)], [])]
+    launch = 0.2 * 32
+    additive = sum(step.step_time_ms(s) for s in shapes)
+    assert step.eager_layers(shapes[0]) == 32 and step.step_time_ms(shapes[0]) > 2 * launch
+    assert DisaggSpec.__dataclass_fields__["context_launch"].default == "under_device"
+    assert prefill_ms(ev) == pytest.approx(sum(LaunchUnderDevice(step).step_time_ms(s) for s in shapes))
+    assert prefill_ms(ev) == pytest.approx(additive - 2 * launch)
+
+
+def test_prefill_pool_power_uses_the_step_the_simulator_runs():
+    """plan.json's prefill-pool power: the utilisation of the prompt step as the DES times it (launch
+    under the device work), so a shorter step with the same work is a busier GPU."""
+    from types import SimpleNamespace
+
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.disagg_figures import pool_power
+    from llmplan.sim.disagg_launch import LaunchUnderDevice
+    from llmplan.sim.kernels import RooflineKernelModel
+    from llmplan.sim.power import step_utilization
+    from llmplan.sim.step_model import AnalyticalStepModel
+    from llmplan.sim.types import EngineProfile, Parallelism, Precision, StepShape
+
+    g = get_gpu("h200_sxm")
+    engine = EngineProfile(name="trtllm", kernel_backend="trtllm", host_overhead_ms=0.5, host_overhead_per_seq_ms=0.0,
+                           host_overlap_per_seq_ms=0.0, eager_step_ms_per_layer=0.2, ttft_per_request_ms=0.0,
+                           ttft_per_prompt_token_ms=0.0)
+    step = AnalyticalStepModel(load_model("llama3_1_8b"), g, Parallelism(1), Precision(), engine, RooflineKernelModel(g))
+    cand = SimpleNamespace(gpu=g, gpus_per_replica=1, prec=Precision())
+    pick = SimpleNamespace(role="prefill", workers=1, evaluation=SimpleNamespace(
+        candidate=cand, analyzer=SimpleNamespace(step=step, I=2000.0, O=100.0, budget=8192)))
+    p = pool_power(pick, 1.0, {"busy_fraction": 1.0})
+    shape = StepShape.build([(2000, 0)], [])
+    hidden = step_utilization(LaunchUnderDevice(step).breakdown(shape), g, "bf16")
+    additive = step_utilization(step.breakdown(shape), g, "bf16")
+    assert p["utilization_compute"] == pytest.approx(hidden.compute, abs=1e-4)
+    assert hidden.compute > additive.compute * 1.05

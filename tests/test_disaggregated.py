@@ -376,6 +376,7 @@ def test_unknown_routing_or_handoff_point_is_refused(key, bad):
 
 def test_context_launch_runs_under_long_device_steps_and_bounds_short_ones():
     from llmplan.sim.disagg_launch import LaunchUnderDevice
+    from llmplan.sim.types import OpTime, StepTiming
 
     class Eager:   # a stand-in step model: device time 0.01 ms per token + 2 ms host, 4 layers eager
         pp = 1
@@ -392,11 +393,17 @@ def test_context_launch_runs_under_long_device_steps_and_bounds_short_ones():
 
         stage_time_ms = step_time_ms
 
+        def breakdown(self, shape):
+            return StepTiming(self.step_time_ms(shape), self.stage_time_ms(shape), (OpTime("host", "host", 2.0, "host"),))
+
     w = LaunchUnderDevice(Eager())
     long, short = StepShape.build([(1000, 0)]), StepShape.build([(10, 0)])
     assert Eager().step_time_ms(long) == pytest.approx(14.0)
     assert w.step_time_ms(long) == pytest.approx(12.0)        # the 2 ms launch is hidden under 12 ms
     assert w.stage_time_ms(long) == pytest.approx(12.0)
+    # its breakdown states its own step and stage times (not the wrapped model's 14 ms), the operators kept
+    assert (w.breakdown(long).latency_ms, w.breakdown(long).stage_ms) == (pytest.approx(12.0), pytest.approx(12.0))
+    assert w.breakdown(long).ops == Eager().breakdown(long).ops
     assert w.step_time_ms(short) == pytest.approx(2.1)        # 2.1 ms of device + host > 2.0 ms of launch
     assert LaunchUnderDevice(Eager()).launch_ms(StepShape(0, 0, 0.0, 0, 4, 400)) == 0.0   # graphed decode step
     # a launch longer than the rest of the step bounds it

@@ -130,3 +130,32 @@ def test_the_rate_table_reads_each_engines_generator_rows():
     (g,) = fr.delivered_rates([row], "trtllm")
     assert g["max_tokens_per_s"] == pytest.approx(128 * 512 / ((1105.9 + 511 * 11.75) / 1000.0))
     assert fr.delivered_rates([row]) == []
+
+
+def test_the_rate_tables_rows_are_the_front_end_terms_rows():
+    """One predicate: the SGLang generator rows of the rate table are the rows the front-end term
+    applies to (calibration.sglang_launch.dynamo_frontend_row), for aggregated and disaggregated rows."""
+    from llmplan.calibration import sglang_frontend_rate as fr
+    from llmplan.calibration.sglang_launch import dynamo_frontend_row
+
+    src = "source_file=/u/aic/data/h200_sxm/{}/0.5.6.post2/m.csv; silicon_concurrency=8"
+    rows = [{"silicon_data_source": src.format(b), "mode": m} for b in ("sglang", "vllm") for m in ("agg", "disagg", None)]
+    rows.append({"silicon_data_source": "InferenceX sweep", "mode": "agg"})
+    assert [fr.generator_sglang_row(r) for r in rows] == [dynamo_frontend_row(r) for r in rows]
+    assert [dynamo_frontend_row(r) for r in rows] == [True, False, True, False, False, False, False]
+
+
+def test_rows_kept_for_tpot_are_not_counted_as_left_out(monkeypatch):
+    """The provenance's ``rows_excluded_by_regime`` counts under ``server-queued`` only the rows left out;
+    the Dynamo rows kept for their TPOT are counted under their own key (no row counted twice)."""
+    import llmplan.calibration.serving_regimes as rg
+
+    df = _frame()
+    flags = {0: (SERVER_QUEUED,), 1: (SERVER_QUEUED, "admission-limited"), 2: (SERVER_QUEUED,)}
+    monkeypatch.setattr(rg, "flags_of", lambda rows, indices, engines: flags)
+    b = _row(0, 512, 12.0, ef.EngineParams(1.0), False)
+    kept, counts = ef.exclude_regimes({0.0: [replace(b, index=i) for i in range(4)]}, df)
+    assert [x.index for x in kept[0.0]] == [0, 3] and math.isnan(kept[0.0][0].measured_ttft_ms)
+    assert counts == {"admission-limited": 1, SERVER_QUEUED: 2, f"{SERVER_QUEUED} (kept for TPOT: Dynamo front end)": 1}
+    left_out = {i for i in range(4)} - {x.index for x in kept[0.0]}
+    assert counts[SERVER_QUEUED] == sum(SERVER_QUEUED in flags[i] for i in left_out)

@@ -30,9 +30,9 @@ def test_arithmetic():
     assert fc.frontend_floor_ms(0.0, 512) == 0.0
     assert fc.ceiling_tokens_per_s(0.05) == pytest.approx(20000.0)
     assert fc.ceiling_tokens_per_s(0.0) == float("inf")
-    assert fc.check_frontend("dynamo") == "dynamo"
-    with pytest.raises(ValueError, match="known: engine, dynamo"):
-        fc.check_frontend("nginx")
+    # the one validation of the setting (llmplan.cli.resolve.check_engine; CLI cases in test_cli_bad_inputs.py)
+    assert fc.frontend_problem(EngineProfile(frontend="dynamo", frontend_per_token_ms=0.05)) is None
+    assert fc.frontend_problem(EngineProfile(frontend="nginx"))[:2] == ("frontend", "unknown front end 'nginx'")
 
 
 def test_the_engines_own_front_end_applies_no_per_token_time():
@@ -115,3 +115,45 @@ def test_closed_loop_throughput_is_flat_in_tp_behind_the_front_end():
     assert bound[2] == pytest.approx(1000 / 0.06, rel=0.01)
     # a front end far faster than the GPU leaves the run as it was
     assert _closed_loop_rate(2, 0.001) == pytest.approx(free[2], rel=1e-9)
+
+
+def test_the_note_states_the_ceiling_only_where_it_applies():
+    assert fc.frontend_note(EngineProfile(name="sglang")) == ""
+    assert fc.frontend_note(EngineProfile(name="sglang", frontend="dynamo", frontend_per_token_ms=0.0)) == ""
+    note = fc.frontend_note(EngineProfile(name="sglang", frontend="dynamo", frontend_per_token_ms=0.05))
+    assert note.startswith("engine.frontend=dynamo:") and "0.05 ms per streamed token" in note
+    assert "at most 20,000 output tokens/s" in note
+
+
+def test_simulate_says_the_front_end_ceiling_is_on(tmp_path, capsys):
+    """`llmplan simulate engine.frontend=dynamo`: summary.json's notes and the printed output state the
+    ceiling, and a run whose steps it floors delivers no more than it (offline, 512 requests at TP 8)."""
+    import json
+
+    from simulate_cli_helpers import run_cli
+
+    argv = ["simulate", "engine=sglang", "model=llama3_1_8b", "gpu=h200_sxm", "deployment.tp=8", "workload=offline",
+            "workload.num_requests=512", "workload.input_tokens.kind=fixed", "workload.output_tokens.kind=fixed",
+            "workload.input_tokens.mean_tokens=200", "workload.output_tokens.mean_tokens=300",
+            "engine.frontend=dynamo", "engine.frontend_per_token_ms=0.1"]
+    code, out, err = run_cli(argv, capsys, tmp_path)
+    assert code == 0, err
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert [n for n in s["notes"] if n.startswith("engine.frontend=dynamo:") and "at most 10,000 output" in n]
+    assert "engine.frontend=dynamo" in out
+    assert s["output_tokens_per_s"] <= 10000.0 * 1.001
+
+
+@pytest.mark.parametrize("extra", [["+colocate=llama2_7b_13b"],
+                                   ["engine=trtllm", "model=llama3_1_8b", "gpu=h200_sxm", "deployment.mode=disagg",
+                                    "deployment.tp=1", "workload.num_requests=100"]])
+def test_colocated_and_disaggregated_runs_say_it_too(extra, tmp_path, capsys):
+    import json
+
+    from simulate_cli_helpers import run_cli
+
+    code, _, err = run_cli(["simulate", *extra, "engine.frontend=dynamo", "engine.frontend_per_token_ms=0.05"],
+                           capsys, tmp_path)
+    assert code == 0, err
+    notes = json.loads((tmp_path / "summary.json").read_text())["notes"]
+    assert [n for n in notes if n.startswith("engine.frontend=dynamo:") and "at most 20,000 output" in n]

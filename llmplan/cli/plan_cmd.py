@@ -129,6 +129,10 @@ def plan_from_app(app, console: Console, show_progress: bool = True):
             res = plan(model, [(g, g.usd_per_hour) for g in gpus], app.engine, wl, slos, space, avail,
                        app.calibration, progress, verifier, search_setting(model, asdict(app.speculative)))
         res.notes[:0] = notes
+        from llmplan.sim.frontend_ceiling import frontend_note
+
+        if frontend_note(app.engine):   # engine.frontend=dynamo: the screen and the DES floor every step
+            res.notes.append(frontend_note(app.engine))
         waits = simulated_only_note(app.engine)   # sim/trtllm_batch_wait.py: the DES waits, the screen does not
         if waits:
             res.notes.append(waits + ": the analytical screen (candidates.csv, pareto.csv, the choice of finalists) "

@@ -169,7 +169,7 @@ def check_engine(engine: EngineProfile) -> None:
     from llmplan.sim.frontend_ceiling import frontend_problem   # the front end's per-token time
 
     if (bad := frontend_problem(engine)) is not None:
-        raise ConfigError(bad[0], key="engine.frontend", fix=bad[1])
+        raise ConfigError(bad[1], key=f"engine.{bad[0]}", fix=bad[2])
     if engine.max_num_batched_tokens < engine.block_size:
         raise ConfigError(f"token budget {engine.max_num_batched_tokens} is smaller than one KV block ({engine.block_size})",
                           key="engine.max_num_batched_tokens", fix="raise it (vLLM default 8192)")

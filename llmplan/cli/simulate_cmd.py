@@ -108,6 +108,10 @@ def run_simulate(cfg: DictConfig, out_dir: Path | None = None, console: Console 
                          mem.kv_capacity_tokens, app.engine.chunked_prefill)
     cap_rps, limit, _, _ = an.capacity([])
     notes: list[str] = []
+    from llmplan.sim.frontend_ceiling import frontend_note
+
+    if frontend_note(app.engine):   # engine.frontend=dynamo: the per-token ceiling is on (stated)
+        notes.append(frontend_note(app.engine))
     unused = speculation_unused_note(app.speculative)
     if unused:
         notes.append(unused)

@@ -75,6 +75,10 @@ def run_colocate(app, out: Path, console: Console, t0: float) -> int:
         if res.starved[i]:
             notes.append(f"{c.key}: STARVED: the other models use {sum(res.utilizations) - res.utilizations[i]:.0%} of "
                          f"the GPU time")
+    from llmplan.sim.frontend_ceiling import frontend_note
+
+    if frontend_note(app.engine):   # engine.frontend=dynamo: the per-token ceiling is on (stated, as aggregated)
+        notes.append(frontend_note(app.engine))
     total_gpus = par.gpus * reps
     summary = {
         "mode": "colocated",

@@ -42,7 +42,8 @@ def check_mode_keys(app) -> None:
     d, default = app.deployment, DeploymentConfig()
     if d.mode == "disagg":
         for k, fix in (("replicas", "set the pools' sizes: deployment.prefill.workers / deployment.decode.workers"),
-                       ("router", "drop it (prefill: fewest unfinished requests; decode: most free KV, docs/DISAGG.md)")):
+                       ("router", "drop it (prefill: fewest unfinished requests; decode: a free batch slot, "
+                                  "then the most free KV; docs/DISAGG.md)")):
             if getattr(d, k) != getattr(default, k):
                 raise ConfigError(f"applies to aggregated deployments only, got {getattr(d, k)!r} with "
                                   f"deployment.mode=disagg", key=f"deployment.{k}", fix=fix)
@@ -160,6 +161,10 @@ def simulate_disagg_summary(app, model, slos: list[SLOTarget], out: Path) -> tup
                             f"about 80% of the estimated capacity {cap:.3g} req/s (the smaller of the prefill and "
                             f"decode pools')"] + summary["notes"]
 
+    from llmplan.sim.frontend_ceiling import frontend_note
+
+    if frontend_note(app.engine):   # engine.frontend=dynamo: the per-token ceiling is on (stated, as aggregated)
+        summary["notes"].append(frontend_note(app.engine))
     unused = speculation_unused_note(app.speculative)  # speculative.k=3 with method none: said, as aggregated
     if unused:
         summary["notes"].append(unused)
