@@ -468,3 +468,27 @@ def test_unknown_request_terms_are_refused():
     with pytest.raises(UserError) as e:
         simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), request_terms="twice"))
     assert e.value.key == "request_terms"
+
+
+def test_planner_screen_charges_the_front_end_in_the_fitted_form(monkeypatch):
+    # optimizer/disagg_candidates._prefill_picks: a hand-off fitted in the "request" form is screened with the
+    # per-request constant only, as verify_option simulates it (sim.disagg_build.disagg_from_deployments)
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.disagg_candidates import best_disagg
+    from llmplan.optimizer.planner import SearchSpace, screen
+    from llmplan.optimizer.types import SLOTarget, WorkloadStats
+    from llmplan.sim import disagg_handoff
+    from llmplan.sim.types import EngineProfile
+
+    model = load_model("llama3_1_8b")
+    wl = WorkloadStats(rate_rps=8.0, mean_input_tokens=800.0, mean_output_tokens=100.0, max_request_tokens=1100)
+    slos = [SLOTarget("ttft", 90, 1e9), SLOTarget("tpot", 90, 40.0)]
+    eng = EngineProfile(name="vllm", ttft_per_request_ms=100.0, ttft_per_prompt_token_ms=0.05)
+    evals, _ = screen(model, [(get_gpu("h100_sxm"), 3.0)], eng, wl, slos,
+                      SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0), "spec")
+    ttft = {}
+    for form in ("prompt", "request"):
+        monkeypatch.setattr(disagg_handoff, "request_terms", lambda _b, path=None, f=form: f)
+        ttft[form] = best_disagg(evals, wl, slos, model, "vllm").prefill.latency_ms
+    assert ttft["prompt"] - ttft["request"] == pytest.approx(0.05 * 800)
