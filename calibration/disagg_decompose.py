@@ -43,8 +43,6 @@ def decompose_case(case: DisaggCase, opts: SimOptions, wrap: Any = None, handoff
     import numpy as np
 
     from llmplan.sim.disaggregated import simulate_disaggregated
-    from llmplan.sim.engine_terms import cost_model_request_ttft_ms
-
     _, hi = opts.osl_range(case.osl)
     spec = disagg_spec(case, opts, wrap, case.isl + hi, handoff_ms)
     wl, window = benchmark_workload(case.isl, case.osl, case.concurrency, opts)
@@ -56,7 +54,10 @@ def decompose_case(case: DisaggCase, opts: SimOptions, wrap: Any = None, handoff
     xfer, kv = q["transfer_ms"].to_numpy(float), q["kv_arrival_ms"].to_numpy(float)
     first = arr + q["ttft_ms"].to_numpy(float)
     m = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
-    front = cost_model_request_ttft_ms(spec.decode.replica.cost_model, case.isl)
+    from llmplan.sim.disagg_request_terms import request_ttft_fns
+
+    f = request_ttft_fns([spec.decode.replica], spec.request_terms)[0]   # the row's front-end form
+    front = 0.0 if f is None else float(f(case.isl))
     parts = {"front_end_ms": front, "prefill_queue_ms": m(sched - arr), "prefill_ms": m(done - sched), "decode_room_wait_ms": m(start - done),
              "kv_transfer_ms": m(xfer), "link_wait_ms": m(kv - start - xfer), "handoff_ms": float(handoff_ms),
              "decode_join_ms": m(first - kv - handoff_ms - front)}

@@ -43,11 +43,12 @@ def prefill_step_ms(case: Any, spec: Any) -> float:
 
 def full_queue_ttft_ms(case: Any, spec: Any) -> float:
     """Front-end TTFT plus ``ceil(N / (P x S))`` prefill steps (module docstring)."""
-    from llmplan.sim.engine_terms import cost_model_request_ttft_ms
+    from llmplan.sim.disagg_request_terms import request_ttft_fns
 
     seqs = max(1, int(case.prefill.dep.engine.max_num_seqs))
     steps = math.ceil(case.concurrency / (case.prefill_workers * seqs))
-    front = cost_model_request_ttft_ms(spec.decode.replica.cost_model, case.isl)
+    f = request_ttft_fns([spec.decode.replica], getattr(spec, "request_terms", "prompt"))[0]   # the spec's form
+    front = 0.0 if f is None else float(f(case.isl))
     return front + steps * prefill_step_ms(case, spec)
 
 

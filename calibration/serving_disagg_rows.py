@@ -61,6 +61,7 @@ class DisaggCase:
     version: str = ""
     deployment: str = ""
     split: str = ""          # the held-out split's key (disagg_row_labels.split_keys; "": deployment)
+    request_terms: str = "prompt"   # the per-request TTFT form of the row's front end (row_request_terms)
 
     @property
     def dense(self) -> bool:
@@ -183,17 +184,27 @@ def map_disagg_row(row: Mapping[str, Any], index: int, engines: Mapping[str, Eng
         return DisaggMapping(index, None, "precision: the pools' KV dtypes differ")
     case = DisaggCase(index, p.row_id, p.backend, p, d, _int(row.get("prefill_num_workers"), 1),
                       _int(row.get("decode_num_workers"), 1), disagg_concurrency(row), p.isl, p.osl,
-                      p.measured_ttft_ms, p.measured_tpot_ms, p.version, disagg_deployment_key(row))
+                      p.measured_ttft_ms, p.measured_tpot_ms, p.version, disagg_deployment_key(row),
+                      request_terms=row_request_terms(row))
     return DisaggMapping(index, case, SIMULATED)
 
 
 # ----------------------------------------------------------------------------- replay
 
 
+def row_request_terms(row: Mapping[str, Any]) -> str:
+    """The per-request TTFT form (``DisaggSpec.request_terms``, sim/disagg_request_terms.py) of a row's front
+    end: ``"request"`` for a run served from a Dynamo runtime image (``nvcr.io/nvidia/ai-dynamo/...`` in
+    ``silicon_data_source``: Dynamo's Rust front end tokenises the prompt), ``"prompt"`` otherwise (the
+    engine's own API server, e.g. the SGLang router rows of ``lmsysorg/sglang`` images)."""
+    return "request" if "ai-dynamo/" in _text(row.get("silicon_data_source")) else "prompt"
+
+
 def disagg_spec(case: DisaggCase, opts: SimOptions, wrap: Callable[[Any], Any] | None = None,
-                longest_tokens: int | None = None, handoff_ms: float = 0.0) -> Any:
+                longest_tokens: int | None = None, handoff_ms: float = 0.0, request_terms: str | None = None) -> Any:
     """The :class:`~sim.disaggregated.DisaggSpec` of a case (kernel models cached per GPU,
-    engine and calibration; ``wrap`` applied to both pools' step models)."""
+    engine and calibration; ``wrap`` applied to both pools' step models; ``request_terms``: None = the
+    case's, i.e. its row's front end, :func:`row_request_terms`)."""
     from llmplan.sim.deployment import build
     from llmplan.sim.disaggregated import DisaggSpec, PoolSpec, kv_link_transfer
     from llmplan.sim.replica import ReplicaSpec
@@ -216,18 +227,19 @@ def disagg_spec(case: DisaggCase, opts: SimOptions, wrap: Callable[[Any], Any] |
     p, d = pools
     xfer = kv_link_transfer(case.decode.dep.model, case.decode.dep.prec.kv_cache, case.prefill.dep.gpu,
                             case.decode.dep.gpu, p, d)
-    return DisaggSpec(p, d, xfer, "decode", handoff_ms=handoff_ms)
+    return DisaggSpec(p, d, xfer, "decode", handoff_ms=handoff_ms,
+                      request_terms=case.request_terms if request_terms is None else request_terms)
 
 
 def simulate_disagg_case(case: DisaggCase, opts: SimOptions, wrap: Callable[[Any], Any] | None = None,
-                         handoff_ms: float = 0.0) -> Prediction:
+                         handoff_ms: float = 0.0, request_terms: str | None = None) -> Prediction:
     """Replay one disaggregated run (see the module docstring) with the engine's hand-off delay."""
     from llmplan.errors import UserError
     from llmplan.sim.disaggregated import simulate_disaggregated
 
     lo, hi = opts.osl_range(case.osl)
     try:
-        spec = disagg_spec(case, opts, wrap, case.isl + hi, handoff_ms)
+        spec = disagg_spec(case, opts, wrap, case.isl + hi, handoff_ms, request_terms)
     except UserError as e:
         return Prediction(math.nan, math.nan, "", f"{'memory' if 'fit' in str(e) else 'parallelism'}: {e}")
     tier = kernel_tier(spec.decode.replica.cost_model if wrap is None else _unwrap(spec.decode.replica.cost_model))
@@ -394,6 +406,7 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
     rows = df.to_dict("records")
     seen: set[tuple] = set()
     unique: dict[str, list[tuple[int, Prediction]]] = {}
+    forms: dict[str, set[str]] = {}
     for i, (p, _) in sorted(res.items()):
         if p.status != SIMULATED:
             continue
@@ -402,6 +415,7 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
             continue
         seen.add(key)
         c = maps[i].case if maps else None
+        forms.setdefault(backends[i], set()).add(row_request_terms(rows[i]))
         if c is not None and disagg_regime(c, disagg_spec(c, opts, None, c.isl + c.osl)):
             excluded[backends[i]] = excluded.get(backends[i], 0) + 1
             continue
@@ -421,7 +435,13 @@ def fit_handoff(df: Any, opts: SimOptions, overrides: Mapping[str, Mapping[str, 
         # an engine without rows takes the mean of the fitted engines' hand-offs (as sim.engine_terms
         # falls back to the mean of the fitted engines' terms)
         "pooled_handoff_ms": round(float(np.mean(list(fitted.values()))), 1) if fitted else 0.0,
+        # the per-request TTFT form the engine's rows were replayed with (sim.disagg_handoff.request_terms: the
+        # planner pairs the hand-off with it); "mixed" if its rows had both front ends
         "engines": {b: {"handoff_ms": fitted[b], "training_rows": len(v), "excluded_rows": excluded.get(b, 0),
+                        "request_terms": (lambda f: f.pop() if len(f) == 1 else "mixed")(set(forms.get(b, {"prompt"}))),
+                        # the prompt lengths of the rows the fit rests on: a constant hand-off is only identified
+                        # at these; a per-prompt-token part of the per-request time is not, with one length
+                        "training_isl": sorted({int(rows[i]["isl"]) for i, _ in unique.get(b, [])}),
                         "residual_ms_p10_p90": [round(float(np.percentile(v, 10)), 1),
                                                 round(float(np.percentile(v, 90)), 1)]}
                     for b, v in sorted(resid.items())},

@@ -257,6 +257,7 @@ def _prefill_picks(group: list[Evaluation], decodes: list[PoolPick], wl: Workloa
                    ttft_lim: float, ttft_pct: float) -> list[PoolPick]:
     """Prefill shapes with a known KV link to every decode shape in ``decodes``; the TTFT
     counts the slowest of those transfers (a worst case: transfers are ms, the hand-off ~1 s)."""
+    from llmplan.sim.disagg_handoff import request_terms
     from llmplan.sim.engine_terms import cost_model_request_ttft_ms
     from llmplan.sim.kv_transfer import pool_link, request_kv_payload, transfer_ms
 
@@ -276,7 +277,10 @@ def _prefill_picks(group: list[Evaluation], decodes: list[PoolPick], wl: Workloa
             continue   # the catalog has no link figure for one of the GPU pairs
         # the engine's per-request TTFT outside the steps (front end, tokenisation), as the
         # aggregated screen counts it (optimizer/evaluate.py): the two modes on the same footing
-        front = cost_model_request_ttft_ms(e.analyzer.step, tokens)
+        # (in the form the engine's hand-off was fitted with: sim/disagg_request_terms.py; "request" = the
+        # per-request constant only, Dynamo's front end)
+        front = cost_model_request_ttft_ms(e.analyzer.step, 0.0 if request_terms(
+            getattr(getattr(e.analyzer.step, "engine", None), "name", "")) == "request" else tokens)
         cap, ttft = prefill_capacity(prefill_ms(e), worst + handoff + front, ttft_lim, ttft_pct)
         if cap > 0:
             pick = PoolPick("prefill", e, 0, cap, ttft)

@@ -28,10 +28,13 @@ def pool_from_deployment(dep: Deployment, workers: int, longest_request_tokens: 
 def disagg_from_deployments(prefill: Deployment, decode: Deployment, prefill_workers: int, decode_workers: int,
                             longest_request_tokens: int, calibration: Optional[str] = None,
                             placement: str = "auto", latency_us: Optional[float] = None, layerwise: bool = False,
-                            first_token_at: str = "decode", handoff_ms: float = 0.0) -> DisaggSpec:
+                            first_token_at: str = "decode", handoff_ms: float = 0.0,
+                            request_terms: Optional[str] = None) -> DisaggSpec:
     """xPyD deployment: ``prefill_workers`` x ``prefill``, ``decode_workers`` x ``decode``.
     Both must serve the same model with the same KV dtype (the KV moves as it is).
-    ``handoff_ms``: :attr:`DisaggSpec.handoff_ms` (``sim.disagg_handoff.handoff_ms`` has the fit)."""
+    ``handoff_ms``: :attr:`DisaggSpec.handoff_ms` (``sim.disagg_handoff.handoff_ms`` has the fit);
+    ``request_terms``: :attr:`DisaggSpec.request_terms`, None = the form the decode engine's fitted hand-off
+    was made with (``sim.disagg_handoff.request_terms``), so the hand-off and the terms stay paired."""
     for key, w in (("prefill.workers", prefill_workers), ("decode.workers", decode_workers)):
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
             raise UserError(f"the pool needs at least one worker, got {w!r}", key=key,
@@ -47,4 +50,7 @@ def disagg_from_deployments(prefill: Deployment, decode: Deployment, prefill_wor
     d = pool_from_deployment(decode, decode_workers, longest_request_tokens, calibration)
     xfer = kv_link_transfer(prefill.model, prefill.prec.kv_cache, prefill.gpu, decode.gpu, p, d, placement,
                             latency_us, layerwise)
-    return DisaggSpec(p, d, xfer, first_token_at, handoff_ms=handoff_ms)
+    if request_terms is None:
+        from llmplan.sim.disagg_handoff import request_terms as fitted_request_terms
+        request_terms = fitted_request_terms(decode.engine.name)
+    return DisaggSpec(p, d, xfer, first_token_at, handoff_ms=handoff_ms, request_terms=request_terms)

@@ -31,3 +31,16 @@ def handoff_ms(backend: str, path: str | Path = HANDOFF_FILE) -> float:
     eng = doc.get("engines", {}).get(str(backend).strip().lower(), {})
     v = eng.get("handoff_ms", doc.get("pooled_handoff_ms", 0.0))
     return float(v or 0.0)
+
+
+def request_terms(backend: str, path: str | Path = HANDOFF_FILE) -> str:
+    """The per-request TTFT form (``DisaggSpec.request_terms``, sim/disagg_request_terms.py) the fit of
+    ``backend``'s hand-off was made with: a hand-off is only valid next to the terms it was fitted with.
+    ``"prompt"`` for an engine the file does not list or a file that does not record it (fits before the form
+    existed)."""
+    doc = _load(str(path))
+    eng = doc.get("engines", {}).get(str(backend).strip().lower(), {})
+    from llmplan.sim.disagg_request_terms import REQUEST_TERMS
+
+    form = str(eng.get("request_terms", "prompt"))
+    return form if form in REQUEST_TERMS else "prompt"   # "mixed" (rows of both front ends): the engine's own

@@ -52,6 +52,7 @@ import numpy as np
 
 from llmplan.errors import InfeasibleDeployment, UserError
 from llmplan.sim.disagg_launch import CONTEXT_LAUNCH, DEFAULT_CONTEXT_LAUNCH, context_step_model
+from llmplan.sim.disagg_request_terms import REQUEST_TERMS, add_request_ttft
 from llmplan.sim.disagg_workers import DecodeWorker, free_kv_tokens, prepare_decode, prepare_prefill
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.kv_transfer import (KVPayload, LinkOccupancy, PoolLink, exposed_transfer_ms, pool_link,
@@ -60,7 +61,7 @@ from llmplan.sim.metrics import LogHistogram, MeasureWindow, SLOThresholds, json
 from llmplan.sim.replica import Replica, ReplicaSpec, validate_replica
 from llmplan.sim.scheduler import Seq
 from llmplan.sim.serving import (DEFAULT_MAX_QUEUE, DEFAULT_MIN_DRAIN_MS, DEFAULT_RATE_FRACTION, SimResult,
-                                 _add_request_ttft, _offered_rate, _resolve_workload, _simulate_steady, run_loop,
+                                 _offered_rate, _resolve_workload, _simulate_steady, run_loop,
                                  timeseries_frame)
 from llmplan.sim.types import StepShape
 from llmplan.sim.workload import Request, Workload, WorkloadSpec
@@ -182,6 +183,10 @@ class DisaggSpec:
     #: ``"under_device"`` (default: the launch runs under the long prompt steps, max of the two) or
     #: ``"additive"`` (the aggregated step model's sum)
     context_launch: str = DEFAULT_CONTEXT_LAUNCH
+    #: which of the engine's per-request TTFT terms the request meets, once (sim/disagg_request_terms.py):
+    #: ``"prompt"`` (default: the constant and the per-prompt-token term, the engine's own API server) or
+    #: ``"request"`` (the constant only: a front end that tokenises in its Rust preprocessor, Dynamo)
+    request_terms: str = "prompt"
 
 
 def prefill_replica(spec: DisaggSpec) -> ReplicaSpec:
@@ -196,7 +201,8 @@ def describe_disagg(spec: DisaggSpec) -> dict:
             "total_gpus": spec.prefill.gpus + spec.decode.gpus, "kv_transfer": spec.transfer.describe(),
             "first_token_at": spec.first_token_at, "hold_prefill_kv": spec.hold_prefill_kv,
             "reserve_decode_kv": spec.reserve_decode_kv, "handoff_ms": spec.handoff_ms, "routing": spec.routing,
-            "handoff_at": spec.handoff_at, "context_launch": spec.context_launch}
+            "handoff_at": spec.handoff_at, "context_launch": spec.context_launch,
+            "request_terms": spec.request_terms}
 
 
 def validate_disagg(spec: DisaggSpec) -> None:
@@ -216,6 +222,9 @@ def validate_disagg(spec: DisaggSpec) -> None:
     if spec.context_launch not in CONTEXT_LAUNCH:
         raise UserError(f"unknown context launch rule {spec.context_launch!r}", key="context_launch",
                         fix="one of " + ", ".join(CONTEXT_LAUNCH))
+    if spec.request_terms not in REQUEST_TERMS:
+        raise UserError(f"unknown per-request TTFT terms {spec.request_terms!r}", key="request_terms",
+                        fix="one of " + ", ".join(REQUEST_TERMS))
     if spec.handoff_at not in HANDOFF_AT:
         raise UserError(f"unknown hand-off point {spec.handoff_at!r}", key="handoff_at",
                         fix="one of " + ", ".join(HANDOFF_AT))
@@ -506,9 +515,11 @@ class _Run:
             s.O = s.req.output_tokens
         # the engine's per-request TTFT (front end: client round trip, API server, tokenisation,
         # first-token streaming; sim.engine_terms), once per request as in the aggregated DES,
-        # from the decode worker that streams the answer (indices: prefill workers, then decode)
+        # from the decode worker that streams the answer (indices: prefill workers, then decode);
+        # spec.request_terms says which terms (sim/disagg_request_terms.py)
         sp = self.spec
-        _add_request_ttft(self.seqs, [sp.prefill.replica] * sp.prefill.workers + [sp.decode.replica] * sp.decode.workers)
+        add_request_ttft(self.seqs, [sp.prefill.replica] * sp.prefill.workers + [sp.decode.replica] * sp.decode.workers,
+                         sp.request_terms)
         df = requests_frame(self.seqs)
         df["prefill_worker"] = self.prefill_worker
         df["prefill_done_ms"] = self.prefill_done

@@ -60,6 +60,16 @@ def test_bound_is_the_front_end_plus_one_step_per_batch_of_clients():
     assert full_queue_ttft_ms(c2, _spec(c2)) == pytest.approx(front + 2 * step)
 
 
+def test_bound_takes_the_front_end_terms_of_the_spec():
+    c = _case(silicon_data_source="x; silicon_concurrency=10", prefill_batch_size=4)
+    spec = _spec(c)
+    cm = spec.decode.replica.cost_model
+    per_token = cost_model_request_ttft_ms(cm, c.isl) - cost_model_request_ttft_ms(cm, 0.0)
+    assert per_token > 0
+    assert full_queue_ttft_ms(c, spec) - full_queue_ttft_ms(c, replace(spec, request_terms="request")) \
+        == pytest.approx(per_token)
+
+
 def test_flag_only_above_the_bound():
     c = _case(silicon_data_source="x; silicon_concurrency=6")
     bound = full_queue_ttft_ms(c, _spec(c))
@@ -81,6 +91,8 @@ def test_handoff_fit_leaves_flagged_training_rows_out():
         if kept["engines"]:
             break
     assert kept["engines"]["vllm"]["training_rows"] == 2 and kept["engines"]["vllm"]["excluded_rows"] == 1
+    assert kept["engines"]["vllm"]["request_terms"] == "prompt"   # the rows' front end (no Dynamo image)
+    assert kept["engines"]["vllm"]["training_isl"] == [1000]      # the one prompt length the fit rests on
     every = fit_handoff(df, OPTS, {}, seed, workers=1, exclude_regimes=False)
     assert every["engines"]["vllm"]["training_rows"] == 3 and every["engines"]["vllm"]["excluded_rows"] == 0
     # leaving the flagged row out is fitting the other two alone (the hand-off minimises a median APE,

@@ -416,3 +416,86 @@ def test_unknown_context_launch_is_refused():
     with pytest.raises(UserError) as e:
         simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), context_launch="later"))
     assert e.value.key == "context_launch"
+
+
+def _front_end_deployments(r0=100.0, r1=0.02):
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog import load_model
+    from llmplan.sim.deployment import Deployment
+    from llmplan.sim.types import EngineProfile, Parallelism, Precision
+
+    m = load_model("llama3_1_8b")
+    eng = EngineProfile(ttft_per_request_ms=r0, ttft_per_prompt_token_ms=r1)
+    return (Deployment(m, get_gpu("h200_sxm"), Parallelism(), Precision(), eng),
+            Deployment(m, get_gpu("h200_sxm"), Parallelism(), Precision(), eng))
+
+
+def test_request_terms_request_charges_the_constant_once_and_no_prompt_term():
+    from llmplan.sim.disagg_build import disagg_from_deployments
+
+    pre, dec = _front_end_deployments()
+    s = disagg_from_deployments(pre, dec, 1, 1, 4096, calibration="spec", request_terms="prompt")
+    assert s.request_terms == "prompt"
+    r_prompt = one(Request(0.0, 2000, 3), s)
+    r_request = one(Request(0.0, 2000, 3), replace(s, request_terms="request"))
+    # the schedule is the same; only the per-request TTFT added after it differs: r0 + r1 P vs r0
+    assert r_request["prefill_done_ms"] == pytest.approx(r_prompt["prefill_done_ms"])
+    assert r_prompt["ttft_ms"] - r_request["ttft_ms"] == pytest.approx(0.02 * 2000)
+    assert r_prompt["e2e_ms"] - r_request["e2e_ms"] == pytest.approx(0.02 * 2000)
+    assert r_request["tpot_ms"] == pytest.approx(r_prompt["tpot_ms"])
+    pre0, dec0 = _front_end_deployments(0.0, 0.0)
+    base = one(Request(0.0, 2000, 3), disagg_from_deployments(pre0, dec0, 1, 1, 4096, calibration="spec",
+                                                              request_terms="request"))
+    assert base["prefill_done_ms"] == pytest.approx(r_request["prefill_done_ms"])
+    assert r_request["ttft_ms"] - base["ttft_ms"] == pytest.approx(100.0)   # the constant, once
+
+
+def test_request_terms_follow_the_fitted_handoff_file(tmp_path, monkeypatch):
+    import json
+
+    from llmplan.sim import disagg_handoff
+    from llmplan.sim.disagg_build import disagg_from_deployments
+
+    f = tmp_path / "h.json"
+    f.write_text(json.dumps({"engines": {"trtllm": {"handoff_ms": 430.0, "request_terms": "request"},
+                                         "sglang": {"handoff_ms": 570.0, "request_terms": "mixed"}},
+                             "pooled_handoff_ms": 500.0}))
+    assert disagg_handoff.request_terms("trtllm", f) == "request"
+    assert disagg_handoff.request_terms("sglang", f) == "prompt"    # rows of both front ends: the engine's own
+    assert disagg_handoff.request_terms("vllm", f) == "prompt"      # not fitted
+    monkeypatch.setattr(disagg_handoff, "HANDOFF_FILE", f)
+    monkeypatch.setattr(disagg_handoff.request_terms, "__defaults__", (f,))
+    pre, dec = _front_end_deployments()
+    dec_trt = replace(dec, engine=replace(dec.engine, name="trtllm"))
+    assert disagg_from_deployments(pre, dec_trt, 1, 1, 4096, calibration="spec").request_terms == "request"
+    assert disagg_from_deployments(pre, dec, 1, 1, 4096, calibration="spec").request_terms == "prompt"
+
+
+def test_unknown_request_terms_are_refused():
+    with pytest.raises(UserError) as e:
+        simulate_disaggregated([Request(0.0, 100, 4)], replace(spec(), request_terms="twice"))
+    assert e.value.key == "request_terms"
+
+
+def test_planner_screen_charges_the_front_end_in_the_fitted_form(monkeypatch):
+    # optimizer/disagg_candidates._prefill_picks: a hand-off fitted in the "request" form is screened with the
+    # per-request constant only, as verify_option simulates it (sim.disagg_build.disagg_from_deployments)
+    from llmplan.hardware_catalog.loader import get_gpu
+    from llmplan.model_catalog.loader import load_model
+    from llmplan.optimizer.disagg_candidates import best_disagg
+    from llmplan.optimizer.planner import SearchSpace, screen
+    from llmplan.optimizer.types import SLOTarget, WorkloadStats
+    from llmplan.sim import disagg_handoff
+    from llmplan.sim.types import EngineProfile
+
+    model = load_model("llama3_1_8b")
+    wl = WorkloadStats(rate_rps=8.0, mean_input_tokens=800.0, mean_output_tokens=100.0, max_request_tokens=1100)
+    slos = [SLOTarget("ttft", 90, 1e9), SLOTarget("tpot", 90, 40.0)]
+    eng = EngineProfile(name="vllm", ttft_per_request_ms=100.0, ttft_per_prompt_token_ms=0.05)
+    evals, _ = screen(model, [(get_gpu("h100_sxm"), 3.0)], eng, wl, slos,
+                      SearchSpace(tp=[1], pp=[1], ep=[1], precision=["bf16"], max_batch=[64], finalists=0), "spec")
+    ttft = {}
+    for form in ("prompt", "request"):
+        monkeypatch.setattr(disagg_handoff, "request_terms", lambda _b, path=None, f=form: f)
+        ttft[form] = best_disagg(evals, wl, slos, model, "vllm").prefill.latency_ms
+    assert ttft["prompt"] - ttft["request"] == pytest.approx(0.05 * 800)

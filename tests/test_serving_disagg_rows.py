@@ -103,3 +103,26 @@ def test_best_handoff_minimises_the_median_ape():
     pairs = [(1000.0, 500.0), (2000.0, 1500.0), (800.0, 300.0), (9000.0, 4000.0)]
     assert best_handoff(pairs) == 500.0
     assert best_handoff([(100.0, 200.0)]) == 0.0      # never negative
+
+
+def test_dynamo_rows_meet_the_per_request_constant_only():
+    from llmplan.calibration.serving_disagg_rows import row_request_terms
+    from llmplan.sim.engine_terms import cost_model_request_ttft_ms
+
+    dyn = row(silicon_data_source="db-dump; config_id=1; silicon_concurrency=1; "
+                                  "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post1")
+    assert row_request_terms(dyn) == "request"
+    assert row_request_terms(row(silicon_data_source="x; silicon_concurrency=1; image=lmsysorg/sglang:v0.5.8")) \
+        == "prompt"
+    c = map_disagg_row(dyn, 0, ENGINES).case
+    opts = SimOptions(calibration="spec", waves=2, min_requests=3)
+    p = simulate_disagg_case(c, opts, request_terms="prompt")
+    q = simulate_disagg_case(c, opts, request_terms="request")
+    from llmplan.calibration.serving_disagg_rows import disagg_spec
+
+    cm = disagg_spec(c, opts).decode.replica.cost_model
+    per_token = cost_model_request_ttft_ms(cm, c.isl) - cost_model_request_ttft_ms(cm, 0.0)
+    assert per_token > 0
+    # one client, nothing queues: the TTFTs differ by exactly the per-prompt-token term; TPOT does not move
+    assert p.ttft_ms - q.ttft_ms == pytest.approx(per_token, rel=1e-9)
+    assert q.tpot_ms == pytest.approx(p.tpot_ms, rel=1e-9)
