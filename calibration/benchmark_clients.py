@@ -13,7 +13,10 @@ that produced them did not all send exactly those lengths:
   ``sample_random_requests``, a copy of vLLM's ``benchmarks/benchmark_serving.py``) draws each
   request's lengths as ``np.random.randint(int(L x ratio), L + 1)``: uniform integers in
   ``[0.8 L, L]``, mean 0.9 L, for the prompt and the output alike, with ``--ignore-eos`` and
-  ``--num-prompts 10 x concurrency``.
+  ``--num-prompts 10 x concurrency``. Exception: the gpt-oss H100 rows recorded at N = 512
+  (2025-11-21..12-08) ran InferenceX's Docker script with a hard-coded ``--max-concurrency 512``
+  over ``10 x CONC`` prompts and ``--max-num-seqs CONC``; they are not replayed
+  (:mod:`calibration.inferencex_docker_client`).
 * **Collection rows** (``source_file=.../data/<gpu>/<backend>/<version>/<model>.csv``: the
   per-engine-version collection files) and every other shape: fixed lengths, as recorded.
 

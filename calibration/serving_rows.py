@@ -71,6 +71,7 @@ import pandas as pd
 from llmplan.calibration.benchmark_clients import (AIPERF_MEASURED_WAVES, AIPERF_WARMUP_WAVES, length_bounds,
                                                     length_range_ratio, prompt_pool_size)
 from llmplan.calibration.sglang_launch import dynamo_frontend_row
+from llmplan.calibration.inferencex_docker_client import docker_capped_row, launch_note as docker_capped_note
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
@@ -444,6 +445,9 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
         return skip(f"invalid: isl={isl}, osl={osl}, concurrency={conc} (need isl >= 1, osl >= 2, concurrency >= 1)")
     if not (ttft > 0 and tpot > 0):
         return skip(f"invalid: measured ttft={ttft}, tpot={tpot} (need both > 0)")
+    if docker_capped_row(row):
+        # N = 512 is the client's hard-coded cap, not the run's concurrency (calibration.inferencex_docker_client)
+        return skip(docker_capped_note(row))
     model = _load_model(str(row.get("model_path") or ""))
     if isinstance(model, str):
         return skip(model)

@@ -20,20 +20,22 @@ KV pool the replay computes for them holds 122 (TP 2, 9k-token sequences: there 
 the limit) to 3,507 whole sequences (341-3,507 at TP 4 and 8, 550 at TP 2 with 2k-token
 sequences). Where the pool is the limit the estimate finds it: the vLLM 0.12.0 Qwen3-32B H100
 TP 2 rows with 4k prompts at N = 128 run 63-66 sequences against a replayed pool of 62-76. And
-``max_num_seqs`` is 512 in the InferenceX gpt-oss launch of that time (``--max-num-seqs=$CONC``,
+``max_num_seqs`` is ``$CONC`` in the InferenceX gpt-oss launch of that time (``--max-num-seqs=$CONC``,
 ``benchmarks/gptoss_fp4_h100_docker.sh`` / ``_slurm.sh`` at SemiAnalysisAI/InferenceX 4e135fd3,
-2025-12-08) and 1,024 by vLLM's own default for the OpenAI server on a >= 70 GiB GPU
+2025-12-08; session 10 read ``$CONC`` as the recorded 512, but it was the sweep's 4-64, below) and
+1,024 by vLLM's own default for the OpenAI server on a >= 70 GiB GPU
 (``EngineArgs.get_batch_defaults``, conf/engine/vllm.yaml).
-So neither the KV pool nor a ``max_num_seqs`` explains the cap: it does not move with the
-sequence length or the TP size. A cap of ~100 requests in flight is aiohttp's default
-connection limit (``TCPConnector(limit=100)``, https://docs.aiohttp.org/en/stable/client_reference.html#tcpconnector)
-for a client that shares one session; the InferenceX client of that time
-(kimbochen/bench_serving, as ported into InferenceX ``utils/bench_serving/backend_request_func.py``
-at d053ae24, 2026-01-21) opens one ``ClientSession`` per request, so it is not subject to it, and
-InferenceX's master config of that date sweeps gpt-oss on H100 only up to N = 64
-(``.github/configs/nvidia-master.yaml`` at 4e135fd3): the N = 512 runs' client is not known. The
-replay is therefore not given a cap (it would be a number read off the targets); the rows keep
-their ``admission-limited`` / ``below decode floor`` flags.
+So neither the KV pool nor a ``max_num_seqs`` of 512 explains the count: it does not move with
+the sequence length or the TP size. What does (session 11, :mod:`calibration.inferencex_docker_client`):
+the rows are not closed loops of 512 clients. InferenceX's H100 Docker script of 2025-11-21 to
+2025-12-08 (``gptoss_fp4_h100_docker.sh`` from d22bf9ca9 until PR #310, 4e135fd3f) ran the client
+with a hard-coded ``--max-concurrency 512`` over ``--num-prompts 10 x CONC`` and the server with
+``--max-num-seqs=$CONC`` (CONC = 4-64, the sweep), and the result file recorded the 512. Ten
+waves of prompts sent at once read, through this identity at N = 512, as ``512 / 5.5 = 93``
+running sequences for any CONC <= 51 (:func:`calibration.inferencex_docker_client.burst_running`).
+The replay leaves those rows out with that reason. (The aiohttp default connection limit of 100,
+``TCPConnector(limit=100)``, considered in session 10, does not apply: the client opens one
+``ClientSession`` per request, kimbochen/bench_serving ``backend_request_func.py``.)
 
 The same count bounds the KV a run held (:func:`kv_tokens_in_use`). The vLLM Llama-3.1-70B
 sweep rows (measured 2025-10-29) on one H200 held 240k-357k tokens at N = 32-64 (1k/8k N = 64,
@@ -108,10 +110,12 @@ def kv_pool_tokens(row: Mapping[str, Any], index: int = 0, kv_cache: str = "") -
     KV dtype or ``kv_cache`` ("bf16" / "fp8") instead; 0 when the row does not map."""
     from dataclasses import replace
 
+    from llmplan.calibration.inferencex_docker_client import as_recorded
     from llmplan.calibration.serving_rows import engine_profiles, map_row
     from llmplan.sim.memory import plan_memory
 
-    m = map_row(row, index, engine_profiles())
+    # the Docker-capped N = 512 rows are left out of the replay; their deployment's pool is still the evidence
+    m = map_row(as_recorded(row), index, engine_profiles())
     if m.case is None:
         return 0
     d = m.case.dep
@@ -122,10 +126,12 @@ def kv_pool_tokens(row: Mapping[str, Any], index: int = 0, kv_cache: str = "") -
 def kv_pool_sequences(row: Mapping[str, Any], index: int = 0) -> int:
     """Whole sequences of ``isl + osl`` tokens the replayed replica's KV pool holds (the
     simulator's memory plan; 0 when the row does not map)."""
+    from llmplan.calibration.inferencex_docker_client import as_recorded
     from llmplan.calibration.serving_rows import engine_profiles, map_row
     from llmplan.sim.memory import plan_memory
 
-    m = map_row(row, index, engine_profiles())
+    # the Docker-capped N = 512 rows are left out of the replay; their deployment's pool is still the evidence
+    m = map_row(as_recorded(row), index, engine_profiles())
     if m.case is None:
         return 0
     d = m.case.dep
