@@ -30,7 +30,7 @@ mean wait is ``(10 - 1) / 2 = 4.5 D`` and Little's law over the recorded N = 512
 ``512 x D / (TTFT + D) = 512 / 5.5 = 93`` "running" sequences for every ``c <= 51``, whatever the TP
 size and lengths (:func:`burst_running`); the rows show 88-98
 (:mod:`calibration.vllm_running_sequences`). So the rows are not closed loops of 512 clients; the
-replay leaves them out (status ``invalid``, :func:`launch_note`) instead of replaying a run that did
+replay leaves them out (status ``missing_input``, :func:`launch_note`) instead of replaying a run that did
 not happen. ``python -m llmplan.calibration.inferencex_docker_client --measurements DIR`` replays
 each such row at every candidate ``CONC`` (the client above and ``max_num_seqs = CONC``) for
 comparison; choosing one per row by its measured means would be a fit.
@@ -134,9 +134,10 @@ def burst_running(conc: int, recorded: int = DOCKER_CLIENT_MAX_CONCURRENCY) -> f
 
 
 def launch_note(row: Mapping[str, Any]) -> str:
-    """The ``invalid`` status text of a :func:`docker_capped_row` row."""
+    """The ``missing_input`` status text of a :func:`docker_capped_row` row: the concurrency the run served
+    is not recorded (the row's 512 is the client's cap)."""
     cands = candidate_concurrencies(_int(row.get("isl")), _int(row.get("osl")), _int(row.get("tp_size")))
-    return ("invalid: recorded concurrency 512 is the client's hard-coded --max-concurrency of InferenceX's "
+    return ("missing_input: the run's concurrency CONC is not recorded; the recorded 512 is the client's hard-coded --max-concurrency of InferenceX's "
             "gptoss_fp4_h100_docker.sh (2025-11-21..12-08, fixed by PR #310): the run served 10 x CONC prompts "
             f"sent at once with --max-num-seqs CONC, CONC one of {'/'.join(map(str, cands))} and not recorded "
             "(calibration/inferencex_docker_client.py)")

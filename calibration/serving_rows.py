@@ -102,7 +102,7 @@ REQUIRED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "p
 BACKENDS = ("vllm", "sglang", "trtllm")
 #: why a row is not simulated (first word of its status)
 REASONS = ("disagg", "attention_dp", "unknown_model", "unknown_gpu", "unknown_backend", "precision",
-           "parallelism", "memory", "invalid")
+           "parallelism", "memory", "invalid", "missing_input")
 SIMULATED = "simulated"
 
 FP8_MODES = frozenset({"fp8", "fp8_block", "fp8_static", "fp8_dynamic", "w8a8_fp8", "fp8_e4m3"})

@@ -61,7 +61,7 @@ def test_ten_wave_burst_reads_as_93_running():
 
 def test_replay_leaves_the_row_out_with_the_reason():
     m = map_row(ROW, 0, engine_profiles())
-    assert m.case is None and m.reason == "invalid"
+    assert m.case is None and m.reason == "missing_input"
     assert "--max-concurrency" in m.status and "4/8/16/32/64" in m.status
     # the same run recorded at its own concurrency is replayed
     ok = map_row({**ROW, "silicon_data_source": ROW["silicon_data_source"].replace("concurrency=512",
