@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from llmplan.sim.engine_terms import request_ttft_fn
+from llmplan.sim.engine_terms import request_ttft_fn, shift_by_request_ttft
 
 #: the forms (module docstring)
 REQUEST_TERMS = ("prompt", "request")
@@ -44,14 +44,4 @@ def add_request_ttft(seqs: Sequence[Any], replicas: Sequence[Any], form: str) ->
     """Add the per-request TTFT of ``form`` to each request's first-token and finish times (outside the
     schedule, as ``sim.serving._add_request_ttft`` does for aggregated replicas); ``replicas`` indexed by
     ``seq.replica``."""
-    fns = request_ttft_fns(replicas, form)
-    if not any(f is not None and f(1.0) for f in fns):
-        return
-    for s in seqs:
-        if s.replica < 0 or s.first_token != s.first_token:
-            continue
-        f = fns[s.replica]
-        d = 0.0 if f is None else float(f(s.P))
-        s.first_token += d
-        if s.finish == s.finish:
-            s.finish += d
+    shift_by_request_ttft(seqs, request_ttft_fns(replicas, form))

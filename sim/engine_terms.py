@@ -61,7 +61,7 @@ import json
 from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Optional, Sequence
 
 PATH = Path(__file__).resolve().parent / "data" / "engine_profiles.json"
 #: EngineProfile fields this file supplies
@@ -170,3 +170,19 @@ def cost_model_request_ttft_ms(cost_model: Any, prompt_tokens: float) -> float:
     """Per-request TTFT a step cost model carries (:func:`request_ttft_fn`), ms; 0 without one."""
     f = request_ttft_fn(cost_model)
     return 0.0 if f is None else float(f(prompt_tokens))
+
+
+def shift_by_request_ttft(seqs: Iterable[Any], fns: Sequence[Optional[Callable[[float], float]]]) -> None:
+    """Add each request's per-request TTFT (``fns[seq.replica](prompt tokens)``, :func:`request_ttft_fn`; None =
+    none) to its first-token and finish times, outside the schedule (sim.serving for aggregated replicas,
+    sim.disagg_request_terms for disaggregated workers). A request that never produced a token is left alone."""
+    if not any(f is not None and f(1.0) for f in fns):
+        return
+    for s in seqs:
+        if s.replica < 0 or s.first_token != s.first_token:
+            continue
+        f = fns[s.replica]
+        d = 0.0 if f is None else float(f(s.P))
+        s.first_token += d
+        if s.finish == s.finish:
+            s.finish += d

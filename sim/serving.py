@@ -27,7 +27,7 @@ import pandas as pd
 
 from llmplan.errors import InfeasibleDeployment, UserError
 from llmplan.parallel import beside
-from llmplan.sim.engine_terms import cost_model_request_ttft_ms, request_ttft_fn
+from llmplan.sim.engine_terms import cost_model_request_ttft_ms, request_ttft_fn, shift_by_request_ttft
 from llmplan.sim.events import PRIORITY_ARRIVAL, PRIORITY_LAST, EventLoop
 from llmplan.sim.metrics import (LogHistogram, MeasureWindow, SLOThresholds, json_clean, requests_frame,
                          summarize)
@@ -287,17 +287,8 @@ def _add_request_ttft(seqs: list[Seq], replicas: list[ReplicaSpec]) -> None:
     first-token and finish times its client sees. It is outside the engine's steps, so the
     schedule is unchanged (a closed-loop client's next send is not delayed by it: tens of ms
     against request latencies of seconds, a second-order effect that keeps the engine fit exact)."""
-    fns = [request_ttft_fn(r.cost_model) for r in replicas]   # resolved once per replica, not per request
-    if not any(f is not None and f(1.0) for f in fns):
-        return
-    for s in seqs:
-        if s.replica < 0 or s.first_token != s.first_token:
-            continue
-        f = fns[s.replica]
-        d = 0.0 if f is None else float(f(s.P))
-        s.first_token += d
-        if s.finish == s.finish:
-            s.finish += d
+    # resolved once per replica, not per request
+    shift_by_request_ttft(seqs, [request_ttft_fn(r.cost_model) for r in replicas])
 
 
 def _simulate(wl: Workload, replicas: list[ReplicaSpec], measured: tuple[int, int], picked_rate: Optional[float],
