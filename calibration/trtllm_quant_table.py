@@ -14,14 +14,13 @@ has both TensorRT-LLM tables; nothing is fitted.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from llmplan.errors import EXIT_USER_ERROR, UserError
+from llmplan.calibration.gpu_table_cli import table_main
+from llmplan.errors import UserError
 
 TABLES = ("computescale", "scale_matrix")
 
@@ -65,21 +64,9 @@ def build(measurements: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmplan.calibration.trtllm_quant_table", description=__doc__.split("\n\n")[0])
-    p.add_argument("--measurements", required=True, help="folder with one sub-folder per GPU")
-    p.add_argument("--out", required=True, help="JSON file to write")
-    a = p.parse_args(argv)
-    try:
-        grids = build(Path(a.measurements))
-    except UserError as e:
-        print(e.render(), file=sys.stderr)
-        return EXIT_USER_ERROR
-    doc = {"_provenance": "computescale + scale_matrix, TensorRT-LLM rows of aiconfigurator-core 0.12.0's "
-                          "measured tables (ms per call; m tokens, k width); calibration/trtllm_quant_table.py",
-           "gpus": grids}
-    Path(a.out).write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
-    print(f"wrote {a.out}: {', '.join(sorted(grids))}")
-    return 0
+    return table_main(argv, "python -m llmplan.calibration.trtllm_quant_table", __doc__.split("\n\n")[0], build,
+                      "computescale + scale_matrix, TensorRT-LLM rows of aiconfigurator-core 0.12.0's "
+                      "measured tables (ms per call; m tokens, k width); calibration/trtllm_quant_table.py")
 
 
 if __name__ == "__main__":

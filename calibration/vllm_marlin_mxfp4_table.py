@@ -21,14 +21,13 @@ Nothing is fitted; the file is a re-expression of measured rows.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from llmplan.errors import EXIT_USER_ERROR, UserError
+from llmplan.calibration.gpu_table_cli import table_main
+from llmplan.errors import UserError
 
 #: vLLM's Marlin MXFP4 fused-MoE kernel in the aiconfigurator vLLM MoE tables
 MARLIN_SOURCE = "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu"
@@ -83,23 +82,10 @@ def build(measurements: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m llmplan.calibration.vllm_marlin_mxfp4_table",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--measurements", required=True, help="folder with one sub-folder per GPU")
-    p.add_argument("--out", required=True, help="JSON file to write")
-    a = p.parse_args(argv)
-    try:
-        gpus = build(Path(a.measurements))
-    except UserError as e:
-        print(e.render(), file=sys.stderr)
-        return EXIT_USER_ERROR
-    doc = {"_provenance": f"{MARLIN_SOURCE} ({DTYPE}) rows of aiconfigurator-core 0.12.0's "
-                          "measured vLLM MoE tables: median TFLOP/s of the gated expert GEMMs per GPU and routing against "
-                          "tokens per expert; calibration/vllm_marlin_mxfp4_table.py",
-           "gpus": gpus}
-    Path(a.out).write_text(json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
-    print(f"wrote {a.out}: {', '.join(sorted(gpus))}")
-    return 0
+    return table_main(argv, "python -m llmplan.calibration.vllm_marlin_mxfp4_table", __doc__.split("\n\n")[0], build,
+                      f"{MARLIN_SOURCE} ({DTYPE}) rows of aiconfigurator-core 0.12.0's "
+                      "measured vLLM MoE tables: median TFLOP/s of the gated expert GEMMs per GPU and routing against "
+                      "tokens per expert; calibration/vllm_marlin_mxfp4_table.py")
 
 
 if __name__ == "__main__":
