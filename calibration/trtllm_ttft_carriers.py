@@ -10,6 +10,13 @@ output length, tensor-parallel size, and the row's source (collection file, swee
 :func:`source_kind`). Each group gets its row count, median signed log error, median APE and its
 *share* of the summed absolute log error of the half, so the groups that carry the error come first.
 
+``--prefill-ratio`` also divides each row's TTFT by the replay's one-prompt prefill step ``P1``
+(:func:`calibration.row_breakdown.breakdown_case`: one whole prompt of ``isl`` tokens, no decodes, the
+row's engine terms): the measured TTFT and the replayed TTFT without the per-request terms, in units
+of ``P1``, per model, prompt length and TP size (columns: concurrency). A wait the replay misses that
+scales with the prefill step shows as a ratio gap constant across TP and prompt length; a per-request
+constant shows as a gap that falls with ``P1``.
+
 It reads a bases cache written by ``python -m llmplan.calibration.engine_fit ... --bases-cache F``
 and does not check the cache's key: the cache must have been written by the same code and
 measurements (a cache of another commit's replay gives that commit's bases). No simulation runs
@@ -124,6 +131,35 @@ def training_frame(by_j: dict[float, list[Any]], df: pd.DataFrame, backend: str,
     return pd.DataFrame(out)
 
 
+def prefill_step_ms(df: pd.DataFrame, indices: Iterable[int], profiles: str | None = "default") -> dict[int, float]:
+    """{row index: the replay's one-prompt prefill step (ms, incl. the row's host terms)}
+    (:func:`calibration.row_breakdown.breakdown_case`, the row mapped as the replay maps it)."""
+    from llmplan.calibration.engine_fit import load_engine_overrides
+    from llmplan.calibration.row_breakdown import breakdown_case
+    from llmplan.calibration.validate_serving import map_row_with_terms
+
+    overrides, _ = load_engine_overrides(profiles)
+    rows = df.to_dict("records")
+    out = {}
+    for i in indices:
+        m, _ = map_row_with_terms(rows[i], i, overrides)
+        if m.case is not None:
+            out[int(i)] = float(breakdown_case(m.case).prefill_ms)
+    return out
+
+
+def prefill_ratio_table(frame: pd.DataFrame, p1: dict[int, float], value: str = "measured") -> pd.DataFrame:
+    """Median TTFT in units of the one-prompt prefill step per (model, isl, tp) x concurrency:
+    ``value`` ``measured`` (the measured mean TTFT) or ``replay`` (the predicted TTFT less the
+    per-request terms, column ``request_ms``)."""
+    f = frame.copy()
+    f["p1_ms"] = f["index"].map(p1)
+    f = f[np.isfinite(f["p1_ms"].astype(float)) & (f["p1_ms"] > 0)]
+    num = f["measured_ttft_ms"] if value == "measured" else f["predicted_ttft_ms"] - f["request_ms"]
+    f["_ratio"] = num / f["p1_ms"]
+    return f.pivot_table(index=["model", "isl", "tp"], columns="concurrency", values="_ratio", aggfunc="median")
+
+
 def _fmt(t: pd.DataFrame) -> str:
     t = t.copy()
     for c in ("median_log_error", "median_ape", "share"):
@@ -141,6 +177,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--by", action="append", default=None,
                     help=f"comma-separated grouping (repeatable; default: {'; '.join(DEFAULT_GROUPS)})")
     ap.add_argument("--metric", choices=("ttft", "tpot"), default="ttft")
+    ap.add_argument("--prefill-ratio", action="store_true",
+                    help="also print measured and replayed TTFT in units of the one-prompt prefill step")
+    ap.add_argument("--engine-profiles", default="default",
+                    help="engine terms of the prefill step of --prefill-ratio ('default', 'none' or a JSON file)")
     ap.add_argument("--rows-out", default=None, help="also write the per-row training-half predictions (CSV)")
     a = ap.parse_args(list(argv) if argv is not None else None)
     from llmplan.calibration.serving_rows import read_serving_files, serving_files
@@ -160,6 +200,16 @@ def main(argv: Iterable[str] | None = None) -> int:
         by = [s.strip() for s in spec.split(",") if s.strip()]
         print(f"\nby {', '.join(by)}")
         print(_fmt(carrier_table(frame, by, m)))
+    if a.prefill_ratio:
+        try:
+            p1 = prefill_step_ms(df, frame["index"].tolist(), a.engine_profiles)
+        except UserError as e:
+            print(e.render(), file=sys.stderr)
+            return EXIT_USER_ERROR
+        frame["p1_ms"] = frame["index"].map(p1)
+        for value in ("measured", "replay"):
+            print(f"\n{value} TTFT / one-prompt prefill step (median; columns: concurrency)")
+            print(prefill_ratio_table(frame, p1, value).round(2).to_string())
     if a.rows_out:
         frame.to_csv(a.rows_out, index=False)
         print(f"\nwrote {a.rows_out}")

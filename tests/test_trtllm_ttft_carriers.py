@@ -64,3 +64,18 @@ def test_load_bases_refuses_a_file_without_the_engine(tmp_path):
         tc.load_bases(p, "trtllm")
     with pytest.raises(UserError):
         tc.load_bases(tmp_path / "missing.json", "trtllm")
+
+
+def test_prefill_ratio_table_in_units_of_the_prefill_step():
+    f = pd.DataFrame({"index": [0, 1, 2], "model": ["m", "m", "m"], "isl": [1024, 1024, 4096], "tp": [1, 1, 1],
+                      "concurrency": [8, 8, 8], "measured_ttft_ms": [300.0, 500.0, 800.0],
+                      "predicted_ttft_ms": [250.0, 250.0, 500.0], "request_ms": [50.0, 50.0, 100.0]})
+    p1 = {0: 100.0, 1: 100.0, 2: 200.0}
+    meas = tc.prefill_ratio_table(f, p1, "measured")
+    rep = tc.prefill_ratio_table(f, p1, "replay")
+    assert meas.loc[("m", 1024, 1), 8] == pytest.approx(4.0)      # median of 3.0 and 5.0
+    assert meas.loc[("m", 4096, 1), 8] == pytest.approx(4.0)
+    assert rep.loc[("m", 1024, 1), 8] == pytest.approx(2.0)       # (250 - 50) / 100
+    assert rep.loc[("m", 4096, 1), 8] == pytest.approx(2.0)       # (500 - 100) / 200
+    # a row without a prefill step is left out
+    assert tc.prefill_ratio_table(f, {0: 100.0}, "measured").shape == (1, 1)
