@@ -48,12 +48,13 @@ from typing import Any
 from llmplan.calibration.decode_floor import BELOW_DECODE_FLOOR, below_decode_floor
 from llmplan.calibration.prefill_ceiling import beyond_prefill_ceiling, request_rate_per_s
 from llmplan.calibration.serving_rows import ServingCase
+from llmplan.calibration.trtllm_speculative import SPECULATIVE, speculative_row
 
 CACHE_SERVED = "cache-served prompts"
 ADMISSION_LIMITED = "admission-limited"
 SERVER_QUEUED = "server-queued"
 #: the flags, in the order they are reported
-FLAGS = (CACHE_SERVED, ADMISSION_LIMITED, SERVER_QUEUED, BELOW_DECODE_FLOOR)
+FLAGS = (CACHE_SERVED, ADMISSION_LIMITED, SERVER_QUEUED, BELOW_DECODE_FLOOR, SPECULATIVE)
 #: requests waiting at the server (queue_slopes) from which a deployment counts as server-queued
 QUEUED_MIN = 0.5
 
@@ -127,9 +128,11 @@ def default_max_running(backend: str) -> int:
     return int(base_engine(backend).max_num_seqs)
 
 
-def regime_flags(case: ServingCase, queued: frozenset[int] = frozenset()) -> tuple[str, ...]:
+def regime_flags(case: ServingCase, queued: frozenset[int] = frozenset(),
+                 row: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The regimes of :data:`FLAGS` that apply to a row (empty: the replay's regime);
-    ``queued``: row indices of :func:`queued_rows`."""
+    ``queued``: row indices of :func:`queued_rows`; ``row``: the file's row, for the flags read
+    from its provenance (``speculative decoding (MTP)``: calibration/trtllm_speculative.py)."""
     out = []
     # a client cycling through a prompt pool is replayed with its repeats (case.prompt_pool,
     # calibration.benchmark_clients.prompt_pool_size): the prefix cache is then the replay's own regime
@@ -144,6 +147,8 @@ def regime_flags(case: ServingCase, queued: frozenset[int] = frozenset()) -> tup
         out.append(SERVER_QUEUED)
     if below_decode_floor(case):   # fewer than N ran, or outputs ended early (calibration/decode_floor.py)
         out.append(BELOW_DECODE_FLOOR)
+    if speculative_row(row):   # measured with MTP, which the replay does not run (calibration/trtllm_speculative.py)
+        out.append(SPECULATIVE)
     return tuple(out)
 
 
@@ -157,7 +162,7 @@ def flags_of(rows: list[dict[str, Any]], indices: list[int], engines: Any) -> di
     out: dict[int, tuple[str, ...]] = {}
     for i in indices:
         m = map_row(rows[i], i, engines)
-        out[i] = regime_flags(m.case, queued) if m.case is not None else ()
+        out[i] = regime_flags(m.case, queued, rows[i]) if m.case is not None else ()
     return out
 
 

@@ -160,7 +160,7 @@ def validate_serving(df: pd.DataFrame, opts: SimOptions, overrides: dict[str, di
                 inside.append(bool(pred[k] * b["lo"] <= meas[k] <= pred[k] * b["hi"]))
         out[f"in_band_{metric}"] = inside
     queued = queued_rows(df)
-    out["regime"] = ["; ".join(regime_flags(m.case, queued)) if m.case else "" for m in maps]
+    out["regime"] = ["; ".join(regime_flags(m.case, queued, r)) if m.case else "" for m, r in zip(maps, rows)]
     return out
 
 
