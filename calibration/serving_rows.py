@@ -85,6 +85,7 @@ from llmplan.calibration.trtllm_launch import generator_launch as trtllm_generat
 from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm_generator_max_num_tokens
 from llmplan.calibration.trtllm_sweep_launch import script_sets_budget as trtllm_script_sets_budget
 from llmplan.calibration.trtllm_sweep_launch import sweep_engine as trtllm_sweep_engine
+from llmplan.calibration.trtllm_inferencex_layout import script_ep_size as trtllm_script_ep_size
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
@@ -388,6 +389,9 @@ def parallelism_of(row: Mapping[str, Any], model: ModelSpec, domain: int = 0) ->
         # attention DP only where the launch could run it (calibration.vllm_launch.runs_data_parallel)
         dp_run = _int(row.get("attention_dp_size"), 1) > 1 and vllm_runs_data_parallel(row)
         return Parallelism(1, pp, e, dp=t) if dp_run else Parallelism(t, pp, e)
+    script_ep = trtllm_script_ep_size(row)   # the benchmark script's --ep_size (calibration/trtllm_inferencex_layout.py)
+    if script_ep is not None:
+        return Parallelism(tp, pp, script_ep)
     ep = max(1, _int(row.get("moe_ep_size"), 1))  # empty or 0: not written, no EP
     moe_tp = _int(row.get("moe_tp_size"), 0)
     adp = _int(row.get("attention_dp_size"), 0)
