@@ -75,7 +75,6 @@ from llmplan.calibration.inferencex_docker_client import docker_capped_row, laun
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
-from llmplan.calibration.vllm_launch_flags import launch_fuses_allreduce_rms as vllm_launch_fuses_allreduce_rms
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
 from llmplan.calibration.sglang_sweep_launch import (inferencex_mem_fraction, inferencex_prefill_tokens,
                                                       inferencex_radix_cache_off)
@@ -663,8 +662,7 @@ def step_model(case: ServingCase, calibration: str | None) -> Any:
         step.capture_every_batch(case.dep.engine.max_num_seqs)
     elif case.graph_capture_tokens:  # vLLM --max-cudagraph-capture-size (calibration.vllm_launch)
         step.capture_up_to(case.graph_capture_tokens)
-    if case.backend == "vllm" and (vllm_allreduce_rms_fusion(case.version) or vllm_launch_fuses_allreduce_rms(
-            case.model_path, case.dep.gpu.key, case.length_ratio)):  # -O2 default or launch flag (calibration.vllm_launch*)
+    if case.backend == "vllm" and vllm_allreduce_rms_fusion(case.version):  # -O2 fusion (calibration.vllm_launch)
         step.fuse_allreduce_rms()
     if case.backend == "vllm" and vllm_mxfp4_marlin(case.model_path, case.dep.gpu.key, case.version,
                                                     case.length_ratio):  # VLLM_MXFP4_USE_MARLIN (calibration.vllm_launch)
