@@ -75,6 +75,7 @@ from llmplan.calibration.inferencex_docker_client import docker_capped_row, laun
 from llmplan.calibration.sglang_launch import (generator_cuda_graph_every_batch, generator_max_prefill_tokens,
                                                 generator_mixed_chunk)
 from llmplan.calibration.vllm_launch import allreduce_rms_fusion as vllm_allreduce_rms_fusion
+from llmplan.calibration.vllm_async_launch import async_scheduling as vllm_async_scheduling
 from llmplan.calibration.sglang_launch import allreduce_rms_fusion as sglang_allreduce_rms_fusion
 from llmplan.calibration.sglang_sweep_launch import (inferencex_mem_fraction, inferencex_prefill_tokens,
                                                       inferencex_radix_cache_off)
@@ -477,6 +478,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
         # aiconfigurator's harness: max_num_tokens = max_batch_size + isl + 1500 (calibration.trtllm_launch)
         tokens = max(trtllm_generator_max_num_tokens(isl, max(_int(row.get("batch_size"), conc), 1)) * par.dp, seqs)
     engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    if backend == "vllm" and vllm_async_scheduling(_text(row.get("backend_version")), length_range_ratio(row, isl, osl)):
+        engine = replace(engine, async_scheduling=True)   # the launch's async scheduling (calibration.vllm_async_launch)
     if backend == "trtllm":   # InferenceX's Llama-3.1-70B / DeepSeek-R1 launch scripts (calibration.trtllm_sweep_launch)
         engine = trtllm_sweep_engine(row, isl, osl, par.tp, engine, par.dp, conc)
     if backend == "sglang" and inferencex_mem_fraction(row, isl, osl) is not None:

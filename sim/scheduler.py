@@ -57,6 +57,7 @@ from llmplan.sim.sglang_admission import (SGLangAdmission, admits, clipped_outpu
 from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.trtllm_batch_wait import batch_wait
 from llmplan.sim.trtllm_scheduling import overlap_scheduler
+from llmplan.sim.vllm_async_scheduling import schedules_one_step_ahead
 from llmplan.sim.types import EngineProfile
 from llmplan.sim.workload import Request
 
@@ -128,7 +129,8 @@ class EngineState:
         self.sg_retracted = False              # the planned step retracted (SGLang: ratio set, not decayed)
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
-        self.overlap = overlap_scheduler(engine.name)   # arrivals while busy skip the step already scheduled
+        # arrivals while busy skip the step already scheduled (TensorRT-LLM; vLLM async scheduling)
+        self.overlap = overlap_scheduler(engine.name) or schedules_one_step_ahead(engine)
         self.batch_wait = batch_wait(engine, attention_dp)   # TensorRT-LLM batch waiting (sim.trtllm_batch_wait); None = off
         self.held = False                      # the planned step left a waiting request for a later step
         self.reserved = 0                      # blocks reserved by running requests (no_evict)

@@ -164,6 +164,9 @@ class EngineProfile:
     # GPU step, never added) and is ignored for "engine". None = the front end's fitted value
     # (sim/data/engine_profiles.json; 0 for "engine" and where none is fitted)
     frontend: str = "engine"
+    # vLLM async scheduling (sim/vllm_async_scheduling.py): the next step is scheduled before the current
+    # one's outputs, so a request arriving while busy joins one step later; False = a synchronous vLLM
+    async_scheduling: bool = False
     frontend_per_token_ms: Optional[float] = None
 
     def __post_init__(self) -> None:

@@ -1,0 +1,62 @@
+"""vLLM's async scheduling (sim/vllm_async_scheduling.py) on the served rows whose launch ran it
+(calibration/vllm_async_launch.py): a request arriving while the engine is busy joins one step later."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from llmplan.calibration import serving_rows as sr
+from llmplan.calibration.vllm_async_launch import async_scheduling
+from llmplan.sim.scheduler import EngineState
+from llmplan.sim.types import EngineProfile, StepShape
+from llmplan.sim.vllm_async_scheduling import schedules_one_step_ahead
+from test_vllm_launch import _row as launch_row
+
+COLLECTION = "source_file=/x/data/h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; silicon_concurrency=4"
+
+
+def test_launch_rule():
+    # vLLM's default from 0.14 on; the InferenceX sweep launches (length ratio < 1) set it or run that default
+    assert async_scheduling("0.18.0", 1.0) and async_scheduling("0.16.0", 1.0)
+    assert async_scheduling("", 0.8) and async_scheduling("0.11.2", 0.8)   # config.yaml async-scheduling: true
+    # the aiconfigurator 0.12.0 collection rows: no flag, 0.12's default off
+    assert not async_scheduling("0.12.0", 1.0) and not async_scheduling("", 1.0) and not async_scheduling(None, 1.0)
+
+
+def test_engine_flag_reaches_the_scheduler_for_vllm_only():
+    assert not schedules_one_step_ahead(EngineProfile())                       # plan's vLLM: synchronous
+    assert schedules_one_step_ahead(EngineProfile(async_scheduling=True))
+    assert not schedules_one_step_ahead(EngineProfile(name="sglang", async_scheduling=True))
+    sync = EngineState(0, EngineProfile(), 1000, 16, 8)
+    asy = EngineState(0, EngineProfile(async_scheduling=True), 1000, 16, 8)
+    assert not sync.overlap and asy.overlap
+
+
+def _case(**kw):
+    m = sr.map_row(launch_row(**kw), 0, sr.engine_profiles())
+    assert m.case is not None, m.status
+    return m.case
+
+
+def test_rows_carry_their_launch():
+    assert _case().dep.engine.async_scheduling                                  # gpt-oss 0.18 sweep row
+    assert not _case(backend_version="0.12.0", silicon_data_source=COLLECTION,
+                     isl=1000, osl=1000).dep.engine.async_scheduling
+
+
+def test_a_busy_engine_starts_a_new_prompt_one_step_later():
+    """Closed loop of 4 clients, 1k/1k, gpt-oss-120b 0.18 on one H200: with async scheduling each prompt
+    that arrives during a step waits for the step already scheduled, a decode step of the other three
+    (about 6-7 ms); TPOT barely moves."""
+    case = _case()
+    opts = sr.SimOptions()
+    on = sr.simulate_case(case, opts)
+    off = sr.simulate_case(replace(case, dep=replace(case.dep, engine=replace(case.dep.engine, async_scheduling=False))),
+                           opts)
+    step = sr.step_model(case, None)
+    decode3 = step.step_time_ms(StepShape.build([], [1536] * 3))
+    assert on.status == off.status == sr.SIMULATED
+    assert 0.5 * decode3 < on.ttft_ms - off.ttft_ms < 1.5 * decode3
+    assert on.tpot_ms == pytest.approx(off.tpot_ms, rel=0.03)
