@@ -478,8 +478,9 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
         # aiconfigurator's harness: max_num_tokens = max_batch_size + isl + 1500 (calibration.trtllm_launch)
         tokens = max(trtllm_generator_max_num_tokens(isl, max(_int(row.get("batch_size"), conc), 1)) * par.dp, seqs)
     engine = replace(base, max_num_seqs=seqs, max_num_batched_tokens=tokens)
-    if backend == "vllm" and vllm_async_scheduling(_text(row.get("backend_version")), length_range_ratio(row, isl, osl)):
-        engine = replace(engine, async_scheduling=True)   # the launch's async scheduling (calibration.vllm_async_launch)
+    if backend == "vllm":   # the launch's async scheduling (calibration.vllm_async_launch), whatever the yaml default
+        engine = replace(engine, async_scheduling=vllm_async_scheduling(_text(row.get("backend_version")),
+                                                                         length_range_ratio(row, isl, osl)))
     if backend == "trtllm":   # InferenceX's Llama-3.1-70B / DeepSeek-R1 launch scripts (calibration.trtllm_sweep_launch)
         engine = trtllm_sweep_engine(row, isl, osl, par.tp, engine, par.dp, conc)
     if backend == "sglang" and inferencex_mem_fraction(row, isl, osl) is not None:

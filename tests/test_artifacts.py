@@ -29,7 +29,7 @@ DOCUMENTED = {
              "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
              "--kv-cache-dtype", "--quantization", "--gpu-memory-utilization", "--block-size",
              "--enable-prefix-caching", "--no-enable-prefix-caching", "--max-model-len", "--host", "--port",
-             "--distributed-executor-backend"},
+             "--distributed-executor-backend", "--async-scheduling", "--no-async-scheduling"},
     # SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html (v0.5.x)
     "sglang": {"--model-path", "--tp-size", "--pp-size", "--ep-size", "--dp-size", "--enable-dp-attention",
                "--max-running-requests", "--chunked-prefill-size", "--max-prefill-tokens", "--enable-mixed-chunk",

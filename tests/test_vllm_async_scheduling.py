@@ -60,3 +60,25 @@ def test_a_busy_engine_starts_a_new_prompt_one_step_later():
     assert on.status == off.status == sr.SIMULATED
     assert 0.5 * decode3 < on.ttft_ms - off.ttft_ms < 1.5 * decode3
     assert on.tpot_ms == pytest.approx(off.tpot_ms, rel=0.03)
+
+
+def test_planned_vllm_server_runs_the_simulated_scheduling():
+    """The launch command carries the async-scheduling setting the plan simulated, either way."""
+    from llmplan.optimizer.launch import vllm
+    from llmplan.optimizer.launch.spec import LaunchSpec
+    base = dict(engine="vllm", model_hf_id="meta-llama/Llama-3.1-8B", model_native_dtype="bf16", gpu_key="h100_sxm",
+                gpu_vendor="nvidia", tp=1, pp=1, ep=1, replicas=1, max_num_seqs=64, max_num_batched_tokens=8192,
+                chunked_prefill=True, weights_dtype="bf16", kv_cache_dtype="bf16", gpu_memory_utilization=0.9,
+                block_size=16, enable_prefix_caching=True, max_model_len=8192)
+    on = vllm.command(LaunchSpec(**base, async_scheduling=True)).argv
+    off = vllm.command(LaunchSpec(**base)).argv
+    assert "--async-scheduling" in on and "--no-async-scheduling" not in on
+    assert "--no-async-scheduling" in off and "--async-scheduling" not in off
+
+
+def test_vllm_engine_config_defaults_to_async_scheduling():
+    """conf/engine/vllm.yaml runs vLLM's current default (async scheduling on since vLLM 0.14)."""
+    from pathlib import Path
+    import yaml
+    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "engine" / "vllm.yaml").read_text())
+    assert conf["async_scheduling"] is True

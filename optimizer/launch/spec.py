@@ -51,6 +51,8 @@ class LaunchSpec:
     # TensorRT-LLM batch waiting as simulated (sim/trtllm_batch_wait.py; 0 = off, the default)
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    # vLLM async scheduling as simulated (sim/vllm_async_scheduling.py; False = a synchronous engine)
+    async_scheduling: bool = False
 
     @property
     def gpus_per_replica(self) -> int:
@@ -129,7 +131,8 @@ def spec_from_allocation(a: Allocation, model: ModelSpec, engine: EngineProfile,
         enable_prefix_caching=eng.enable_prefix_caching, max_model_len=int(max_len), gpus_per_node=per_node,
         name=k8s_name(f"{model.key}-{c.name}"),
         notes=tuple(notes), speculation=from_candidate(c, model.hf_id, mtp_layers(model) if _is_mtp(c) else 0),
-        batch_wait_timeout_iters=eng.batch_wait_timeout_iters, batch_wait_max_tokens_ratio=eng.batch_wait_max_tokens_ratio)
+        batch_wait_timeout_iters=eng.batch_wait_timeout_iters, batch_wait_max_tokens_ratio=eng.batch_wait_max_tokens_ratio,
+        async_scheduling=eng.async_scheduling)
 
 
 @dataclass(frozen=True)

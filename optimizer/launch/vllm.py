@@ -26,6 +26,9 @@ def command(s: LaunchSpec) -> LaunchCommand:
             "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}", "--block-size", str(s.block_size),
             "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
             "--max-model-len", str(s.max_model_len), "--host", "0.0.0.0", "--port", str(s.port)]
+    # the plan simulated vLLM's async scheduling (sim/vllm_async_scheduling.py): the server must run it; vLLM
+    # >= 0.14 runs it by default, earlier releases only with the flag (docs.vllm.ai, `--async-scheduling`)
+    argv.append("--async-scheduling" if s.async_scheduling else "--no-async-scheduling")
     notes = list(s.notes)
     if s.ep > 1:
         argv.append("--enable-expert-parallel")
