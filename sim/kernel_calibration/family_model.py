@@ -222,6 +222,26 @@ class FamilyModel:
                            {g: tuple(v) for g, v in d.get("group_kernels", {}).items()})
 
 
+def _rule_kernels(model: FamilyModel, df: pd.DataFrame, keys: np.ndarray, kernels: np.ndarray, gpu_key: str,
+                  backend: str | None) -> np.ndarray:
+    """Rows that do not say which kernel they ran (no ``kernel_source``) take the engine's rule, as a
+    query does (:func:`moe_kernels.engine_moe_kernel` on the dtype group that answers, the row's own
+    engine, no model architecture)."""
+    miss = np.array([k is None for k in kernels.tolist()], dtype=bool)
+    if not miss.any():
+        return kernels
+    out = kernels.copy()
+    engines = df["backend"].astype(str).to_numpy() if "backend" in df else np.full(len(df), str(backend))
+    eps = df["moe_ep"].to_numpy(dtype=np.float64) if "moe_ep" in df else np.ones(len(df))
+    idx = np.flatnonzero(miss)
+    for eng, key, ep in sorted(set(zip(engines[idx].tolist(), keys[idx].tolist(), eps[idx].tolist())), key=str):
+        g, _ = model.resolve_group(key)
+        if g is not None:
+            sel = miss & (engines == eng) & (keys == key) & (eps == ep)
+            out[sel] = K.engine_moe_kernel(eng, gpu_key, g, max(int(ep), 1), None)
+    return out
+
+
 def resolve_kernel_group(model: FamilyModel, dtype: str | None, kernel: str | None) -> tuple[str | None, bool]:
     """:meth:`FamilyModel.resolve_group` with a kernel family where the model records kernels
     (a fitted measured model); any other model (the cross-gen pool, files fitted before) by dtype."""
@@ -240,6 +260,8 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
         return out, np.zeros(0, dtype=bool)
     keys = group_keys(model.family, df).to_numpy()
     kernels = row_kernels(model.family, df)
+    if model.family == "moe" and (model.kernel_groups or model.group_kernels):
+        kernels = _rule_kernels(model, df, keys, kernels, gpu.key, backend)
     for key, kern in sorted(set(zip(keys.tolist(), kernels.tolist())), key=str):
         g, _ = resolve_kernel_group(model, key, kern)
         if g is None:
