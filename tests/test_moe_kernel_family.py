@@ -124,8 +124,12 @@ def test_table_rows_take_their_own_kernels_group():
     with_k, ok = predict_family_frame(fm, rows, GPU)
     no_k, _ = predict_family_frame(fm, rows.drop(columns="kernel_source"), GPU)
     assert ok.all()
-    # floors 30 / 20 / 10 us dominate at 4 tokens: each row answered by its kernel's group
-    assert with_k[0] > with_k[1] > no_k[0] and no_k[0] == no_k[1] == no_k[2]
+    # floors 30 / 20 / 10 us dominate at 4 tokens: each row answered by its kernel's group; rows without
+    # a label and without an engine: the whole dtype group
+    assert with_k[0] > with_k[1] > no_k[0] and no_k[0] == no_k[1] == no_k[2] == with_k[2]
+    # rows without a label but with their engine take its rule, as a query does (vLLM, H100, EP 8: CUTLASS)
+    ruled, _ = predict_family_frame(fm, rows.assign(backend="vllm").drop(columns="kernel_source"), GPU)
+    assert ruled[0] == ruled[2] == with_k[0]
 
 
 def test_kernel_items_only_for_mixed_dtype_groups():

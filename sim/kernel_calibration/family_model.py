@@ -87,7 +87,10 @@ def row_kernels(family: str, df: pd.DataFrame) -> np.ndarray:
     MoE rows only, None elsewhere or without the column: answered by the dtype group)."""
     if family != "moe" or "kernel_source" not in df:
         return np.full(len(df), None, dtype=object)
-    return K.kernel_families(df["kernel_source"].to_numpy())
+    src = df["kernel_source"]
+    out = K.kernel_families(src.fillna("").to_numpy())
+    out[src.isna().to_numpy()] = None     # a row without a label: the engine's rule, as a query
+    return out
 
 
 def shape_ranges(family: str, df: pd.DataFrame) -> dict[str, list[float]]:
