@@ -29,7 +29,9 @@ from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration import moe_routing
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import GPUCollectives, fit_gpu_collectives
-from llmplan.sim.kernel_calibration.family_model import GROUP_COLUMN, FamilyModel, GroupModel, group_keys, shape_ranges
+from llmplan.sim.kernel_calibration import moe_kernels as MK
+from llmplan.sim.kernel_calibration.family_model import (GROUP_COLUMN, FamilyModel, GroupModel, group_keys, row_kernels,
+                                                         shape_ranges)
 from llmplan.sim.kernel_calibration.gbt import GBTModel, GBTParams, fit_gbt
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import PRIOR_WEIGHT, BaseParams, fit_base, predict_us
@@ -87,6 +89,9 @@ class FitOptions:
     fit_date: str = "unspecified"
     family_caps: tuple[tuple[str, FamilyCaps], ...] = FAMILY_CAPS
     moe_form: str = F.MOE_FORM       # MoE work terms (features.MOE_FORMS), recorded in the file
+    # MoE dtype groups whose rows mix kernel families also get one model per family
+    # (_kernel_items; sim.kernel_calibration.moe_kernels), used by queries naming their kernel
+    moe_kernel_groups: bool = True
 
     def caps(self, family: str) -> FamilyCaps:
         """The family's fit effort: its ``family_caps`` entry, else the defaults above."""
@@ -184,6 +189,24 @@ def _work_items(meas: Measurements) -> list[tuple[str, str, str, str, pd.DataFra
     return items
 
 
+def _kernel_items(items: list[tuple[str, str, str, str, pd.DataFrame]]
+                  ) -> tuple[list[tuple[str, str, str, str, pd.DataFrame]], dict[tuple[str, str, str, str], tuple[str, ...]]]:
+    """MoE: the rows of each kernel family of a dtype group whose rows mix kernel families
+    (:mod:`llmplan.sim.kernel_calibration.moe_kernels`), as further work items keyed
+    ``dtype/family``, and the kernel families of every MoE dtype group."""
+    extra, kernels = [], {}
+    for gpu, backend, family, group, df in items:
+        if family != "moe":
+            continue
+        fams = row_kernels(family, df)
+        uniq = tuple(sorted(set(fams.tolist())))
+        kernels[(gpu, backend, family, group)] = uniq
+        if len(uniq) > 1:
+            for fam in uniq:
+                extra.append((gpu, backend, family, MK.kernel_group_key(group, fam), df[fams == fam]))
+    return extra, kernels
+
+
 #: families that also get one residual ensemble over all dtype groups of an engine (used
 #: for configurations outside a group's own range, see FamilyModel)
 SHARED_GBT_FAMILIES = ("moe",)
@@ -271,18 +294,27 @@ def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOpti
                                               _seed(gpu, backend, family))))
     priors = dict(zip(prior_keys, _map(prior_tasks, opts.workers, progress,
                                        lambda i: "prior " + " ".join(prior_keys[i]))))
-    # 2. every (GPU, engine, family, dtype group)
+    # 2. every (GPU, engine, family, dtype group), then the MoE kernel groups (_kernel_items)
+    n_plain = len(items)
+    kitems, group_kernels = _kernel_items(items) if opts.moe_kernel_groups else ([], {})
+    items = items + kitems
     group_tasks = [(fit_group, (family, df.reset_index(drop=True), gpus[gpu], opts,
                                 _seed(gpu, backend, family, group), priors[(gpu, backend, family)]))
                    for gpu, backend, family, group, df in items]
     fitted = _map(group_tasks, opts.workers, progress, lambda i: " ".join(items[i][:4]))
     out: dict[str, dict[str, dict[str, FamilyModel]]] = {}
     shared: dict[tuple[str, str, str], list[tuple[pd.DataFrame, GroupModel]]] = {}
-    for (gpu, backend, family, group, df), gm in zip(items, fitted):
+    for i, ((gpu, backend, family, group, df), gm) in enumerate(zip(items, fitted)):
         key = (gpu, backend, family)
+        fm = out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {}, work_form=opts.moe_form))
+        if i >= n_plain:            # a kernel group: not in the shared ensemble, not a dtype group
+            fm.kernel_groups[group] = gm
+            continue
         if family in SHARED_GBT_FAMILIES and priors[key] is not None:
             shared.setdefault(key, []).append((df.reset_index(drop=True), gm))
-        out.setdefault(gpu, {}).setdefault(backend, {}).setdefault(family, FamilyModel(family, {}, work_form=opts.moe_form)).groups[group] = gm
+        fm.groups[group] = gm
+        if (gpu, backend, family, group) in group_kernels:
+            fm.group_kernels[group] = group_kernels[(gpu, backend, family, group)]
     # 3. the shared residual ensembles
     shared_keys = sorted(shared)
     shared_fits = _map([(fit_shared_gbt, (k[2], shared[k], gpus[k[0]], opts, _seed(*k, "shared")))

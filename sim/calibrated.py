@@ -53,7 +53,8 @@ from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelMod
 from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS, ring_steps
 from llmplan.sim.kernel_calibration.features import MOE_GATED_MATRICES, MOE_PLAIN_MATRICES
-from llmplan.sim.kernel_calibration.family_model import scalar_phys
+from llmplan.sim.kernel_calibration.family_model import resolve_kernel_group, scalar_phys
+from llmplan.sim.kernel_calibration.moe_kernels import engine_moe_kernel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
 from llmplan.sim.kernel_calibration.tiers import choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
 from llmplan.sim.trtllm_fp8_inputs import quantize_ms
@@ -173,8 +174,8 @@ class CalibratedKernelModel:
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset(),
-                 prefer: str | None = None) -> KernelTime | None:
-        found = self._resolve(family, dtype, prefer)
+                 prefer: str | None = None, moe_query: tuple[int, str | None] | None = None) -> KernelTime | None:
+        found = self._resolve(family, dtype, prefer, moe_query)
         if found is None:
             return None
         cand, group, exact = found
@@ -183,24 +184,32 @@ class CalibratedKernelModel:
         # which engine's table answered travels with the answer (KernelTime.table): no
         # per-model record that the first query of a family would fix for all later ones
         table = cand.backend if tier != "cross-gen" else ""
-        gm = fm.groups[group]
-        phys = scalar_phys(family, cand.features, group, q, fm.work_form, cand.backend)
+        gm = fm.group(group)
+        phys = scalar_phys(family, cand.features, group.split("/")[0], q, fm.work_form, cand.backend)
         alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
         ms, bound = gm.predict_one(phys, alt)
         extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)
         return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap, table)
 
-    def _resolve(self, family: str, dtype: str | None, prefer: str | None) -> tuple[Any, str, bool] | None:
+    def _resolve(self, family: str, dtype: str | None, prefer: str | None,
+                 moe_query: tuple[int, str | None] | None = None) -> tuple[Any, str, bool] | None:
         """(candidate, dtype group, exact) answering a family and query dtype: the first of the
         stand-in GPU's engines in order, then (only if needed) the cross-gen pool, that has a
         group for it (None: no candidate has). Depends on nothing but the arguments, so it is
-        remembered per (family, dtype, prefer)."""
-        key = (family, dtype, prefer)
+        remembered per (family, dtype, prefer, moe_query). ``moe_query``: MoE, (expert-parallel
+        size, model architecture), from which :func:`moe_kernels.engine_moe_kernel` names the
+        kernel family this engine runs for the dtype group found; the candidate then answers
+        with that family's group (FamilyModel.resolve_group; unknown family: the dtype group)."""
+        key = (family, dtype, prefer, moe_query)
         if key in self._resolved:
             return self._resolved[key]
         found = None
         for cand in self.choice.candidates(family, self.backend, prefer):
             group, exact = cand.model.resolve_group(dtype)
+            if group is not None and moe_query is not None:
+                kern = engine_moe_kernel(self.backend, self.gpu.key, group, moe_query[0], moe_query[1])
+                if kern is not None:
+                    group, exact = resolve_kernel_group(cand.model, dtype, kern)
             if group is not None:
                 found = (cand, group, exact)
                 break
@@ -280,12 +289,12 @@ class CalibratedKernelModel:
                                                                      kv_dtype, window)
 
     def moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
-            dtype: str, gated: bool = True) -> KernelTime:
+            dtype: str, gated: bool = True, architecture: str | None = None) -> KernelTime:
         return self._c_moe(int(num_tokens), int(hidden), int(inter), int(topk), int(num_experts), int(moe_tp),
-                           int(moe_ep), str(dtype), bool(gated))
+                           int(moe_ep), str(dtype), bool(gated), architecture)
 
     def _moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
-             dtype: str, gated: bool = True) -> KernelTime:
+             dtype: str, gated: bool = True, architecture: str | None = None) -> KernelTime:
         if num_tokens <= 0:
             return KernelTime(0.0, 0.0, 0.0, "latency", self.tier)
         q = {"num_tokens": num_tokens, "hidden": hidden, "inter": inter, "topk": topk, "num_experts": num_experts,
@@ -293,15 +302,17 @@ class CalibratedKernelModel:
         rs = {k: float(v) for k, v in q.items() if k not in ("dtype", "skew")}
         # the expert MLP's weight matrices (features.moe_matrices: the tables' kernels say which they ran)
         q["matrices"] = MOE_GATED_MATRICES if gated else MOE_PLAIN_MATRICES
+        # names the kernel family the engine runs for the group that answers (sim/kernel_calibration/moe_kernels.py)
+        kern = (max(moe_ep, 1), architecture)
         if dtype in ("fp8", "fp8_block"):   # shipped fp8 MoE checkpoints are block-scaled (see MOE_FP8_GROUP)
-            kt = self._predict("moe", MOE_FP8_GROUP, q, rs, also_exact=frozenset({"fp8", "fp8_block"}))
+            kt = self._predict("moe", MOE_FP8_GROUP, q, rs, also_exact=frozenset({"fp8", "fp8_block"}), moe_query=kern)
         elif dtype == "mxfp4":
             # weights bytes of any 4-bit float (q dtype fp4); the kernel group per engine and GPU
             kt = self._predict("moe", self.mxfp4_moe_group(), {**q, "dtype": "fp4"}, rs,
-                               prefer=MOE_FP4_STAND_IN.get(self.backend))
+                               prefer=MOE_FP4_STAND_IN.get(self.backend), moe_query=kern)
         else:
             prefer = MOE_FP4_STAND_IN.get(self.backend) if dtype in MOE_FP4_DTYPES else None
-            kt = self._predict("moe", dtype, q, rs, prefer=prefer)
+            kt = self._predict("moe", dtype, q, rs, prefer=prefer, moe_query=kern)
         if kt is not None:
             return kt
         return self._roof.moe(num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep,

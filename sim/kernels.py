@@ -63,9 +63,12 @@ class KernelModel(Protocol):
         ...
 
     def moe(self, num_tokens: int, hidden: int, inter: int, topk: int, num_experts: int,
-            moe_tp: int, moe_ep: int, dtype: str, gated: bool = True) -> KernelTime:
+            moe_tp: int, moe_ep: int, dtype: str, gated: bool = True,
+            architecture: str | None = None) -> KernelTime:
         """Fused routed-expert computation for ``num_tokens`` tokens: gated experts (``gated``:
-        SwiGLU gate/up + down, three h x I matrices) or plain ones (relu^2 up + down, two)."""
+        SwiGLU gate/up + down, three h x I matrices) or plain ones (relu^2 up + down, two).
+        ``architecture``: the model's (``ModelSpec.architecture``), from which a measured model
+        names the kernel the engine runs (sim/kernel_calibration/moe_kernels.py); None: unknown."""
         ...
 
     def mla_prefill(self, batch: int, q_len: int, kv_len: int, num_heads: int, kv_lora_rank: int,
@@ -236,7 +239,7 @@ class RooflineKernelModel:
         nbytes = batch * (2 * kv_len * num_kv_heads * head_dim * _bytes(kv_dtype) + 2 * num_heads * head_dim * 2.0)
         return self._roof(flops, nbytes, "bf16", ATTN_PREFILL_ETA, ATTN_DECODE_ETA_MEM)
 
-    def moe(self, num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep, dtype, gated=True):
+    def moe(self, num_tokens, hidden, inter, topk, num_experts, moe_tp, moe_ep, dtype, gated=True, architecture=None):
         local_experts = max(1, num_experts // moe_ep)
         inter_local = inter / moe_tp
         mats = 3.0 if gated else 2.0    # h x I weight matrices per expert (gate, up, down / up, down)

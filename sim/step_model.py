@@ -515,7 +515,8 @@ class AnalyticalStepModel:
             fused = 0 if group_tokens is not None else fused_shared_experts(
                 self.engine.kernel_backend, m, par, wd["routed_experts"], wd["shared_experts"])
             moe_kt = k.moe(T_moe, eh, e.expert_intermediate_size, e.top_k + fused, e.num_experts + fused,
-                           par.moe_tp, par.ep, self._moe_dtype, gated=m.gated_mlp) \
+                           par.moe_tp, par.ep, self._moe_dtype, gated=m.gated_mlp,
+                           architecture=m.architecture) \
                 if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
                     e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
 
 from llmplan.errors import UserError
 from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration import moe_kernels as K
 from llmplan.sim.kernel_calibration.gbt import GBTModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import BaseParams, predict_us, predict_us_scalar
@@ -79,6 +80,17 @@ CONFIG_COLUMNS: dict[str, tuple[str, ...]] = {"moe": ("hidden", "inter", "topk",
 def group_keys(family: str, df: pd.DataFrame) -> pd.Series:
     col = GROUP_COLUMN.get(family)
     return df[col].astype(str) if col else df.index.to_series().map(lambda _: "all")
+
+
+def row_kernels(family: str, df: pd.DataFrame) -> np.ndarray:
+    """Kernel family each row ran (:func:`moe_kernels.kernel_family` of its ``kernel_source``;
+    MoE rows only, None elsewhere or without the column: answered by the dtype group)."""
+    if family != "moe" or "kernel_source" not in df:
+        return np.full(len(df), None, dtype=object)
+    src = df["kernel_source"]
+    out = K.kernel_families(src.fillna("").to_numpy())
+    out[src.isna().to_numpy()] = None     # a row without a label: the engine's rule, as a query
+    return out
 
 
 def shape_ranges(family: str, df: pd.DataFrame) -> dict[str, list[float]]:
@@ -155,12 +167,35 @@ class FamilyModel:
     #: MoE work terms the groups were fitted with (features.MOE_FORMS); files without the
     #: key were fitted with the ``uniform`` form and keep predicting with it
     work_form: str = F.MOE_FORM
+    #: MoE: the rows of one kernel family of a dtype group whose rows mix kernel families
+    #: (:mod:`moe_kernels`), fitted apart, keyed ``dtype/family`` (:func:`moe_kernels.kernel_group_key`);
+    #: kept out of :attr:`groups` so dtype-only queries, the shared ensemble and the cross-gen pool
+    #: see exactly the groups they saw before
+    kernel_groups: dict[str, GroupModel] = field(default_factory=dict)
+    #: MoE: the kernel families of each dtype group's rows (files without it: unknown)
+    group_kernels: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def resolve_group(self, dtype: str | None) -> tuple[str | None, bool]:
-        """(group to use, exact) for a query dtype; None when no group fits."""
+    def group(self, key: str) -> GroupModel:
+        """The group model of a key :meth:`resolve_group` returned (a dtype group or a kernel group)."""
+        return self.groups[key] if key in self.groups else self.kernel_groups[key]
+
+    def resolve_group(self, dtype: str | None, kernel: str | None = None) -> tuple[str | None, bool]:
+        """(group to use, exact) for a query dtype; None when no group fits.
+
+        ``kernel``: the kernel family the engine runs for the query (:mod:`moe_kernels`; MoE only).
+        Along the dtype fallback chain, the first group whose rows ran that kernel answers: the
+        dtype's kernel group, or a dtype group all of whose rows ran it (or whose kernels the file
+        does not record). None of them: the dtype chain as without a kernel (the whole group)."""
         if GROUP_COLUMN.get(self.family) is None:
             return ("all" if "all" in self.groups else None), True
         chain = GROUP_FALLBACK.get(self.family, {}).get(str(dtype), (str(dtype),))
+        if kernel is not None and (self.kernel_groups or self.group_kernels):
+            for i, g in enumerate(chain):
+                kg = K.kernel_group_key(g, kernel)
+                if kg in self.kernel_groups:
+                    return kg, i == 0
+                if g in self.groups and self.group_kernels.get(g, (kernel,)) == (kernel,):
+                    return g, i == 0
         for i, g in enumerate(chain):
             if g in self.groups:
                 return g, i == 0
@@ -171,6 +206,10 @@ class FamilyModel:
                "shared_gbt": None if self.shared_gbt is None else self.shared_gbt.to_dict()}
         if self.family == "moe" and self.work_form != F.MOE_FORM_UNIFORM:
             out["work_form"] = self.work_form   # files without the key are ``uniform``
+        if self.kernel_groups:
+            out["kernel_groups"] = {g: m.to_dict() for g, m in sorted(self.kernel_groups.items())}
+        if self.group_kernels:
+            out["group_kernels"] = {g: list(v) for g, v in sorted(self.group_kernels.items())}
         return out
 
     @staticmethod
@@ -181,7 +220,37 @@ class FamilyModel:
             raise UserError(f"calibration MoE model has work form {form!r}, unknown to this version "
                             f"(known: {', '.join(F.MOE_FORMS)})", key="calibration",
                             fix="re-run `llmplan calibrate` with this version, or upgrade llmplan")
-        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form)
+        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form,
+                           {g: GroupModel.from_dict(v) for g, v in d.get("kernel_groups", {}).items()},
+                           {g: tuple(v) for g, v in d.get("group_kernels", {}).items()})
+
+
+def _rule_kernels(model: FamilyModel, df: pd.DataFrame, keys: np.ndarray, kernels: np.ndarray, gpu_key: str,
+                  backend: str | None) -> np.ndarray:
+    """Rows that do not say which kernel they ran (no ``kernel_source``) take the engine's rule, as a
+    query does (:func:`moe_kernels.engine_moe_kernel` on the dtype group that answers, the row's own
+    engine, no model architecture)."""
+    miss = np.array([k is None for k in kernels.tolist()], dtype=bool)
+    if not miss.any():
+        return kernels
+    out = kernels.copy()
+    engines = df["backend"].astype(str).to_numpy() if "backend" in df else np.full(len(df), str(backend))
+    eps = df["moe_ep"].to_numpy(dtype=np.float64) if "moe_ep" in df else np.ones(len(df))
+    idx = np.flatnonzero(miss)
+    for eng, key, ep in sorted(set(zip(engines[idx].tolist(), keys[idx].tolist(), eps[idx].tolist())), key=str):
+        g, _ = model.resolve_group(key)
+        if g is not None:
+            sel = miss & (engines == eng) & (keys == key) & (eps == ep)
+            out[sel] = K.engine_moe_kernel(eng, gpu_key, g, max(int(ep), 1), None)
+    return out
+
+
+def resolve_kernel_group(model: FamilyModel, dtype: str | None, kernel: str | None) -> tuple[str | None, bool]:
+    """:meth:`FamilyModel.resolve_group` with a kernel family where the model records kernels
+    (a fitted measured model); any other model (the cross-gen pool, files fitted before) by dtype."""
+    if kernel is not None and (model.kernel_groups or model.group_kernels):
+        return model.resolve_group(dtype, kernel)
+    return model.resolve_group(dtype)
 
 
 def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
@@ -193,13 +262,16 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
     if not len(df):
         return out, np.zeros(0, dtype=bool)
     keys = group_keys(model.family, df).to_numpy()
-    for key in np.unique(keys):
-        g, _ = model.resolve_group(key)
+    kernels = row_kernels(model.family, df)
+    if model.family == "moe" and (model.kernel_groups or model.group_kernels):
+        kernels = _rule_kernels(model, df, keys, kernels, gpu.key, backend)
+    for key, kern in sorted(set(zip(keys.tolist(), kernels.tolist())), key=str):
+        g, _ = resolve_kernel_group(model, key, kern)
         if g is None:
             continue
-        mask = keys == key
+        mask = (keys == key) & (kernels == kern)
         sub = df[mask]
-        gm = model.groups[g]
+        gm = model.group(g)
         use = None
         if model.shared_gbt is not None and model.family in CONFIG_COLUMNS:
             use = np.zeros(len(sub), dtype=bool)
