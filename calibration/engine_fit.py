@@ -137,7 +137,10 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 17: the vLLM gpt-oss 0.18 sweep rows' Marlin MXFP4 MoE (sim/vllm_marlin_mxfp4.py), the GEMM weight copies of
 #:     the collectors in the kernel calibration (sim/kernel_calibration/features.py), the Dynamo front end of
 #:     the SGLang generator rows (sim/frontend_ceiling.py)
-BASIS_VERSION = 17
+#: 18: the MoE kernel family of each query (sim/kernel_calibration/moe_kernels.py) and the regenerated kernel
+#:     calibration, vLLM async scheduling (sim/vllm_async_scheduling.py), the InferenceX gpt-oss TRT-LLM
+#:     2025-11-02 rows' EP layout (calibration/trtllm_inferencex_layout.py)
+BASIS_VERSION = 18
 #: model forms: which terms are free (module docstring)
 FORMS = ("overlap", "linear", "overlap+linear")
 #: the form of the shipped fit (engine-wide and per version family)
