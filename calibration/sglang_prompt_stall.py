@@ -107,11 +107,27 @@ def osl_pairs(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any]
     return out
 
 
+def drop_repeats(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows less repeated measurements: a row whose model, version, GPU, isl, osl, N and measured
+    TTFT / TPOT (to 0.01 ms) equal an earlier row's is the same run exported under another layout
+    label (e.g. the Qwen3.5 rows also filed as TP 64, ``validate serving``'s ``repeat:`` status)."""
+    seen, out = set(), []
+    for r in rows:
+        k = (str(r.get("model_path")), str(r.get("backend_version")), str(r.get("system")), int(r["isl"]),
+             int(r["osl"]), int(float(r["batch_size"])), round(float(r["silicon_ttft_ms"]), 2),
+             round(float(r["silicon_tpot_ms"]), 2))
+        if k not in seen:
+            seen.add(k)
+            out.append(r)
+    return out
+
+
 def stall_table(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per osl pair (:func:`osl_pairs`): the measured stall per prompt and, where the rows
-    carry ``predicted_tpot_ms``, the replay's missing stall per prompt."""
+    """One entry per osl pair (:func:`osl_pairs`) of the rows less repeats (:func:`drop_repeats`): the
+    measured stall per prompt and, where the rows carry ``predicted_tpot_ms``, the replay's missing
+    stall per prompt."""
     out = []
-    for a, b in osl_pairs(rows):
+    for a, b in osl_pairs(drop_repeats(rows)):
         e = {"model": str(a["model_path"]), "version": str(a["backend_version"]), "tp": int(float(a["tp_size"])),
              "isl": int(a["isl"]), "concurrency": int(float(a["batch_size"])), "osl_short": int(a["osl"]),
              "osl_long": int(b["osl"]), "tpot_short_ms": float(a["silicon_tpot_ms"]),

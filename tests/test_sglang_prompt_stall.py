@@ -87,3 +87,11 @@ def test_table_reports_missing_only_with_predictions():
     rows[0]["predicted_tpot_ms"], rows[1]["predicted_tpot_ms"] = 9.312109, 9.245130   # the 2a3e115 replay
     (e,) = ps.stall_table(rows)
     assert e["missing_ms"] == pytest.approx(156.4, abs=0.1)
+
+
+def test_repeated_measurements_under_another_layout_label_count_once():
+    rows = [_row("q35", 1024, 4, 307.790672, 10.080635), _row("q35", 8192, 4, 308.778558, 9.418766),
+            _row("q35", 1024, 4, 307.79, 10.08, tp=64), _row("q35", 8192, 4, 308.78, 9.42, tp=64)]
+    assert len(ps.drop_repeats(rows)) == 2
+    (e,) = ps.stall_table(rows)
+    assert e["tp"] == 8
