@@ -49,7 +49,6 @@ from typing import Any
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import UserError
 from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelModel
-from llmplan.sim.small_ops import small_memory_op, small_op_floor_us
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS, ring_steps
@@ -170,12 +169,6 @@ class CalibratedKernelModel:
         self._resolved: dict[tuple[str, str | None, str | None], tuple[Any, str, bool] | None] = {}
         # typed: KernelTime.bytes keeps the caller's int or float
         self._c_memory_op = functools.lru_cache(maxsize=_CACHE_SIZE, typed=True)(self._roof.memory_op)
-        # small memory-bound operators: the measured per-kernel floor of this engine on this GPU
-        # where a scale_matrix table gives one (sim/small_ops.py), else the spec roofline above
-        floor_us = small_op_floor_us(gpu.key, backend)
-        if floor_us is not None:
-            self._c_memory_op = functools.lru_cache(maxsize=_CACHE_SIZE, typed=True)(
-                functools.partial(small_memory_op, hbm_bw_gbps=gpu.hbm_bw_gbps, floor_us=floor_us))
 
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],

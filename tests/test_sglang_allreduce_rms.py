@@ -75,10 +75,10 @@ def test_059_deepseek_row_folds_the_norms_of_decode_and_1k_prompt_steps():
         assert {k: v for k, v in f.items() if k != "norms"} == pytest.approx(
             {k: v for k, v in p.items() if k != "norms"})
         assert plain.step_time_ms(shape) - fused.step_time_ms(shape) == pytest.approx(p["norms"])
-    # the decode step of 4 sequences loses 2 x 61 norm kernels: 2.2% of it at the measured per-kernel
-    # floor of sim/small_ops.py (1.93 us on H200; 5.4% at the former 5 us spec floor)
+    # the decode step of 4 sequences loses 2 x 61 norm kernels: 5.4% of it (11.21 -> 10.60 ms in the
+    # shipped terms, measured TPOT 10.29 ms)
     share = _ops(plain, DECODE)["norms"] / plain.step_time_ms(DECODE)
-    assert 0.01 < share < 0.04
+    assert 0.03 < share < 0.08
     # an 8k prompt step is above 2,048 tokens: its norms stay
     big = _ops(fused, TWO_8K)["norms"]
     assert big > 0 and big == pytest.approx(_ops(plain, TWO_8K)["norms"])
