@@ -16,6 +16,13 @@ time does not depend on size: it is the cost of one graph-launched kernel. The f
 of those rows.
 
     python -m llmplan.calibration.small_op_floor --measurements ../shared/measurements
+
+Diagnosis only: nothing in the replay reads these floors. Timing the step's small memory-bound
+operators (norms, activation, RoPE, embedding, sampling) at them instead of the spec roofline's
+5 us ``LAUNCH_FLOOR_US`` was tried in session 12 (branch s12B3) and not kept: after a full engine
+refit the training half did not improve overall (TensorRT-LLM TPOT 6.4 -> 7.2 %) and the fitted
+per-step host term took the removed time back (docs/ACCURACY.md, "Small operators of a decode
+step (session 12)").
 """
 
 from __future__ import annotations
@@ -44,6 +51,18 @@ def floors_us(table: pd.DataFrame) -> dict[str, float]:
         if backend in KERNELS_PER_CALL and len(rows):
             out[str(backend)] = round(float(rows["latency_ms"].median()) * 1e3 / KERNELS_PER_CALL[backend], 2)
     return out
+
+
+#: the floors this module derives from ../shared/measurements (us; tests/test_small_op_floor.py
+#: checks them), kept as the measured reference for a future per-kernel count of each engine's step
+SMALL_OP_FLOOR_US: dict[tuple[str, str], float] = {
+    ("b200", "sglang"): 1.97, ("b200", "trtllm"): 2.11, ("b200", "vllm"): 2.17,
+    ("h100_sxm", "sglang"): 1.98, ("h100_sxm", "trtllm"): 1.37, ("h100_sxm", "vllm"): 2.03,
+    ("h200_sxm", "sglang"): 1.93, ("h200_sxm", "trtllm"): 1.32, ("h200_sxm", "vllm"): 1.94,
+    ("l40s", "sglang"): 1.45, ("l40s", "trtllm"): 2.73, ("l40s", "vllm"): 1.60,
+    ("rtx_pro_6000_server", "sglang"): 1.57, ("rtx_pro_6000_server", "trtllm"): 1.40,
+    ("rtx_pro_6000_server", "vllm"): 1.74,
+}
 
 
 def derive(measurements: Path) -> dict[tuple[str, str], float]:
