@@ -24,27 +24,26 @@ from dataclasses import replace
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import BaseParams
 
-#: dense bf16 tensor FLOP per clock per SM (NVIDIA) / Xe core (Intel) / CU (AMD), per architecture,
-#: each checked against the catalog's peak, SM count and the vendor's quoted boost clock:
-#: * ``ampere_ga100``: A100 whitepaper ("NVIDIA A100 Tensor Core GPU Architecture", 2020): 1,024
-#:   dense FP16 FMA per clock per SM; 108 SMs x 2,048 x 1.41 GHz = 312 TFLOP/s.
-#: * ``hopper``: H100 whitepaper (2022): the SM's MMA rate is 2x A100's clock for clock; 132 x 4,096
-#:   x 1.83 GHz = 989.4 TFLOP/s (the tensor peak is quoted at 1.83 GHz:
+#: dense bf16 tensor FLOP per clock per SM (NVIDIA) / Xe core (Intel) / CU (AMD), per architecture.
+#: Each entry reproduces the catalog's dense bf16 peak at the vendor's quoted clock where one is
+#: quoted (peak = SMs x entry x clock):
+#: * ``ampere_ga100``: 1,024 dense FP16 FMA per clock per SM (NVIDIA A100 architecture whitepaper,
+#:   2020); 108 x 2,048 x 1.41 GHz (its boost clock) = 312 TFLOP/s.
+#: * ``hopper``: twice A100's SM rate clock for clock (NVIDIA H100 architecture whitepaper, 2022);
+#:   132 x 4,096 x 1.83 GHz = 989.4 TFLOP/s (the tensor peak is quoted at 1.83 GHz:
 #:   https://glennklockwood.com/garden/processors/h100, "1.83 GHz (low precision)").
-#: * ``ada``: Ada whitepaper (AD102): 4th-generation tensor cores, 512 dense FP16 FMA per clock per
-#:   SM with FP32 accumulate on the professional parts; L40S 142 x 1,024 x 2.52 GHz (its boost
-#:   clock) = 366 TFLOP/s (catalog 362), L4 58 x 1,024 x 2.04 GHz = 121 TFLOP/s.
-#: * ``blackwell``: B200/GB200/B300/GB300 (GB100-class dies): 2x Hopper per SM; B200 148 x 8,192
-#:   x 1.86 GHz = 2,250 TFLOP/s.
+#: * ``ada``: 142 x 1,024 x 2.52 GHz (L40S boost clock) = 366 TFLOP/s (catalog 362, 1% apart);
+#:   L4 58 x 1,024 x 2.04 GHz = 121 TFLOP/s.
+#: * ``blackwell`` (B200/GB200/B300/GB300): assumed twice Hopper's SM rate; B200's implied clock
+#:   is 2,250 / (148 x 8,192) = 1.86 GHz (not checked against a published tensor clock).
 #: * ``blackwell_gb202``: RTX PRO 6000 Blackwell Server: 188 x 1,024 x 2.43 GHz = 467.8 TFLOP/s
 #:   (the catalog's rates are scaled to the collection node's 2,430 MHz, aiconfigurator
 #:   systems/rtx_pro_6000_server.yaml).
 #: * ``xe2``: Arc Pro B60 (Intel product brief: 20 Xe cores, 2,400 MHz, XMX 98.3 TFLOP/s fp16):
 #:   20 x 2,048 x 2.4 GHz = 98.3 TFLOP/s.
-#: * ``cdna3``: MI300X/MI325X (AMD CDNA3 whitepaper: 2,048 dense FP16 FLOP per clock per CU);
-#:   304 x 2,048 x 2.1 GHz = 1,307 TFLOP/s.
-#: * ``cdna4``: MI355X (AMD ISSCC 2026: FP8 8,192 FLOP per clock per CU, FP16 half of it):
-#:   256 x 4,096 x 2.4 GHz = 2,517 TFLOP/s.
+#: * ``cdna3``: MI300X/MI325X: 304 x 2,048 x 2.1 GHz (peak engine clock) = 1,307 TFLOP/s (catalog 1,300).
+#: * ``cdna4``: MI355X (AMD ISSCC 2026 as cited in the catalog: FP8 8,192 FLOP per clock per CU,
+#:   FP16 half of it): 256 x 4,096 x 2.4 GHz = 2,517 TFLOP/s.
 FLOP_PER_CLOCK_SM: dict[str, float] = {
     "ampere_ga100": 2048.0, "hopper": 4096.0, "ada": 1024.0, "blackwell": 8192.0,
     "blackwell_gb202": 1024.0, "xe2": 2048.0, "cdna3": 2048.0, "cdna4": 4096.0,
