@@ -11,7 +11,8 @@ by a geometric mean weighted by how similar each GPU's figures are to the target
 of the target is used. Guards: a target far from every measured GPU reverts toward a prior
 (:mod:`crossgen_prior`), members' fp8-KV MLA decode fallbacks do not transfer to other silicon
 (:mod:`crossgen_kv_guard`), and dtype groups only one GPU measured are answered by another
-group of the pool (:data:`POOL_GROUP_FALLBACK`).
+group of the pool (:data:`POOL_GROUP_FALLBACK`). Each member's cycle-counted terms (per-wave
+cost, L2 bandwidth per SM) are moved to the target's clock (:mod:`crossgen_clock`).
 """
 
 from __future__ import annotations
