@@ -48,3 +48,21 @@ def test_attention_groups_by_kv_dtype():
     f = _frame(1.5, 0.75).rename(columns={"dtype": "kv_dtype"})
     d = D.decompose(f, "attention_decode")
     assert d.oracle_engine_dtype == pytest.approx(0.0, abs=1e-12)
+
+
+def test_report_decompose_on_synthetic_tables(tmp_path, capsys):
+    from test_calibration_synth import make_measurements_dir
+
+    from llmplan.calibration import crossgen_report as R
+
+    root = make_measurements_dir(tmp_path, ("h100_sxm", "a100_sxm"))
+    assert R.main(["--measurements", str(root), "--gpus", "h100_sxm", "--no-twin", "--max-rows", "300",
+                   "--decompose"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("| GPU | family | rows | MAPE | bias | oracle GPU |")
+    gemm = [ln for ln in out if ln.startswith("| h100_sxm (no h200_sxm) | gemm |")]
+    assert len(gemm) == 1
+    cells = [c.strip() for c in gemm[0].strip("|").split("|")]
+    assert int(cells[2]) > 0
+    mape, bias, oracles = float(cells[3]), float(cells[4]), [float(c) for c in cells[5:8]]
+    assert mape > 0 and math.isfinite(bias) and all(math.isfinite(o) and o >= 0 for o in oracles)
