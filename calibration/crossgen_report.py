@@ -2,6 +2,7 @@
 
     python -m llmplan.calibration.crossgen_report --measurements DIR [--gpus a100_sxm,b200]
                                                   [--no-twin] [--max-rows 20000] [--calibration FILE]
+                                                  [--decompose]
 
 For every measured GPU of the calibration (or the ``--gpus`` given), ``validate kernels --tier
 cross-gen`` on its rows: the pooled model of the other measured GPUs, from its specification
@@ -10,7 +11,9 @@ silicon as the scored one (:func:`llmplan.sim.kernel_calibration.crossgen.same_c
 H200 when scoring H100): such a GPU would get the sibling tier, so the plain leave-one-GPU-out
 figure of a twin says nothing about a new generation. Prints one markdown row per GPU, MAPE %
 per family with the roofline's in brackets (bold where the tier is worse), then the mean over
-the cells and the number of cells worse than the roofline.
+the cells and the number of cells worse than the roofline. ``--decompose`` prints instead where
+the error sits per GPU and family (signed bias per roofline regime) and the oracle bounds of a
+per-GPU offset (:mod:`llmplan.calibration.crossgen_decompose`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,25 @@ def gpu_cells(meas: object, gpu: str, cal: Calibration, no_twin: bool, max_rows:
             if s.family in names and s.scored and math.isfinite(s.mape)}
 
 
+def gpu_decomposition(meas: object, gpu: str, cal: Calibration, no_twin: bool, max_rows: int) -> list:
+    """:class:`crossgen_decompose.Decomposition` of every decomposed family on ``gpu``'s rows."""
+    from llmplan.calibration import crossgen_decompose as D
+    from llmplan.calibration.validate_kernels import validate_kernels
+    from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+
+    pool = pool_without(cal, twins(cal, gpu)) if no_twin else cal
+    res = validate_kernels(meas, gpu, pool, force_tier="cross-gen", max_rows=max_rows, band_cal=cal,
+                           families=list(D.FAMILIES))
+    feat = GPUFeatures.from_spec(meas.gpu_specs[gpu])
+    out = []
+    for fam in D.FAMILIES:
+        f = res.frame[res.frame["family"] == fam] if len(res.frame) else res.frame
+        d = D.decompose(D.with_regimes(f, fam, feat), fam) if len(f) else None
+        if d is not None:
+            out.append(d)
+    return out
+
+
 def markdown(rows: dict[str, dict[str, Cell]]) -> list[str]:
     """The table (one row per GPU) and a summary line."""
     out = ["| GPU | " + " | ".join(h for _, h in COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
@@ -98,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-twin", action="store_true", help="also leave GPUs with the same compute silicon out of the pool")
     p.add_argument("--max-rows", type=int, default=20000, help="rows scored per family (deterministic sample)")
     p.add_argument("--calibration", default=None, help="calibration file (default: the shipped one)")
+    p.add_argument("--decompose", action="store_true",
+                   help="per GPU and family: signed bias per roofline regime and the oracle bounds of a "
+                        "per-GPU offset (calibration/crossgen_decompose.py) instead of the table")
     a = p.parse_args(argv)
     try:
         if a.max_rows < 1:
@@ -115,11 +140,16 @@ def main(argv: list[str] | None = None) -> int:
                 raise UserError(f"no measurement folder for {g} under {a.measurements}", key="measurements",
                                 fix="pass the folder that holds one sub-folder per GPU")
             label = g + (" (no " + ", ".join(twins(cal, g)) + ")" if a.no_twin and twins(cal, g) else "")
-            rows[label] = gpu_cells(meas, g, cal, a.no_twin, a.max_rows)
+            rows[label] = (gpu_decomposition(meas, g, cal, a.no_twin, a.max_rows) if a.decompose
+                           else gpu_cells(meas, g, cal, a.no_twin, a.max_rows))
     except UserError as exc:
         print(exc.render(), file=sys.stderr)
         return 2
-    print("\n".join(markdown(rows)))
+    if a.decompose:
+        from llmplan.calibration import crossgen_decompose as D
+        print("\n".join(D.markdown(rows)))
+    else:
+        print("\n".join(markdown(rows)))
     return 0
 
 

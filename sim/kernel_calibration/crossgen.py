@@ -11,7 +11,8 @@ by a geometric mean weighted by how similar each GPU's figures are to the target
 of the target is used. Guards: a target far from every measured GPU reverts toward a prior
 (:mod:`crossgen_prior`), members' fp8-KV MLA decode fallbacks do not transfer to other silicon
 (:mod:`crossgen_kv_guard`), and dtype groups only one GPU measured are answered by another
-group of the pool (:data:`POOL_GROUP_FALLBACK`).
+group of the pool (:data:`POOL_GROUP_FALLBACK`). Each member's cycle-counted terms (per-wave
+cost, L2 bandwidth per SM) are moved to the target's clock (:mod:`crossgen_clock`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import AlphaBeta, pooled_alpha_beta
-from llmplan.sim.kernel_calibration import crossgen_gemm, crossgen_prior
+from llmplan.sim.kernel_calibration import crossgen_clock, crossgen_gemm, crossgen_prior
 from llmplan.sim.kernel_calibration.crossgen_blend import BlendGroupModel
 from llmplan.sim.kernel_calibration.family_model import FamilyModel, GroupModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
@@ -47,6 +48,9 @@ EXCLUDED_GROUPS: dict[str, frozenset[str]] = {}
 #: ``python -m llmplan.calibration.fit_crossgen``) in the log-space mean with the per-GPU
 #: models, where a model for exactly the tier's source GPUs was fitted (0: per-GPU models only)
 GEMM_POOLED_WEIGHT = 0.5
+#: rescale each member's cycle-counted terms (per-wave cost, L2 bandwidth per SM) to the
+#: target's clock (:mod:`crossgen_clock`; members of the target's vendor only)
+CLOCK_SCALING = True
 #: engine whose kernels stand in when the asked engine was measured on no GPU
 DEFAULT_BACKEND = "vllm"
 
@@ -161,12 +165,18 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
     src = source_gpus(cal, family, backend, exclude, vendor, vendor_of)
     if not src:
         return None
+    # a measured GPU's own fallback pool (groups it lacks; tiers.KernelSource.pool with no
+    # exclusion) keeps the members as fitted: the clock scaling serves GPUs without tables
+    rescale = target is not None and (target.key not in cal.measured or target.key == exclude)
     by_group: dict[str, list[tuple[str, GroupModel]]] = {}
     for g, b in sorted(src.items()):
         fm = cal.family_model(g, b, family)
         assert fm is not None
+        ratio = _clock_ratio(cal, g, target, vendor, vendor_of) if rescale else 1.0
         for key, gm in fm.groups.items():
             if key not in EXCLUDED_GROUPS.get(family, frozenset()):
+                if ratio != 1.0:
+                    gm = GroupModel(crossgen_clock.scaled_base(gm.base, ratio), gm.gbt, gm.rows, gm.ranges)
                 by_group.setdefault(key, []).append((g, gm))
     groups: dict[str, GroupModel] = {}
     for key, pairs in sorted(by_group.items()):
@@ -186,6 +196,19 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
                                          share, family, guarded, target)
     # members of one calibration share their MoE work form (family_model.FamilyModel.work_form)
     return PoolFamilyModel(family, groups, work_form=fm.work_form)
+
+
+def _clock_ratio(cal: Calibration, member: str, target: GPUFeatures | None, vendor: str | None,
+                 vendor_of: Callable[[str], str | None] | None) -> float:
+    """Member clock / target clock for :data:`CLOCK_SCALING` (1.0: not scaled), for members of
+    the target's vendor (or where a vendor is unknown)."""
+    if not CLOCK_SCALING or target is None or member not in cal.gpus:
+        return 1.0
+    if vendor and vendor_of is not None:
+        other = vendor_of(member)
+        if other and other.lower() != vendor.lower():
+            return 1.0
+    return crossgen_clock.clock_ratio(cal.gpus[member], target)
 
 
 #: figures that must agree for two GPUs to count as the same compute silicon (sibling tier)
