@@ -33,6 +33,7 @@ from llmplan.sim.kernel_calibration.family_model import GROUP_COLUMN, FamilyMode
 from llmplan.sim.kernel_calibration.gbt import GBTModel, GBTParams, fit_gbt
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import PRIOR_WEIGHT, BaseParams, fit_base, predict_us
+from llmplan.calibration import kernel_bands
 from llmplan.calibration.reader import Measurements
 from llmplan.calibration.splits import Split, group_ids, held_out_mask
 
@@ -337,11 +338,9 @@ def ape_stats(pred: np.ndarray, meas_ms: np.ndarray) -> dict[str, float]:
             "p90_ape": round(float(np.quantile(e, 0.9)), 5)}
 
 
-#: families with few shape groups per GPU (MoE expert configurations, MLA head counts, GDN
-#: head configurations): one 20% grouped split holds out a handful of groups, too few for a
-#: stable p90, so their measured-tier bands come from a grouped K-fold in which every
-#: configuration is held out once (calibration/kernel_bands.py)
-BAND_EXTRA_FAMILIES = ("moe", "mla_prefill", "mla_decode", "mla_bmm", "gdn_prefill", "gdn_decode")
+#: families with few shape groups per GPU: their measured-tier bands come from a grouped K-fold
+#: in which every configuration is held out once (calibration/kernel_bands.py)
+BAND_EXTRA_FAMILIES = kernel_bands.BAND_EXTRA_FAMILIES
 
 
 def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
@@ -413,10 +412,10 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
         cal.residuals["measured"] = residual_stats(held, test, "measured", f"split {opts.residual_split}",
                                                    max_rows=opts.crossgen_rows)
         # the few-configuration families' bands: every configuration held out once, in-range rows
-        from llmplan.calibration import kernel_bands
-        pairs = kernel_bands.fold_pairs(meas, gpus, opts, progress, first=(held, test))
-        cal.residuals["measured"] = kernel_bands.replace_band_stats(
-            cal.residuals["measured"], kernel_bands.band_stats(pairs, opts.residual_split, opts.crossgen_rows))
+        pairs = kernel_bands.fold_pairs(meas, gpus, opts, (fit_measured, fit_collectives), progress,
+                                        first=(held, test))
+        cal.residuals["measured"] = kernel_bands.replace_band_stats(cal.residuals["measured"], kernel_bands.band_stats(
+            pairs, opts.residual_split, opts.crossgen_rows, residual_stats))
         if len(gpus) > 1:
             cal.residuals["cross-gen"] = residual_stats(cal, meas, "cross-gen", "leave-one-GPU-out",
                                                         max_rows=opts.crossgen_rows)
@@ -450,9 +449,7 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
 
 def kernel_bands_method(opts: FitOptions) -> str:
     """The few-configuration families' band method, as recorded in the provenance."""
-    from llmplan.calibration.kernel_bands import METHOD, n_folds
-
-    return METHOD.format(k=n_folds(opts.residual_split), split=opts.residual_split)
+    return kernel_bands.METHOD.format(k=kernel_bands.n_folds(opts.residual_split), split=opts.residual_split)
 
 
 def _code_version() -> str:

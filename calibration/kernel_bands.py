@@ -1,12 +1,12 @@
 """Measured-tier error bands of the kernel families with few shape configurations.
 
-    python -m llmplan.calibration.kernel_bands --measurements DIR [--calibration FILE] --out FILE
+    python -m llmplan.calibration.kernel_bands_cli --measurements DIR [--calibration FILE] --out FILE
 
 The measured-tier band of a family (``residuals["measured"]`` of the calibration index: p50/p90
 APE per family, per GPU ``family@gpu`` and per MoE dtype ``moe:dtype``) is the error of a fit
 on rows it did not see. For GEMM and attention one grouped split (20% of the shape groups,
 ``FitOptions.residual_split``) holds out hundreds of shape groups, enough for a stable p90. The
-families of :data:`llmplan.calibration.fit.BAND_EXTRA_FAMILIES` (MoE expert configurations, MLA
+families of :data:`BAND_EXTRA_FAMILIES` (MoE expert configurations, MLA
 head counts, GDN head configurations) have 5-30 configurations per GPU, so one such split holds
 out one to five of them, and the p90 is that of whichever configurations the split happened to
 pick (2a3e115 pooled three random splits, seeds 0, 2, 3: some configurations were held out
@@ -41,18 +41,17 @@ byte-identical index.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from llmplan.errors import UserError
-
 Progress = Callable[[str, int, int], None]
+
+#: families with few shape groups per GPU (MoE expert configurations, MLA head counts, GDN
+#: head configurations): one 20% grouped split holds out a handful of groups, too few for a
+#: stable p90, so their measured-tier bands come from the K-fold below
+BAND_EXTRA_FAMILIES = ("moe", "mla_prefill", "mla_decode", "mla_bmm", "gdn_prefill", "gdn_decode")
 
 #: the band statistics' method, recorded in every entry this module writes
 METHOD = "grouped {k}-fold of {split} (every configuration held out once), in-range rows"
@@ -80,7 +79,6 @@ def fold_mask(family: str, df: pd.DataFrame, split: Any, k: int) -> np.ndarray:
 def band_families(meas: Any) -> Any:
     """The measurements restricted to the few-configuration families (and ``moe_a2a``,
     whose curves per (hidden, topk, experts) configuration are as few)."""
-    from llmplan.calibration.fit import BAND_EXTRA_FAMILIES
     from llmplan.calibration.reader import Measurements
 
     fams = set(BAND_EXTRA_FAMILIES) | {"moe_a2a"}
@@ -100,9 +98,11 @@ def fold_split(meas: Any, split: Any, k: int) -> tuple[Any, Any]:
             Measurements(meas.root, test, meas.sources, meas.gpu_specs))
 
 
-def fit_fold(meas: Any, gpus: dict, opts: Any, k: int, progress: Progress | None = None) -> tuple[Any, Any]:
-    """(calibration fitted on fold ``k``'s training rows, its test rows) for the band families."""
-    from llmplan.calibration.fit import fit_collectives, fit_measured
+def fit_fold(meas: Any, gpus: dict, opts: Any, k: int, fitters: tuple[Callable, Callable],
+             progress: Progress | None = None) -> tuple[Any, Any]:
+    """(calibration fitted on fold ``k``'s training rows, its test rows) for the band families;
+    ``fitters``: ``calibration.fit``'s (fit_measured, fit_collectives), passed in so that this
+    module does not import the fit (which imports it)."""
     from llmplan.calibration.reader import Measurements
     from llmplan.sim.kernel_calibration.calib_file import Calibration
 
@@ -110,6 +110,7 @@ def fit_fold(meas: Any, gpus: dict, opts: Any, k: int, progress: Progress | None
     train, test = fold_split(few, opts.residual_split, k)
     kernels = Measurements(train.root, {f: d for f, d in train.frames.items() if f != "moe_a2a"},
                            train.sources, train.gpu_specs)
+    fit_measured, fit_collectives = fitters
     sub = (lambda label, i, n: progress(f"bands fold {k}: {label}", i, n)) if progress else None
     cal = Calibration(gpus=gpus, measured=fit_measured(kernels, gpus, opts, sub),
                       collectives=fit_collectives(Measurements(train.root, {"moe_a2a": train.frames["moe_a2a"]}
@@ -158,14 +159,13 @@ def range_tests(cal: Any, test: Any) -> tuple[Any, Any]:
             Measurements(test.root, outside, test.sources, test.gpu_specs))
 
 
-def band_stats(pairs: list[tuple[Any, Any]], split: Any, max_rows: int | None) -> dict[str, dict[str, Any]]:
+def band_stats(pairs: list[tuple[Any, Any]], split: Any, max_rows: int | None,
+               residual_stats: Callable) -> dict[str, dict[str, Any]]:
     """Measured-tier statistics of the band families from the K folds' (calibration, test
     rows) pairs, every entry (``fam``, ``fam@gpu``, ``moe:dtype``): ``p50_ape``/``p90_ape``/
     ``mape``/``rows`` from the rows inside the fold's fitted ranges, and the same figures with
     the suffix ``_extrapolated`` from the rows outside them (the error of a query ``plan``
-    flags extrapolated)."""
-    from llmplan.calibration.fit import residual_stats
-
+    flags extrapolated). ``residual_stats``: ``calibration.fit.residual_stats``."""
     split_pairs = [(cal, *range_tests(cal, test)) for cal, test in pairs]
     method = METHOD.format(k=n_folds(split), split=split)
     inside = residual_stats(split_pairs[0][0], split_pairs[0][1], "measured", method, max_rows=max_rows,
@@ -186,8 +186,6 @@ def band_stats(pairs: list[tuple[Any, Any]], split: Any, max_rows: int | None) -
 
 
 def band_families_names() -> tuple[str, ...]:
-    from llmplan.calibration.fit import BAND_EXTRA_FAMILIES
-
     return (*BAND_EXTRA_FAMILIES, "moe_a2a")
 
 
@@ -198,8 +196,8 @@ def replace_band_stats(measured: dict[str, dict[str, Any]], new: dict[str, dict[
     return dict(sorted({**keep, **new}.items()))
 
 
-def fold_pairs(meas: Any, gpus: dict, opts: Any, progress: Progress | None = None,
-               first: tuple[Any, Any] | None = None) -> list[tuple[Any, Any]]:
+def fold_pairs(meas: Any, gpus: dict, opts: Any, fitters: tuple[Callable, Callable],
+               progress: Progress | None = None, first: tuple[Any, Any] | None = None) -> list[tuple[Any, Any]]:
     """The K folds' (calibration, test rows) of the band families; ``first``: fold 0's pair
     when the caller has already fitted it (``fit_calibration``'s held-out fit)."""
     kk = n_folds(opts.residual_split)
@@ -209,63 +207,5 @@ def fold_pairs(meas: Any, gpus: dict, opts: Any, progress: Progress | None = Non
             cal, test = first
             out.append((cal, band_families(test)))
         else:
-            out.append(fit_fold(meas, gpus, opts, k, progress))
+            out.append(fit_fold(meas, gpus, opts, k, fitters, progress))
     return out
-
-
-def refreshed_index(index_text: str, meas: Any, opts: Any, progress: Progress | None = None) -> str:
-    """The index text with the band families' measured-tier entries recomputed (all else kept)."""
-    from llmplan.sim.kernel_calibration.calib_file import _dumps
-    from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
-
-    d = json.loads(index_text)
-    rows = d.get("provenance", {}).get("options", {}).get("crossgen_rows", opts.crossgen_rows)
-    gpus = {k: GPUFeatures.from_spec(s) for k, s in sorted(meas.gpu_specs.items())}
-    pairs = fold_pairs(meas, gpus, opts, progress)
-    new = band_stats(pairs, opts.residual_split, int(rows) if rows is not None else None)
-    res = d.setdefault("residuals", {})
-    res["measured"] = replace_band_stats(res.get("measured", {}), new)
-    return _dumps(d)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from llmplan.calibration.fit import FitOptions
-    from llmplan.calibration.reader import read_measurements
-    from llmplan.sim.kernel_calibration.calib_file import DEFAULT_PATH
-
-    p = argparse.ArgumentParser(prog="python -m llmplan.calibration.kernel_bands",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--measurements", required=True)
-    p.add_argument("--calibration", default=None, help="calibration index (default: the shipped one)")
-    p.add_argument("--out", required=True, help="index file to write, in the calibration's folder")
-    p.add_argument("--workers", type=int, default=1)
-    a = p.parse_args(argv)
-    try:
-        src = Path(a.calibration) if a.calibration else DEFAULT_PATH
-        out = Path(a.out)
-        if out.suffix.lower() != ".json":
-            raise UserError(f"--out '{out}' is not a .json file", key="out", fix="use a .json file name")
-        if out.resolve().parent != src.resolve().parent:
-            raise UserError(f"--out '{out}' is not beside the calibration's sections ({src.resolve().parent})",
-                            key="out", fix="write the index into the calibration's folder")
-        text = src.read_text(encoding="utf-8")
-        prov = json.loads(text).get("provenance", {}).get("options", {})
-        gpus = sorted({s["gpu"] for s in json.loads(text).get("provenance", {}).get("data", [])}) or None
-        meas = read_measurements(a.measurements, gpus=gpus,
-                                 tables=("moe", "mla_context", "mla_generation", "mla_bmm", "gdn", "moe_a2a"))
-        from llmplan.calibration.splits import parse_split
-
-        opts = FitOptions(workers=a.workers, residual_split=parse_split(prov.get("residual_split", "grouped:0.2:0")))
-        text = refreshed_index(text, meas, opts)
-    except UserError as exc:
-        print(exc.render(), file=sys.stderr)
-        return 2
-    out.write_text(text, encoding="utf-8")
-    stats = json.loads(text)["residuals"]["measured"]
-    print(f"wrote {out}: measured p90 APE " + ", ".join(
-        f"{f} {100 * stats[f]['p90_ape']:.1f}%" for f in band_families_names() if f in stats))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -84,3 +84,15 @@ def test_band_of_reads_the_extrapolated_figures_only_for_extrapolated_queries():
     assert abs(band_of(cal, "mla_decode", "sibling", "b200", extrapolated=True)["p90_ape"] - (1.9 * 1.075 - 1)) < 1e-12
     tiers = np.array(["measured", "measured", "none"])
     assert row_bands(cal, "mla_decode", tiers, "b200", None, np.array([False, True, False]))[:2].tolist() == [0.2, 0.9]
+
+
+def test_cli_refuses_an_index_away_from_the_sections(tmp_path, capsys):
+    from llmplan.calibration import kernel_bands_cli
+
+    idx = tmp_path / "cal" / "index.json"
+    idx.parent.mkdir()
+    idx.write_text("{}", encoding="utf-8")
+    assert kernel_bands_cli.main(["--measurements", str(tmp_path), "--calibration", str(idx),
+                                  "--out", str(tmp_path / "elsewhere.json")]) == 2
+    assert "not beside the calibration's sections" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere.json").exists()
