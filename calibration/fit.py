@@ -35,6 +35,7 @@ from llmplan.sim.kernel_calibration.family_model import (GROUP_COLUMN, FamilyMod
 from llmplan.sim.kernel_calibration.gbt import GBTModel, GBTParams, fit_gbt
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import PRIOR_WEIGHT, BaseParams, fit_base, predict_us
+from llmplan.calibration import kernel_bands
 from llmplan.calibration.reader import Measurements
 from llmplan.calibration.splits import Split, group_ids, held_out_mask
 
@@ -80,9 +81,8 @@ class FitOptions:
     min_rows_gbt: int = 60           # below this a group keeps its base model only
     few_configs: float = 8.0         # groups with fewer shape configurations lean on the pooled prior
     residual_split: Split = Split("grouped", 0.2, 0)
-    # further grouped splits whose held-out errors are pooled into the measured-tier bands of
-    # the families with few shape groups (BAND_EXTRA_FAMILIES), refitted for those only
-    band_extra_splits: tuple[Split, ...] = (Split("grouped", 0.2, 2), Split("grouped", 0.2, 3))
+    # the measured-tier bands of the families with few shape groups (BAND_EXTRA_FAMILIES) come
+    # from a grouped K-fold of residual_split, K = 1 / its fraction (calibration/kernel_bands.py)
     residuals: bool = True           # compute residual statistics (needs a second fit)
     spec_rows: int = 4000            # rows per (family, GPU) scored for the roofline's error band
     crossgen_rows: int = 40000       # rows per (family, GPU) scored leave-one-GPU-out
@@ -370,11 +370,9 @@ def ape_stats(pred: np.ndarray, meas_ms: np.ndarray) -> dict[str, float]:
             "p90_ape": round(float(np.quantile(e, 0.9)), 5)}
 
 
-#: families with few shape groups per GPU (MoE expert configurations, MLA head counts, GDN
-#: head configurations): one 20% grouped split holds out a handful of groups, too few for a
-#: stable p90, so their measured-tier bands pool the held-out errors of
-#: ``FitOptions.band_extra_splits`` as well
-BAND_EXTRA_FAMILIES = ("moe", "mla_prefill", "mla_decode", "mla_bmm", "gdn_prefill", "gdn_decode")
+#: families with few shape groups per GPU: their measured-tier bands come from a grouped K-fold
+#: in which every configuration is held out once (calibration/kernel_bands.py)
+BAND_EXTRA_FAMILIES = kernel_bands.BAND_EXTRA_FAMILIES
 
 
 def residual_stats(cal: Calibration, test: Measurements, tier: str, method: str,
@@ -430,22 +428,6 @@ def _collect_residuals(cal: Calibration, test: Measurements, tier: str, max_rows
                 collected.setdefault("all", []).append((pred[keep], y[keep]))
 
 
-def _extra_band_fits(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
-                     progress: Progress | None) -> list[tuple[Calibration, Measurements]]:
-    """(held-out calibration, its test rows) of every ``band_extra_splits`` split, fitted on
-    the :data:`BAND_EXTRA_FAMILIES` only."""
-    few = Measurements(meas.root, {f: d for f, d in meas.frames.items() if f in BAND_EXTRA_FAMILIES},
-                       meas.sources, meas.gpu_specs)
-    out = []
-    for sp in opts.band_extra_splits:
-        if not few.frames:
-            break
-        train, test = split_measurements(few, sp)
-        sub = (lambda label, i, n, sp=sp: progress(f"bands {sp}: {label}", i, n)) if progress else None
-        out.append((Calibration(gpus=gpus, measured=fit_measured(train, gpus, opts, sub)), test))
-    return out
-
-
 def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progress: Progress | None = None
                     ) -> Calibration:
     """The full fit: measured models, collectives, residual statistics, provenance."""
@@ -459,12 +441,13 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
         sub_progress = (lambda label, i, n: progress(f"residuals: {label}", i, n)) if progress else None
         held = Calibration(gpus=gpus, measured=fit_measured(train, gpus, opts, sub_progress),
                            collectives=fit_collectives(train, gpus))
-        extra = _extra_band_fits(meas, gpus, opts, progress)
-        method = f"split {opts.residual_split}" + (
-            f" (+ {', '.join(map(str, opts.band_extra_splits))} for {', '.join(BAND_EXTRA_FAMILIES)})"
-            if extra else "")
-        cal.residuals["measured"] = residual_stats(held, test, "measured", method,
-                                                   max_rows=opts.crossgen_rows, extra=extra)
+        cal.residuals["measured"] = residual_stats(held, test, "measured", f"split {opts.residual_split}",
+                                                   max_rows=opts.crossgen_rows)
+        # the few-configuration families' bands: every configuration held out once, in-range rows
+        pairs = kernel_bands.fold_pairs(meas, gpus, opts, (fit_measured, fit_collectives), progress,
+                                        first=(held, test))
+        cal.residuals["measured"] = kernel_bands.replace_band_stats(cal.residuals["measured"], kernel_bands.band_stats(
+            pairs, opts.residual_split, opts.crossgen_rows, residual_stats))
         if len(gpus) > 1:
             cal.residuals["cross-gen"] = residual_stats(cal, meas, "cross-gen", "leave-one-GPU-out",
                                                         max_rows=opts.crossgen_rows)
@@ -486,7 +469,7 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
                                         "n_trees_max": c.n_trees, "rows_per_tree": c.rows_per_tree}
                                     for f, c in opts.family_caps},
                     "residual_split": str(opts.residual_split),
-                    "band_extra_splits": [str(sp) for sp in opts.band_extra_splits],
+                    "band_method": kernel_bands_method(opts),
                     "residual_exclude": {k: list(v) for k, v in sorted(RESIDUAL_EXCLUDE.items())},
                     "crossgen_rows": opts.crossgen_rows,
                     "spec_rows": opts.spec_rows},
@@ -494,6 +477,11 @@ def fit_calibration(meas: Measurements, opts: FitOptions = FitOptions(), progres
     if progress:
         progress(f"fitted in {time.perf_counter() - t0:.0f}s", 1, 1)
     return cal
+
+
+def kernel_bands_method(opts: FitOptions) -> str:
+    """The few-configuration families' band method, as recorded in the provenance."""
+    return kernel_bands.METHOD.format(k=kernel_bands.n_folds(opts.residual_split), split=opts.residual_split)
 
 
 def _code_version() -> str:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from llmplan.errors import UserError
+from llmplan.calibration.kernel_bands import in_fitted_range
 from llmplan.sim.calibrated import band_of
 from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.calibration.fit import FitOptions, Progress, fit_calibration, split_measurements, without_gpu
@@ -96,22 +97,27 @@ def describe(family: str, r: dict[str, Any]) -> str:
 
 
 def row_bands(band_cal: Calibration | None, family: str, tiers: np.ndarray, gpu: str | None = None,
-              source_gpu: str | None = None) -> np.ndarray:
+              source_gpu: str | None = None, extrapolated: np.ndarray | None = None) -> np.ndarray:
     """The stated p90 band (fraction) of every row: its family in the tier that answered it,
     from ``band_cal``'s residual statistics (what ``plan`` and ``simulate`` print: the
-    measured GPU's own figures where stored)."""
+    measured GPU's own figures where stored; ``extrapolated`` rows, outside the fitted shape
+    range, get the extrapolated figures where stored, as ``plan``'s extrapolated queries do)."""
     out = np.full(len(tiers), np.nan)
     if band_cal is None or not band_cal.residuals:
         return out
+    ext = np.zeros(len(tiers), dtype=bool) if extrapolated is None else np.asarray(extrapolated, dtype=bool)
     for t in np.unique(tiers.astype(str)):
         if t == "none":
             continue
-        try:
-            who = gpu if t == "measured" else (source_gpu if t == "sibling" else None)
-            b = band_of(band_cal, family, t, who).get("p90_ape", np.nan)
-        except UserError:
-            continue
-        out[tiers.astype(str) == t] = b
+        who = gpu if t == "measured" else (source_gpu if t == "sibling" else None)
+        for flag in (False, True):
+            m = (tiers.astype(str) == t) & (ext == flag)
+            if not m.any():
+                continue
+            try:
+                out[m] = band_of(band_cal, family, t, who, flag).get("p90_ape", np.nan)
+            except UserError:
+                continue
     return out
 
 
@@ -196,7 +202,7 @@ def validate_kernels(meas: Measurements, gpu: str, cal: Calibration | None = Non
         df = df.reset_index(drop=True)
         pred, tiers = predict_frame(cal, fam, df, gf, spec=spec, choice=choice)
         roof = roofline_predict(fam, df, spec) if roofline else np.full(len(df), np.nan)
-        bands = row_bands(band_cal, fam, tiers, gpu, choice.source_gpu)
+        bands = row_bands(band_cal, fam, tiers, gpu, choice.source_gpu, ~in_fitted_range(cal, fam, df))
         scores.append(_score(fam, df, pred, tiers, roof, bands=bands))
         for col, sub in SUBFAMILY.items():
             if fam == col:

@@ -504,26 +504,35 @@ _ALIASES = {"attn_prefill": "attention_prefill", "prefill_attention": "attention
 
 
 def error_band(family: str, tier: str, calibration: str | Path | None = None,
-               gpu: str | None = None) -> dict[str, float]:
+               gpu: str | None = None, extrapolated: bool = False) -> dict[str, float]:
     """{"p50_ape": .., "p90_ape": .., "mape": .., "rows": ..} of a family in a tier, from the
     validation residuals stored in the calibration (measured: grouped split; cross-gen:
     leave-one-GPU-out; spec: the roofline on the measured GPUs; sibling: the measured
     figures plus :data:`SIBLING_ALLOWANCE`, unless the file stores its own). Sub-families such as
     ``gemm:fp8`` are accepted; an unknown family falls back to the tier's pooled figures.
     With ``gpu`` (a measured GPU's key), the measured tier uses that GPU's own held-out
-    figures where the calibration has at least :data:`MIN_BAND_ROWS` of them."""
-    return band_of(load_calibration(calibration), family, tier, gpu)
+    figures where the calibration has at least :data:`MIN_BAND_ROWS` of them. With
+    ``extrapolated`` (a query outside the fitted shape range, ``KernelTime.extrapolated``), the
+    figures scored on held-out rows outside their fold's range where the calibration stores
+    them (``p90_ape_extrapolated`` ..., calibration/kernel_bands.py), else the same figures."""
+    return band_of(load_calibration(calibration), family, tier, gpu, extrapolated)
 
 
 #: held-out rows a GPU's own band needs; fewer: the family's band pooled over GPUs
 MIN_BAND_ROWS = 50
 
 
-def band_of(cal: Calibration, family: str, tier: str, gpu: str | None = None) -> dict[str, float]:
+def band_of(cal: Calibration, family: str, tier: str, gpu: str | None = None,
+            extrapolated: bool = False) -> dict[str, float]:
     """:func:`error_band` for a loaded calibration."""
     res = cal.residuals.get(tier)
     if res is None and tier == "sibling" and "measured" in cal.residuals:
-        return _sibling_band(band_of(cal, family, "measured", gpu))
+        return _sibling_band(band_of(cal, family, "measured", gpu, extrapolated))
+    if extrapolated and res is not None:
+        ext = _extrapolated_band(res, _ALIASES.get(family, family),
+                                 gpu if tier in ("measured", "sibling") else None)
+        if ext is not None:
+            return ext
     if res is None:
         raise UserError(f"no residual statistics for tier '{tier}'", key="tier",
                         fix="tiers: " + ", ".join(sorted(cal.residuals)) if cal.residuals else
@@ -543,3 +552,17 @@ def band_of(cal: Calibration, family: str, tier: str, gpu: str | None = None) ->
     if stats is None:
         stats = res.get("all", {})
     return {k: float(stats[k]) for k in ("p50_ape", "p90_ape", "mape", "rows") if k in stats}
+
+
+def _extrapolated_band(res: dict[str, dict[str, Any]], fam: str, gpu: str | None) -> dict[str, float] | None:
+    """The ``_extrapolated`` figures of a family (its GPU's own where it has at least
+    :data:`MIN_BAND_ROWS` such rows, else pooled over GPUs); None where none are stored."""
+    base = fam.split(":", 1)[0]
+    keys = ([f"{base}@{gpu}"] if gpu is not None else []) + [fam, base]
+    for i, key in enumerate(keys):
+        st = res.get(key) or {}
+        n = st.get("rows_extrapolated", 0)
+        if "p90_ape_extrapolated" in st and (n >= MIN_BAND_ROWS or (i == len(keys) - 1 and n > 0)):
+            return {k: float(st[f"{k}_extrapolated"]) for k in ("p50_ape", "p90_ape", "mape", "rows")
+                    if f"{k}_extrapolated" in st}
+    return None

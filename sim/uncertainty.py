@@ -52,7 +52,8 @@ def step_band(step, shape: StepShape, calibration: str | None = None) -> Band | 
         w = o.latency_ms / total
         share_by_tier[o.tier] = share_by_tier.get(o.tier, 0.0) + w
         try:
-            b = error_band(_FAMILY.get(o.family, o.family), o.tier, calibration, gpu=_band_gpu(step, o.tier))
+            b = error_band(_FAMILY.get(o.family, o.family), o.tier, calibration, gpu=_band_gpu(step, o.tier),
+                           extrapolated=bool(o.extrapolated))
         except Exception:  # noqa: BLE001 - a family/tier without statistics: skip it
             continue
         p50 += w * b.get("p50_ape", 0.0)

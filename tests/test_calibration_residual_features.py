@@ -1,5 +1,5 @@
 """Residual ensembles never split on a family's excluded features (MoE expert-configuration
-identity), and measured-tier bands pool the held-out rows of further splits."""
+identity), and measured-tier statistics can pool the held-out rows of further splits."""
 
 from __future__ import annotations
 
@@ -77,9 +77,11 @@ def test_residual_stats_pool_extra_held_out_rows(tmp_path):
     assert 0.8 * one["gemm"]["p90_ape"] <= two["gemm"]["p90_ape"] <= 1.2 * one["gemm"]["p90_ape"]
 
 
-def test_band_extra_splits_refit_only_the_few_group_families(tmp_path):
+def test_band_folds_refit_only_the_few_group_families(tmp_path):
+    from llmplan.calibration import kernel_bands
+
     meas = read_measurements(make_measurements_dir(tmp_path, ("h100_sxm",)))
-    # the synthetic tables hold no MoE/MLA/GDN rows: nothing to refit
-    assert FIT._extra_band_fits(meas, {}, OPTS, None) == []
+    # the synthetic tables hold no MoE/MLA/GDN rows: the band families' folds are empty
+    assert kernel_bands.band_families(meas).frames == {}
     assert set(FIT.BAND_EXTRA_FAMILIES) >= {"moe", "mla_decode", "gdn_prefill"}
-    assert all(sp.kind == "grouped" for sp in FitOptions().band_extra_splits)
+    assert kernel_bands.n_folds(FitOptions().residual_split) == 5
