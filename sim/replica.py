@@ -20,7 +20,7 @@ exactly what stepping one event at a time would give.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from llmplan.errors import InfeasibleDeployment, UserError
@@ -32,6 +32,7 @@ from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.trtllm_scheduling import first_schedulable_step
 from llmplan.sim.trtllm_token_budget import budget_bounds_prompts_only
 from llmplan.sim.types import EngineProfile, StepCostModel, StepShape
+from llmplan.sim.vllm_async_scheduling import async_refusal, schedules_one_step_ahead
 
 #: run several identical decode steps per event when nothing can change the batch
 FAST_FORWARD = True
@@ -100,6 +101,10 @@ class Replica:
         blocks = spec.kv_capacity_tokens // e.block_size // self.pp
         seqs = max(1, e.max_num_seqs // self.pp)
         dp = int(getattr(spec.cost_model, "dp", 1) or 1)   # attention DP ranks (sim.dp_layout)
+        if schedules_one_step_ahead(e):   # vLLM refuses async scheduling with PP > 1 / non-EAGLE speculation
+            cfg = getattr(spec.cost_model, "cfg", None)
+            if async_refusal(self.pp, getattr(cfg, "method", None)) is not None:
+                e = replace(e, async_scheduling=False)
         self.ves = [EngineState(i, e, blocks, self.unit_tokens, seqs, dp) for i in range(self.pp)]
         self.prefix_caching = e.enable_prefix_caching
         self.outstanding = 0
