@@ -60,6 +60,10 @@ def validate_replica(spec: ReplicaSpec, i: int) -> None:
             raise cls(msg, key=f"{key}.{k}", fix=fix)
 
     need(pp >= 1, f"pipeline degree must be >= 1, got {pp}", "cost_model.pp")
+    # a vLLM setting (sim/vllm_async_scheduling.py): another engine would run it silently unchanged
+    need(not e.async_scheduling or e.name == "vllm",
+         f"async_scheduling is a vLLM setting; the {e.name} engine has no such option", "engine.async_scheduling",
+         "drop engine.async_scheduling (it selects vLLM's async scheduling only)")
     need(e.block_size >= 1, f"block_size must be >= 1, got {e.block_size}", "engine.block_size")
     need(e.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {e.max_num_seqs}", "engine.max_num_seqs")
     need(0.0 <= e.watermark < 1.0, f"watermark must be in [0, 1), got {e.watermark}", "engine.watermark")

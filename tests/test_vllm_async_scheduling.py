@@ -133,3 +133,14 @@ def test_launch_does_not_ask_for_async_scheduling_vllm_refuses():
     assert any("ray" in n and "engine.async_scheduling=false" in n for n in multi.notes)
     one = _launch()
     assert "--async-scheduling" in one.argv and not any("async" in n for n in one.notes)
+
+
+@pytest.mark.parametrize("name", ["sglang", "trtllm"])
+def test_async_scheduling_on_another_engine_is_refused(name):
+    """The flag selects vLLM's async scheduling only: on another engine it would be ignored silently."""
+    from llmplan.errors import UserError
+    from llmplan.sim.replica import ReplicaSpec, validate_replica
+    validate_replica(ReplicaSpec(_PPCost(1), EngineProfile(async_scheduling=True), 300_000, 16384), 0)
+    with pytest.raises(UserError, match="async_scheduling is a vLLM setting") as exc:
+        validate_replica(ReplicaSpec(_PPCost(1), EngineProfile(name=name, async_scheduling=True), 300_000, 16384), 0)
+    assert exc.value.key == "replicas[0].engine.async_scheduling"
