@@ -175,3 +175,12 @@ def test_kernel_items_with_unlabelled_rows():
                                     ("h100_sxm", "sglang", "moe", "bf16", bare)])
     assert [(e[3], len(e[4])) for e in extra] == [("w4a16_mxfp4/marlin", 2), ("w4a16_mxfp4/triton", 1)]
     assert kernels == {}
+
+
+def test_every_nvidia_catalog_gpu_has_a_compute_capability():
+    """A GPU missing from GPU_SM gets no MoE kernel rule (whole dtype group) without a word: every NVIDIA
+    GPU of the packaged catalog is listed."""
+    from llmplan.hardware_catalog.loader import load_catalog
+    from llmplan.sim.kernel_calibration.moe_kernels import GPU_SM
+    nvidia = sorted(k for k, g in load_catalog().items() if str(g.vendor).lower() == "nvidia")
+    assert nvidia and [k for k in nvidia if k not in GPU_SM] == []
