@@ -94,20 +94,24 @@ def test_vllm_refuses_async_scheduling_where_it_cannot_run_it():
 
 
 class _PPCost:
-    """A step model with ``pp`` pipeline stages (the replica reads only ``pp`` when it is built)."""
+    """A step model with ``pp`` pipeline stages and, for a speculating replica, its speculation config
+    ``cfg`` (sim/spec_decode.SpecDecodeCost; the replica reads only these when it is built)."""
 
-    def __init__(self, pp):
+    def __init__(self, pp, method=None):
         self.pp = pp
+        if method is not None:
+            self.cfg = type("Cfg", (), {"method": method})()
 
 
-@pytest.mark.parametrize("pp,overlap", [(1, True), (2, False)])
-def test_replica_simulates_a_pipelined_vllm_synchronous(pp, overlap):
-    """A vLLM replica with PP > 1 runs synchronous even where the engine asks for async scheduling
-    (vLLM turns its default off there), so the plan simulates what the server runs."""
+@pytest.mark.parametrize("pp,method,overlap", [(1, None, True), (2, None, False), (1, "eagle3", True),
+                                               (1, "mtp", True), (1, "draft_model", False)])
+def test_replica_simulates_a_pipelined_vllm_synchronous(pp, method, overlap):
+    """A vLLM replica with PP > 1 or draft-model speculation runs synchronous even where the engine asks
+    for async scheduling (vLLM turns its default off there), so the plan simulates what the server runs."""
     from llmplan.sim.events import EventLoop
     from llmplan.sim.metrics import LogHistogram
     from llmplan.sim.replica import Replica, ReplicaSpec
-    rep = Replica(0, ReplicaSpec(_PPCost(pp), EngineProfile(async_scheduling=True), 300_000, 16384), EventLoop(),
+    rep = Replica(0, ReplicaSpec(_PPCost(pp, method), EngineProfile(async_scheduling=True), 300_000, 16384), EventLoop(),
                   LogHistogram(), lambda s: None, 16, 1000.0)
     assert len(rep.ves) == pp and all(v.overlap is overlap for v in rep.ves)
 
