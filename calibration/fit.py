@@ -193,14 +193,18 @@ def _kernel_items(items: list[tuple[str, str, str, str, pd.DataFrame]]
                   ) -> tuple[list[tuple[str, str, str, str, pd.DataFrame]], dict[tuple[str, str, str, str], tuple[str, ...]]]:
     """MoE: the rows of each kernel family of a dtype group whose rows mix kernel families
     (:mod:`llmplan.sim.kernel_calibration.moe_kernels`), as further work items keyed
-    ``dtype/family``, and the kernel families of every MoE dtype group."""
+    ``dtype/family``, and the kernel families of every MoE dtype group. Rows without a
+    ``kernel_source`` label (family None) stay in their dtype group only, and a group holding any
+    records no kernel families (unknown: FamilyModel.resolve_group)."""
     extra, kernels = [], {}
     for gpu, backend, family, group, df in items:
         if family != "moe":
             continue
         fams = row_kernels(family, df)
-        uniq = tuple(sorted(set(fams.tolist())))
-        kernels[(gpu, backend, family, group)] = uniq
+        labels = fams.tolist()
+        uniq = tuple(sorted({f for f in labels if f is not None}))
+        if uniq and None not in labels:
+            kernels[(gpu, backend, family, group)] = uniq
         if len(uniq) > 1:
             for fam in uniq:
                 extra.append((gpu, backend, family, MK.kernel_group_key(group, fam), df[fams == fam]))

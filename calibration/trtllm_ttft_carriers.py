@@ -101,7 +101,9 @@ def load_bases(cache: Path, backend: str) -> dict[float, list[Any]]:
     mine = {j: [b for b in bs if b.backend == backend] for j, bs in by_j.items()}
     mine = {j: bs for j, bs in mine.items() if bs}
     if not mine:
-        raise UserError(f"no {backend} rows in bases cache {cache}", key="--backend")
+        raise UserError(f"no {backend} rows in bases cache {cache}", key="--backend",
+                        fix=f"write the cache with `python -m llmplan.calibration.engine_fit ... --backend {backend}` "
+                            "(or all engines), or pass the --backend the cache holds")
     return mine
 
 

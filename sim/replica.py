@@ -20,7 +20,7 @@ exactly what stepping one event at a time would give.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from llmplan.errors import InfeasibleDeployment, UserError
@@ -32,6 +32,7 @@ from llmplan.sim.sglang_scheduling import chunks_prompts
 from llmplan.sim.trtllm_scheduling import first_schedulable_step
 from llmplan.sim.trtllm_token_budget import budget_bounds_prompts_only
 from llmplan.sim.types import EngineProfile, StepCostModel, StepShape
+from llmplan.sim.vllm_async_scheduling import async_refusal, schedules_one_step_ahead
 
 #: run several identical decode steps per event when nothing can change the batch
 FAST_FORWARD = True
@@ -59,6 +60,10 @@ def validate_replica(spec: ReplicaSpec, i: int) -> None:
             raise cls(msg, key=f"{key}.{k}", fix=fix)
 
     need(pp >= 1, f"pipeline degree must be >= 1, got {pp}", "cost_model.pp")
+    # a vLLM setting (sim/vllm_async_scheduling.py): another engine would run it silently unchanged
+    need(not e.async_scheduling or e.name == "vllm",
+         f"async_scheduling is a vLLM setting; the {e.name} engine has no such option", "engine.async_scheduling",
+         "drop engine.async_scheduling (it selects vLLM's async scheduling only)")
     need(e.block_size >= 1, f"block_size must be >= 1, got {e.block_size}", "engine.block_size")
     need(e.max_num_seqs >= 1, f"max_num_seqs must be >= 1, got {e.max_num_seqs}", "engine.max_num_seqs")
     need(0.0 <= e.watermark < 1.0, f"watermark must be in [0, 1), got {e.watermark}", "engine.watermark")
@@ -100,6 +105,10 @@ class Replica:
         blocks = spec.kv_capacity_tokens // e.block_size // self.pp
         seqs = max(1, e.max_num_seqs // self.pp)
         dp = int(getattr(spec.cost_model, "dp", 1) or 1)   # attention DP ranks (sim.dp_layout)
+        if schedules_one_step_ahead(e):   # vLLM refuses async scheduling with PP > 1 / non-EAGLE speculation
+            cfg = getattr(spec.cost_model, "cfg", None)
+            if async_refusal(self.pp, getattr(cfg, "method", None)) is not None:
+                e = replace(e, async_scheduling=False)
         self.ves = [EngineState(i, e, blocks, self.unit_tokens, seqs, dp) for i in range(self.pp)]
         self.prefix_caching = e.enable_prefix_caching
         self.outstanding = 0

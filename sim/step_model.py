@@ -519,7 +519,8 @@ class AnalyticalStepModel:
                            architecture=m.architecture) \
                 if group_tokens is None else group_moe(  # attention DP: measured wide-EP curves (sim/wideep_moe.py)
                     k, self.gpu.key, self.engine.kernel_backend, self.engine.moe_all2all, decode_only, T_moe, eh,
-                    e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"])
+                    e_inter, e.top_k, e.num_experts, par.moe_tp, par.ep, wd["routed_experts"],
+                    architecture=m.architecture)
             if self._marlin_mxfp4 and group_tokens is None:  # VLLM_MXFP4_USE_MARLIN (sim/vllm_marlin_mxfp4.py)
                 moe_kt = moe_on_marlin(moe_kt, self.gpu.key, T_moe, eh, e.expert_intermediate_size, e.top_k,
                                        e.num_experts, par.moe_tp, par.ep, float(getattr(k, "moe_skew", 1.01)))

@@ -96,16 +96,19 @@ def wideep_moe(gpu: str, engine: str, decode_only: bool, group_tokens: int, hidd
 
 
 def group_moe(kernels: object, gpu: str, engine: str, moe_all2all: str, decode_only: bool, group_tokens: int,
-              hidden: int, inter: int, top_k: int, num_experts: int, moe_tp: int, ep: int, dtype: str) -> KernelTime:
+              hidden: int, inter: int, top_k: int, num_experts: int, moe_tp: int, ep: int, dtype: str,
+              architecture: str | None = None) -> KernelTime:
     """The step model's expert time of an attention-DP step: the measured wide-EP curve where the
     kernel model is the GPU's measured tier and the engine runs that table's kernel (TensorRT-LLM:
     its CUTLASS grouped GEMMs under either token exchange; SGLang: DeepGEMM only with DeepEP,
-    ``moe_all2all="deepep"``), else ``kernels.moe`` of the group's tokens."""
+    ``moe_all2all="deepep"``), else ``kernels.moe`` of the group's tokens. ``architecture``: the
+    model's, from which the kernel model names the fused-MoE kernel the engine runs
+    (sim/kernel_calibration/moe_kernels.py), as on the step model's other MoE path."""
     kt = None
     if getattr(kernels, "measured", False) and (engine != "sglang" or moe_all2all == "deepep"):
         kt = wideep_moe(gpu, engine, decode_only, group_tokens, hidden, inter, top_k, num_experts, moe_tp, ep, dtype,
                         float(getattr(kernels, "moe_skew", 1.01)))
-    phys = kernels.moe(group_tokens, hidden, inter, top_k, num_experts, moe_tp, ep, dtype)
+    phys = kernels.moe(group_tokens, hidden, inter, top_k, num_experts, moe_tp, ep, dtype, architecture=architecture)
     if kt is None:
         return phys
     # the measured time with the work it does (FLOPs and bytes of the same query: the power model's

@@ -21,10 +21,17 @@ def _feat(key: str) -> GPUFeatures:
 
 @pytest.mark.parametrize("key, ghz", [("a100_sxm", 1.41), ("h100_sxm", 1.83), ("h200_sxm", 1.83),
                                       ("l40s", 2.49), ("rtx_pro_6000_server", 2.43), ("b60", 2.40),
-                                      ("b200", 1.856), ("l4", 2.04), ("mi300x", 2.09), ("mi355x", 2.40)])
+                                      ("b200", 1.856), ("l4", 2.04), ("a10g", 1.71), ("mi300x", 2.09), ("mi355x", 2.40)])
 def test_clock_implied_by_the_catalog_peak(key, ghz):
     """peak / (SMs x FLOP per clock per SM) reproduces the vendors' quoted clocks (within 1%)."""
     assert C.tensor_clock_ghz(_feat(key)) == pytest.approx(ghz, rel=0.01)
+
+
+def test_every_catalog_gpu_has_a_clock():
+    """No GPU of the packaged catalog is left unscaled silently as a cross-gen target or member."""
+    from llmplan.hardware_catalog.loader import load_catalog
+    missing = [k for k in sorted(load_catalog()) if C.tensor_clock_ghz(_feat(k)) is None]
+    assert missing == []
 
 
 def test_unlisted_architecture_has_no_clock_and_no_scaling():

@@ -162,3 +162,25 @@ def test_the_query_names_its_kernel_from_the_rule():
     old = model(FamilyModel("moe", {"fp8_block": _group(10.0)}))
     assert old.moe(4, 7168, 2048, 8, 256, 1, 8, "fp8_block").latency_ms == \
         only[10.0].moe(4, 7168, 2048, 8, 256, 1, 8, "fp8_block").latency_ms < ep1
+
+
+def test_kernel_items_with_unlabelled_rows():
+    """Rows without a kernel_source label (a user's table) do not crash the fit: they stay in the dtype
+    group, the labelled rows of a mixed group still get their kernel groups, and a group holding
+    unlabelled rows records no kernel families (unknown)."""
+    part = pd.DataFrame({"kernel_source": ["sglang_fused_moe_triton", None, "sglang_marlin_moe", "sglang_marlin_moe"],
+                         "x": range(4)})
+    bare = pd.DataFrame({"x": range(3)})
+    extra, kernels = _kernel_items([("h100_sxm", "sglang", "moe", "w4a16_mxfp4", part),
+                                    ("h100_sxm", "sglang", "moe", "bf16", bare)])
+    assert [(e[3], len(e[4])) for e in extra] == [("w4a16_mxfp4/marlin", 2), ("w4a16_mxfp4/triton", 1)]
+    assert kernels == {}
+
+
+def test_every_nvidia_catalog_gpu_has_a_compute_capability():
+    """A GPU missing from GPU_SM gets no MoE kernel rule (whole dtype group) without a word: every NVIDIA
+    GPU of the packaged catalog is listed."""
+    from llmplan.hardware_catalog.loader import load_catalog
+    from llmplan.sim.kernel_calibration.moe_kernels import GPU_SM
+    nvidia = sorted(k for k, g in load_catalog().items() if str(g.vendor).lower() == "nvidia")
+    assert nvidia and [k for k in nvidia if k not in GPU_SM] == []

@@ -60,10 +60,12 @@ def test_carrier_table_leaves_out_unmeasured_rows():
 def test_load_bases_refuses_a_file_without_the_engine(tmp_path):
     p = tmp_path / "bases.json"
     p.write_text('{"key": "k", "skipped": {}, "bases": {"0.02": []}}')
-    with pytest.raises(UserError):
+    with pytest.raises(UserError) as exc:
         tc.load_bases(p, "trtllm")
-    with pytest.raises(UserError):
+    assert exc.value.key == "--backend" and "--backend trtllm" in exc.value.fix
+    with pytest.raises(UserError) as exc:
         tc.load_bases(tmp_path / "missing.json", "trtllm")
+    assert exc.value.key == "--bases-cache" and exc.value.fix
 
 
 def test_prefill_ratio_table_in_units_of_the_prefill_step():

@@ -66,9 +66,11 @@ class _Kernels:
 
     def __init__(self):
         self.calls = []
+        self.architectures = []
 
-    def moe(self, *a):
+    def moe(self, *a, architecture=None):
         self.calls.append(a)
+        self.architectures.append(architecture)
         return KernelTime(1.0, 3.0e12, 2.0e9)
 
 
@@ -116,3 +118,13 @@ def test_extraction_from_a_missing_folder_exits_2_with_one_clear_message(tmp_pat
     err = capsys.readouterr().err
     assert "measurements" in err and "does not exist" in err and "Traceback" not in err
     assert not (tmp_path / "w.json").exists()
+
+
+def test_group_moe_names_the_model_architecture_to_the_kernel_model():
+    """The attention-DP path asks the kernel model with the model's architecture, as the step model's
+    other MoE path does (the engine's MoE kernel rule, sim/kernel_calibration/moe_kernels.py)."""
+    k = _Kernels()
+    a = (8192, 7168, 2048, 8, 256, 1, 8, "fp8")
+    group_moe(k, "h200_sxm", "sglang", "allgather_reducescatter", False, *a, architecture="DeepseekV3ForCausalLM")
+    group_moe(k, "h200_sxm", "sglang", "allgather_reducescatter", False, *a)
+    assert k.architectures == ["DeepseekV3ForCausalLM", None]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from llmplan.optimizer.launch.speculation import vllm_args
 from llmplan.optimizer.launch.spec import LaunchCommand, LaunchSpec, load_time_quantization
+from llmplan.sim.vllm_async_scheduling import async_refusal
 
 DOC = "vLLM v0.12.0, https://docs.vllm.ai/en/v0.12.0/cli/serve/"
 
@@ -27,9 +28,19 @@ def command(s: LaunchSpec) -> LaunchCommand:
             "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
             "--max-model-len", str(s.max_model_len), "--host", "0.0.0.0", "--port", str(s.port)]
     # the plan simulated vLLM's async scheduling (sim/vllm_async_scheduling.py): the server must run it; vLLM
-    # >= 0.14 runs it by default, earlier releases only with the flag (docs.vllm.ai, `--async-scheduling`)
-    argv.append("--async-scheduling" if s.async_scheduling else "--no-async-scheduling")
+    # >= 0.14 runs it by default, earlier releases only with the flag (docs.vllm.ai, `--async-scheduling`).
+    # vLLM refuses an explicit --async-scheduling (ValueError at start) with PP > 1, non-EAGLE/MTP speculation
+    # or the ray executor (vllm/config/vllm.py VllmConfig.__post_init__): the flag is then off, and said
     notes = list(s.notes)
+    refusal = async_refusal(s.pp, s.speculation.method if s.speculation is not None else None,
+                            ray_executor=s.nodes_per_replica > 1)
+    argv.append("--async-scheduling" if s.async_scheduling and refusal is None else "--no-async-scheduling")
+    if s.async_scheduling and refusal is not None:
+        notes.append(f"async scheduling off: vLLM does not run it with {refusal}"
+                     + ("" if s.pp > 1 or s.speculation is not None else
+                        "; the plan simulated it (a request arriving while the engine is busy joins one step "
+                        "later), so its TTFT may read up to one decode step high: re-plan with "
+                        "engine.async_scheduling=false to simulate the synchronous engine"))
     if s.ep > 1:
         argv.append("--enable-expert-parallel")
         if s.ep != s.tp and not s.attention_dp:

@@ -18,7 +18,7 @@ cost, L2 bandwidth per SM) are moved to the target's clock (:mod:`crossgen_clock
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -176,7 +176,7 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         for key, gm in fm.groups.items():
             if key not in EXCLUDED_GROUPS.get(family, frozenset()):
                 if ratio != 1.0:
-                    gm = GroupModel(crossgen_clock.scaled_base(gm.base, ratio), gm.gbt, gm.rows, gm.ranges)
+                    gm = replace(gm, base=crossgen_clock.scaled_base(gm.base, ratio))
                 by_group.setdefault(key, []).append((g, gm))
     groups: dict[str, GroupModel] = {}
     for key, pairs in sorted(by_group.items()):

@@ -34,6 +34,9 @@ from llmplan.sim.kernel_calibration.physics import BaseParams
 #:   https://glennklockwood.com/garden/processors/h100, "1.83 GHz (low precision)").
 #: * ``ada``: 142 x 1,024 x 2.52 GHz (L40S boost clock) = 366 TFLOP/s (catalog 362, 1% apart);
 #:   L4 58 x 1,024 x 2.04 GHz = 121 TFLOP/s.
+#: * ``ampere_ga10x`` (A10G): 4 third-generation tensor cores per SM x 128 dense FP16 FLOP per clock
+#:   at the GA10x fp32-accumulate rate = 512 (the catalog's own derivation of the A10G peak,
+#:   hardware_catalog/data/gpus.yaml ``a10g.sources.dense_tflops``); 80 x 512 x 1.71 GHz (boost) = 70 TFLOP/s.
 #: * ``blackwell`` (B200/GB200/B300/GB300): assumed twice Hopper's SM rate; B200's implied clock
 #:   is 2,250 / (148 x 8,192) = 1.86 GHz (not checked against a published tensor clock).
 #: * ``blackwell_gb202``: RTX PRO 6000 Blackwell Server: 188 x 1,024 x 2.43 GHz = 467.8 TFLOP/s
@@ -45,12 +48,13 @@ from llmplan.sim.kernel_calibration.physics import BaseParams
 #: * ``cdna4``: MI355X (AMD ISSCC 2026 as cited in the catalog: FP8 8,192 FLOP per clock per CU,
 #:   FP16 half of it): 256 x 4,096 x 2.4 GHz = 2,517 TFLOP/s.
 FLOP_PER_CLOCK_SM: dict[str, float] = {
-    "ampere_ga100": 2048.0, "hopper": 4096.0, "ada": 1024.0, "blackwell": 8192.0,
+    "ampere_ga100": 2048.0, "ampere_ga10x": 512.0, "hopper": 4096.0, "ada": 1024.0, "blackwell": 8192.0,
     "blackwell_gb202": 1024.0, "xe2": 2048.0, "cdna3": 2048.0, "cdna4": 4096.0,
 }
-#: catalog key -> architecture (GPUs not listed: no clock, no scaling)
+#: catalog key -> architecture (GPUs not listed: no clock, no scaling; every GPU of the packaged
+#: catalog is listed, tests/test_crossgen_clock.py)
 ARCHITECTURE: dict[str, str] = {
-    "a100_sxm": "ampere_ga100", "a100_40gb_sxm": "ampere_ga100",
+    "a100_sxm": "ampere_ga100", "a100_40gb_sxm": "ampere_ga100", "a10g": "ampere_ga10x",
     "h100_sxm": "hopper", "h100_pcie": "hopper", "h200_sxm": "hopper",
     "l40s": "ada", "l4": "ada",
     "b200": "blackwell", "gb200": "blackwell", "b300": "blackwell", "gb300": "blackwell",
