@@ -87,6 +87,7 @@ from llmplan.calibration.trtllm_launch import generator_max_num_tokens as trtllm
 from llmplan.calibration.trtllm_sweep_launch import script_sets_budget as trtllm_script_sets_budget
 from llmplan.calibration.trtllm_sweep_launch import sweep_engine as trtllm_sweep_engine
 from llmplan.calibration.trtllm_inferencex_layout import script_ep_size as trtllm_script_ep_size
+from llmplan.calibration.trtllm_speculative import mtp_layers, mtp_replay
 from llmplan.hardware_catalog.spec import GPUSpec
 from llmplan.errors import CatalogError, UserError
 from llmplan.model_catalog.quant import block_fp8_requant, is_block_fp8
@@ -164,6 +165,8 @@ class ServingCase:
     prompt_pool: int = 0
     # SGLang prefill batch set by the run's launch script (calibration.sglang_sweep_launch); 0 = SGLang's default
     prefill_chunk_tokens: int = 0
+    # MTP draft layers the run was measured with (calibration.trtllm_speculative); 0 = no speculation
+    speculative_mtp_k: int = 0
 
     @property
     def dense(self) -> bool:
@@ -503,6 +506,8 @@ def map_row(row: Mapping[str, Any], index: int, engines: Mapping[str, EngineProf
                        backend == "sglang" and generator_cuda_graph_every_batch(row),
                        vllm_max_capture_tokens(row, isl, osl), prompt_pool_size(row),
                        inferencex_prefill_tokens(row, isl, osl))
+    if backend == "trtllm" and mtp_layers(row):   # measured with MTP speculation (calibration.trtllm_speculative)
+        case = replace(case, speculative_mtp_k=mtp_layers(row))
     return RowMapping(index, case, SIMULATED)
 
 
@@ -752,7 +757,12 @@ def simulate_case(case: ServingCase, opts: SimOptions, wrap: Callable[[Any], Any
     spec, window = benchmark_workload(case.isl, case.osl, case.concurrency, opts,
                                       case.length_ratio if opts.client_lengths else 1.0,
                                       case.prompt_pool, dep.engine.block_size)
-    replica = ReplicaSpec(wrap(step) if wrap is not None else step, dep.engine, mem.kv_capacity_tokens, case.isl + hi)
+    cost, kv_tokens = (wrap(step) if wrap is not None else step), mem.kv_capacity_tokens
+    if case.speculative_mtp_k and wrap is None:
+        # measured with MTP: replayed with the simulator's speculative decoding (calibration.trtllm_speculative);
+        # a wrapped cost (the engine fit's probes) is left as is: these rows are not fitted (--exclude-regimes)
+        cost, kv_tokens = mtp_replay(step, case, kv_tokens, opts.seed)
+    replica = ReplicaSpec(cost, dep.engine, kv_tokens, case.isl + hi)
     try:
         res = simulate_serving(spec, [replica], seed=opts.seed, window=window)
     except UserError as e:  # e.g. one request's KV does not fit beyond the watermark

@@ -23,12 +23,23 @@ only, with the launch rule of their benchmark script:
   or ``MTP=1`` when ``DP_ATTENTION`` is true. The same script sets ``moe_config.backend: CUTLASS``,
   ``cuda_graph_config.max_batch_size: 128`` and ``stream_interval: 10``.
 
-The replay has no speculative decoding. An MTP step verifies 1 + k tokens per sequence and emits
-1 + (accepted drafts) of them, and the acceptance on the benchmark's random prompts is not recorded.
-These rows are therefore a regime the replay does not reproduce. :mod:`calibration.serving_regimes`
-flags them (:data:`SPECULATIVE`), ``engine_fit --exclude-regimes`` leaves them out of the fit, and
-``validate serving`` still scores them and prints the flag. The rule reads the row's provenance only,
-never its error.
+An MTP step verifies 1 + k tokens per sequence and emits 1 + (accepted drafts) of them, and the
+acceptance on the benchmark's random prompts is not recorded. :mod:`calibration.serving_regimes`
+flags these rows (:data:`SPECULATIVE`), ``engine_fit --exclude-regimes`` leaves them out of the fit
+(the engine terms never see them), and ``validate serving`` still scores them and prints the flag.
+The rule reads the row's provenance only, never its error.
+
+Replay (:func:`mtp_replay`, the hook of ``calibration.serving_rows.simulate_case``): the row is
+simulated with the simulator's own speculative decoding (``sim/spec_decode.py``, method ``mtp``)
+at the script's k (:func:`mtp_layers`). DeepSeek-R1 has one MTP module
+(``num_nextn_predict_layers: 1`` in its config.json); TensorRT-LLM's "MTP Eagle" path reuses it for
+every draft position (NVIDIA/TensorRT-LLM ``docs/source/blogs/tech_blog/
+blog2_DeepSeek_R1_MTP_Implementation_and_Optimization.md``, section "MTP Eagle"), as the simulator
+does. The acceptance is the simulator's documented default for ``mtp``
+(``sim.speculative.DEFAULT_ACCEPTANCE``: 0.85 per position, the lower end of the DeepSeek-V3
+report's 85-90% second-token acceptance, arXiv:2412.19437 sec. 5.4.3), NOT a value fitted to these
+rows: E[L] = 3.19 tokens per verify step at k = 3, 1.85 at k = 1. TensorRT-LLM's published
+DeepSeek-R1 MTP figures (the blog above, Figure 7) give the acceptance only as a chart.
 """
 
 from __future__ import annotations
@@ -36,7 +47,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 #: the regime flag (calibration.serving_regimes.FLAGS)
-SPECULATIVE = "speculative decoding (MTP)"
+SPECULATIVE = ("speculative decoding (MTP): replayed with the launch script's MTP k (3, or 1 with attention DP) "
+               "and the simulator's default MTP acceptance 0.85 (DeepSeek-V3 report), not fitted")
 
 _DSR1_H200_MTP = ("SemiAnalysisAI/InferenceX bf3456727 (PR #392), config dsr1-fp8-h200-trt-mtp, "
                   "benchmarks/dsr1_fp8_h200_trt_mtp_slurm.sh", (3, 1))
@@ -80,3 +92,34 @@ def mtp_layers(row: Mapping[str, Any]) -> int:
 def speculative_row(row: Mapping[str, Any] | None) -> bool:
     """True when the row was measured with speculative decoding (:func:`mtp_layers` > 0)."""
     return row is not None and mtp_layers(row) > 0
+
+
+# ----------------------------------------------------------------------------- replay with MTP
+def replay_config(k: int) -> dict[str, Any]:
+    """The ``speculative`` config node a row measured with ``k`` MTP draft layers is replayed with:
+    method ``mtp`` and the simulator's documented default acceptance (no acceptance given)."""
+    return {"method": "mtp", "k": int(k)}
+
+
+def acceptance_note(k: int) -> str:
+    """How the rows are replayed, for the regime flag's explanation."""
+    from llmplan.sim.speculative import default_acceptance
+
+    acc = default_acceptance("mtp")
+    return (f"replayed with MTP k={k} (TensorRT-LLM MTP Eagle, the one MTP module reused), acceptance "
+            f"{acc.rates[0]:.2f} per position (E[L] {acc.expected_tokens(k):.2f} tokens per verify step) from "
+            f"{acc.source}; not fitted to these rows")
+
+
+def mtp_replay(cost: Any, case: Any, kv_capacity_tokens: int, seed: int) -> tuple[Any, int]:
+    """(cost model, KV capacity in the simulator's step space) of a case measured with MTP
+    (``case.speculative_mtp_k`` > 0): the speculative replica of ``sim.spec_decode`` on top of
+    ``cost`` (the case's analytical step model with its engine terms). Mean lengths are the
+    client's: uniform in ``[ratio x L, L]`` when ``case.length_ratio`` < 1."""
+    from llmplan.sim.spec_decode import speculative_replica
+
+    r = float(getattr(case, "length_ratio", 1.0) or 1.0)
+    mean = (lambda n: n * (1.0 + r) / 2.0) if r < 1.0 else (lambda n: float(n))
+    spec_cost, kv_tokens, _ = speculative_replica(replay_config(case.speculative_mtp_k), cost, kv_capacity_tokens,
+                                                  (mean(case.isl), mean(case.osl)), seed)
+    return spec_cost, kv_tokens

@@ -257,8 +257,28 @@ def one_layer_of(target: ModelSpec) -> ModelSpec:
     (Qwen3.5's MTP layer is a full-attention layer)."""
     moe = replace(target.moe, num_dense_layers=0) if target.moe is not None else None
     sparse = replace(target.sparse, num_indexer_layers=1) if target.sparse is not None else None
-    return replace(target, key=f"{target.key}_mtp", num_layers=1, moe=moe, sparse=sparse, linear=None,
-                   sliding_window=0, num_sliding_layers=0, global_attention=None)
+    layer = replace(target, key=f"{target.key}_mtp", num_layers=1, moe=moe, sparse=sparse, linear=None,
+                    sliding_window=0, num_sliding_layers=0, global_attention=None, quant=None)
+    return replace(layer, quant=_layer_quant(target, layer))
+
+
+def _layer_quant(target: ModelSpec, layer: ModelSpec) -> Any:
+    """The target's shipped weight format (``quant``) rescaled to one layer: each component keeps its
+    format with the layer's own parameter count (and tensors in proportion). The target's ``quant``
+    counts the whole checkpoint's parameters; left as is, the one-layer module's ``weight_bytes`` was
+    the layer's bf16 size minus the whole checkpoint's (negative: -642 GB for DeepSeek-R1 fp8, so a
+    speculating replica got -80 GB of draft weights per GPU and that much more KV)."""
+    q = target.quant
+    if q is None:
+        return None
+    mine = param_breakdown(layer)
+    parts = []
+    for part in q.parts:
+        n = getattr(mine, part.component, None)
+        n = int(n) if isinstance(n, (int, float)) else int(round(part.params / max(1, target.num_layers)))
+        ratio = n / part.params if part.params else 0.0
+        parts.append(replace(part, params=n, tensors=int(round(part.tensors * ratio))))
+    return replace(q, parts=tuple(parts))
 
 
 def eagle3_head_of(target: ModelSpec) -> ModelSpec:
@@ -427,6 +447,11 @@ class SpeculativeStepModel:
             tp = 1  # by default the draft runs at the target's TP, else at TP 1 (vLLM's two choices)
         self.draft_model = draft
         self.draft_par = Parallelism(tp=tp, pp=1, ep=ep if ep <= tp else 1)
+        if cfg.method == "mtp" and target.par.dp > 1 and tp == target.par.tp:
+            # attention DP: the MTP module is a layer of the target and runs on its mapping (each DP rank
+            # its own sequences, the experts over the same EP group); TensorRT-LLM builds the MTP layers
+            # with the target's model_config/mapping (tensorrt_llm/_torch/models/modeling_deepseekv3.py)
+            self.draft_par = Parallelism(tp=tp, pp=1, ep=target.par.ep, dp=target.par.dp)
         self.draft = AnalyticalStepModel(draft, target.gpu, self.draft_par, target.prec, _no_host(target.engine),
                                          target.kernels)
 
