@@ -129,6 +129,8 @@ class Replica:
         self.launches = 0
         # speculative decoding (sim/spec_decode.py): output length in verify steps, restored on finish
         self.spec_steps = getattr(spec.cost_model, "spec_decode_steps", None)
+        for ve in self.ves:   # the KV pool is in step space then (sim.spec_decode.speculative_kv): reserve in it
+            ve.step_space = self.spec_steps is not None
         self.busy_ms = 0.0  # first-stage busy time (co-location's utilization, sim/colocation.py)
 
     # ------------------------------------------------------------------ capacity checks

@@ -129,6 +129,7 @@ class EngineState:
         self.sg_retracted = False              # the planned step retracted (SGLang: ratio set, not decayed)
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
+        self.step_space = False                # speculative decoding: KV pool and seq.O in verify steps (sim.replica)
         # arrivals while busy skip the step already scheduled (TensorRT-LLM; vLLM async scheduling)
         self.overlap = overlap_scheduler(engine.name) or schedules_one_step_ahead(engine)
         self.batch_wait = batch_wait(engine, attention_dp)   # TensorRT-LLM batch waiting (sim.trtllm_batch_wait); None = off
@@ -254,10 +255,12 @@ class EngineState:
         return self.pool.match(seq.keys, (seq.target - 1) // self.U)
 
     def _whole_blocks(self, seq: Seq) -> int:
-        """Blocks of a request's whole sequence on this engine: prompt + the output tokens it
-        generates here (the requested output; 1 on a disaggregated prefill worker, which stops
-        after the first token; tokens, not verify steps, under speculative decoding)."""
-        out = seq.req.output_tokens if seq.O > 1 else seq.O
+        """Blocks of a request's whole sequence on this engine: prompt + the output it generates
+        here (the requested output; 1 on a disaggregated prefill worker, which stops after the
+        first token). Under speculative decoding the replica's KV pool is in step space (its token
+        capacity scaled by the mean footprint ratio, sim.spec_decode.speculative_kv), and so is
+        ``seq.O`` (verify steps): the reservation is counted in the pool's own units."""
+        out = seq.O if (self.step_space or seq.O <= 1) else seq.req.output_tokens
         return -(-(seq.P + out) // self.B)
 
     def _no_room(self, seq: Seq) -> bool:

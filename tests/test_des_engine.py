@@ -256,3 +256,17 @@ def test_no_evict_reserves_only_what_the_engine_generates():
     assert eng._whole_blocks(seq) == -(-600 // 16)
     seq.O = 1
     assert eng._whole_blocks(seq) == -(-101 // 16)
+
+
+def test_no_evict_reserves_in_the_pool_units_under_speculation():
+    """Under speculative decoding the KV pool and ``seq.O`` are in verify steps (sim.spec_decode): the
+    whole-sequence reservation counts steps, not tokens (tokens over-reserved ~1/tokens-per-step)."""
+    from llmplan.sim.scheduler import EngineState, Seq
+    from llmplan.sim.types import EngineProfile
+
+    eng = EngineState(0, EngineProfile(name="trtllm", block_size=16), 100, 16, 8)
+    seq = Seq(0, Request(0.0, 100, 500), True)
+    seq.O = 160                                   # 500 tokens in 160 verify steps
+    assert eng._whole_blocks(seq) == -(-600 // 16)   # a plain replica: tokens
+    eng.step_space = True
+    assert eng._whole_blocks(seq) == -(-260 // 16)   # step space: prompt + steps
