@@ -15,11 +15,10 @@ the same inputs give a byte-identical index.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 
+from llmplan.calibration.index_rewrite import index_parser, index_paths
 from llmplan.errors import UserError
 
 
@@ -37,22 +36,12 @@ def refreshed_index(index_text: str, cal: object, meas: object) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from llmplan.calibration.reader import read_measurements
-    from llmplan.sim.kernel_calibration.calib_file import DEFAULT_PATH, load_calibration
+    from llmplan.sim.kernel_calibration.calib_file import load_calibration
 
-    p = argparse.ArgumentParser(prog="python -m llmplan.calibration.crossgen_bands",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--measurements", required=True)
-    p.add_argument("--calibration", default=None, help="calibration index (default: the shipped one)")
-    p.add_argument("--out", required=True, help="index file to write, in the calibration's folder")
+    p = index_parser("python -m llmplan.calibration.crossgen_bands", __doc__.splitlines()[0])
     a = p.parse_args(argv)
     try:
-        src = Path(a.calibration) if a.calibration else DEFAULT_PATH
-        out = Path(a.out)
-        if out.suffix.lower() != ".json":
-            raise UserError(f"--out '{out}' is not a .json file", key="out", fix="use a .json file name")
-        if out.resolve().parent != src.resolve().parent:
-            raise UserError(f"--out '{out}' is not beside the calibration's sections ({src.resolve().parent})",
-                            key="out", fix="write the index into the calibration's folder")
+        src, out = index_paths(a.calibration, a.out)
         cal = load_calibration(src)
         if len(cal.measured) < 2:
             raise UserError("the calibration has fewer than two measured GPUs: no leave-one-GPU-out",
