@@ -53,7 +53,7 @@ from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelMod
 from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS, ring_steps
 from llmplan.sim.kernel_calibration.features import MOE_GATED_MATRICES, MOE_PLAIN_MATRICES
-from llmplan.sim.kernel_calibration.family_model import resolve_kernel_group, scalar_phys
+from llmplan.sim.kernel_calibration.family_model import scalar_phys
 from llmplan.sim.kernel_calibration.moe_kernels import engine_moe_kernel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
 from llmplan.sim.kernel_calibration.tiers import choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
@@ -209,7 +209,7 @@ class CalibratedKernelModel:
             if group is not None and moe_query is not None:
                 kern = engine_moe_kernel(self.backend, self.gpu.key, group, moe_query[0], moe_query[1])
                 if kern is not None:
-                    group, exact = resolve_kernel_group(cand.model, dtype, kern)
+                    group, exact = cand.model.resolve_group(dtype, kern)
             if group is not None:
                 found = (cand, group, exact)
                 break

@@ -102,11 +102,12 @@ class DecodeWorker(Replica):
                  on_reserve: Callable[[Seq, float], None], on_join: Callable[[Seq, float], None],
                  reserve_first: bool = False):
         super().__init__(index, spec, loop, itl, on_finish, prefix_block_tokens, sample_interval_ms)
-        e = spec.engine
+        e = self.run_engine(spec)
         blocks = spec.kv_capacity_tokens // e.block_size // self.pp
         seqs = max(1, e.max_num_seqs // self.pp)
         self.ves = [DecodeEngineState(i, e, blocks, self.unit_tokens, seqs, on_reserve=on_reserve, on_join=on_join,
-                                      reserve_first=reserve_first) for i in range(self.pp)]
+                                      reserve_first=reserve_first, step_space=self.spec_steps is not None)
+                    for i in range(self.pp)]
         self.reserve_first = reserve_first
         self.prefix_caching = False  # nothing is prefilled here from a prompt match
         self._engine_of: dict[int, DecodeEngineState] = {}

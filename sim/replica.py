@@ -105,11 +105,12 @@ class Replica:
         blocks = spec.kv_capacity_tokens // e.block_size // self.pp
         seqs = max(1, e.max_num_seqs // self.pp)
         dp = int(getattr(spec.cost_model, "dp", 1) or 1)   # attention DP ranks (sim.dp_layout)
-        if schedules_one_step_ahead(e):   # vLLM refuses async scheduling with PP > 1 / non-EAGLE speculation
-            cfg = getattr(spec.cost_model, "cfg", None)
-            if async_refusal(self.pp, getattr(cfg, "method", None)) is not None:
-                e = replace(e, async_scheduling=False)
-        self.ves = [EngineState(i, e, blocks, self.unit_tokens, seqs, dp) for i in range(self.pp)]
+        e = self.run_engine(spec)
+        # speculative decoding (sim/spec_decode.py): output length in verify steps, restored on finish; the
+        # KV pool is then in step space too (sim.spec_decode.speculative_kv), and the engines reserve in it
+        self.spec_steps = getattr(spec.cost_model, "spec_decode_steps", None)
+        self.ves = [EngineState(i, e, blocks, self.unit_tokens, seqs, dp, step_space=self.spec_steps is not None)
+                    for i in range(self.pp)]
         self.prefix_caching = e.enable_prefix_caching
         self.outstanding = 0
         self.stage_free_at = 0.0
@@ -127,11 +128,17 @@ class Replica:
         self._keys: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._resume_itl: list[float] = []
         self.launches = 0
-        # speculative decoding (sim/spec_decode.py): output length in verify steps, restored on finish
-        self.spec_steps = getattr(spec.cost_model, "spec_decode_steps", None)
-        for ve in self.ves:   # the KV pool is in step space then (sim.spec_decode.speculative_kv): reserve in it
-            ve.step_space = self.spec_steps is not None
         self.busy_ms = 0.0  # first-stage busy time (co-location's utilization, sim/colocation.py)
+
+    def run_engine(self, spec: ReplicaSpec) -> EngineProfile:
+        """The engine profile the replica runs: ``spec.engine``, synchronous where vLLM refuses async
+        scheduling (pipeline stages, non-EAGLE/MTP speculation: sim.vllm_async_scheduling.async_refusal)."""
+        e = spec.engine
+        if schedules_one_step_ahead(e):
+            cfg = getattr(spec.cost_model, "cfg", None)
+            if async_refusal(self.pp, getattr(cfg, "method", None)) is not None:
+                return replace(e, async_scheduling=False)
+        return e
 
     # ------------------------------------------------------------------ capacity checks
 

@@ -112,7 +112,7 @@ class EngineState:
     """Queues, KV blocks and the decode aggregates of one engine; plans and applies steps."""
 
     def __init__(self, index: int, engine: EngineProfile, total_blocks: int, unit_tokens: int, max_seqs: int,
-                 attention_dp: int = 1):
+                 attention_dp: int = 1, step_space: bool = False):
         self.index = index
         self.B = engine.block_size
         self.U = unit_tokens
@@ -129,7 +129,7 @@ class EngineState:
         self.sg_retracted = False              # the planned step retracted (SGLang: ratio set, not decayed)
         self.prefix_caching = engine.enable_prefix_caching
         self.no_evict = engine.name in NO_EVICT_ENGINES
-        self.step_space = False                # speculative decoding: KV pool and seq.O in verify steps (sim.replica)
+        self.step_space = step_space           # speculative decoding: KV pool and seq.O in verify steps (sim.replica)
         # arrivals while busy skip the step already scheduled (TensorRT-LLM; vLLM async scheduling)
         self.overlap = overlap_scheduler(engine.name) or schedules_one_step_ahead(engine)
         self.batch_wait = batch_wait(engine, attention_dp)   # TensorRT-LLM batch waiting (sim.trtllm_batch_wait); None = off

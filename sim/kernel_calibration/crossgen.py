@@ -146,8 +146,9 @@ class PoolFamilyModel(FamilyModel):
     """The cross-gen pool of a family: resolves a dtype like any family model, then through
     :data:`POOL_GROUP_FALLBACK` (never exact)."""
 
-    def resolve_group(self, dtype: str | None) -> tuple[str | None, bool]:
-        g, exact = super().resolve_group(dtype)
+    def resolve_group(self, dtype: str | None, kernel: str | None = None) -> tuple[str | None, bool]:
+        # the pool keeps no kernel groups (members' dtype groups only): ``kernel`` changes nothing
+        g, exact = super().resolve_group(dtype, kernel)
         if g is None:
             for alt in POOL_GROUP_FALLBACK.get(self.family, {}).get(str(dtype), ()):
                 if alt in self.groups:

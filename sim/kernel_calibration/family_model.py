@@ -245,14 +245,6 @@ def _rule_kernels(model: FamilyModel, df: pd.DataFrame, keys: np.ndarray, kernel
     return out
 
 
-def resolve_kernel_group(model: FamilyModel, dtype: str | None, kernel: str | None) -> tuple[str | None, bool]:
-    """:meth:`FamilyModel.resolve_group` with a kernel family where the model records kernels
-    (a fitted measured model); any other model (the cross-gen pool, files fitted before) by dtype."""
-    if kernel is not None and (model.kernel_groups or model.group_kernels):
-        return model.resolve_group(dtype, kernel)
-    return model.resolve_group(dtype)
-
-
 def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
                          backend: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(latency ms, group found) for every row of a canonical frame of one GPU.
@@ -266,7 +258,7 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
     if model.family == "moe" and (model.kernel_groups or model.group_kernels):
         kernels = _rule_kernels(model, df, keys, kernels, gpu.key, backend)
     for key, kern in sorted(set(zip(keys.tolist(), kernels.tolist())), key=str):
-        g, _ = resolve_kernel_group(model, key, kern)
+        g, _ = model.resolve_group(key, kern)
         if g is None:
             continue
         mask = (keys == key) & (kernels == kern)
