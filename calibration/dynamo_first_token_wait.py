@@ -35,9 +35,12 @@ TP 8). TensorRT-LLM 1.0.0rc3 Llama-3.1-8B H100 at N = 128, isl 1,024-2,048, TP 4
 osl 256 and 512 (excess 0.82-0.88 s, then 1.67-1.79 s), fewer at osl 128. A slot wait, not a
 backlog: a serial front end's FIFO wait is bounded by the work queued ahead of the request (23 ms
 per step here) whatever the output length, and the run-ahead balance puts 442 requests outside the
-engine at TP 8 and none at TP 2. For TensorRT-LLM the replay's TPOT already matches without any
-front-end floor (delivered 7-9k tokens/s, well below the SGLang front end's 22k), so the front end's
-per-token work does not cause it there either. :func:`wait_forms` checks the same from the
+engine at TP 8 and none at TP 2. For TensorRT-LLM the replay's TPOT is already at or above the
+measured without any front-end floor (delivered 7-9k tokens/s, well below the SGLang front end's 22k),
+so the front end's per-token work does not cause it there either. Tried and reverted: SGLang's
+mixed-chunk refusal of a step's second prompt that does not fit whole (``PrefillAdder.add_one_req``
+``AddReqResult.OTHER``) moves the N = 512 rows by 50-120 ms and breaks the osl-100 rows at N = 128-240
+(in-sample median APE TTFT of the 46 rows 27.5 -> 34.1%). :func:`wait_forms` checks the same from the
 measurements alone (fit on the shorter outputs, predict the longest): the time form (the mean TTFT)
 misses the SGLang osl-2,000 TTFT by 52-68%, the count form ``a + q x E2E / N`` by +6 / -46 / -13%
 at TP 2 / 4 / 8 (two points fix the line; TP 4's osl 1,000 row sits low).
