@@ -245,15 +245,41 @@ def sibling_gpu(cal: Calibration, gpu: GPUFeatures, vendor: str | None = None,
     return None
 
 
-def crossgen_alpha_beta(cal: Calibration, gpu: GPUFeatures) -> dict[str, AlphaBeta]:
+def collective_library(vendor: str | None) -> str | None:
+    """The collective library a vendor's serving engines use (NCCL, RCCL, oneCCL; the
+    catalog's :data:`llmplan.hardware_catalog.spec.COLLECTIVE_LIBRARY`), None when unknown."""
+    from llmplan.hardware_catalog.spec import COLLECTIVE_LIBRARY
+    return COLLECTIVE_LIBRARY.get(vendor.lower()) if vendor else None
+
+
+def crossgen_alpha_beta(cal: Calibration, gpu: GPUFeatures, vendor: str | None = None,
+                        vendor_of: Callable[[str], str | None] | None = None) -> dict[str, AlphaBeta]:
     """Pooled collective parameters for ``gpu`` from the other measured GPUs: for a GPU with
     a scale-up fabric, those whose measurements ran over one too (NVLink domains behave
     alike); for a PCIe GPU, all of them. PCIe boxes differ more in topology (switches,
     sockets) than NVLink ones differ in links: the measured L40S box reaches 5% of its link
     at 8 GPUs, the RTX PRO 6000 box 35%, so pooling PCIe GPUs only put 130% MAPE on the RTX
     PRO 6000 leave-one-GPU-out against 24% pooling all (L40S 45 -> 50%, B60 64 -> 37%;
-    scale-up GPUs 20-30% same-fabric, 30-56% all; docs/ACCURACY.md)."""
+    scale-up GPUs 20-30% same-fabric, 30-56% all; docs/ACCURACY.md).
+
+    Only GPUs whose collectives ran on the target's collective library are pooled
+    (:func:`collective_library` of the vendors, where both are known): alpha (the per-call
+    cost) and eta (the achieved share of the link) are properties of the library's protocol
+    and launch path (NCCL's LL/LL128/Simple protocols and CUDA-graph launches, oneCCL's SYCL
+    path on Intel XPUs, RCCL on AMD), not of the link. A target whose library no measured GPU
+    ran gets no pooled parameters: an empty table, so the caller times it with the
+    specification link model (tier ``spec``, as it reports). Leave-one-GPU-out, the Arc Pro
+    B60's oneCCL rows from the NCCL GPUs' pooled parameters: 36.5% MAPE against the link
+    model's 31.2% (docs/ACCURACY.md, "Cross-gen tier ... (session 13)")."""
     others = {g: c for g, c in sorted(cal.collectives.items()) if g != gpu.key}
+    lib = collective_library(vendor)
+    if lib is not None and vendor_of is not None:
+        def same_lib(g: str) -> bool:
+            other = collective_library(vendor_of(g))
+            return other is None or other == lib
+        others = {g: c for g, c in others.items() if same_lib(g)}
+        if not others:
+            return {}
     if gpu.fabric == "scaleup":
         same = [c for c in others.values() if link_kind(c.fabric) == gpu.fabric]
         return pooled_alpha_beta(same or list(others.values()))
