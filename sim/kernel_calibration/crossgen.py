@@ -25,7 +25,7 @@ import numpy as np
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import AlphaBeta, pooled_alpha_beta
-from llmplan.sim.kernel_calibration import crossgen_clock, crossgen_gemm, crossgen_prior
+from llmplan.sim.kernel_calibration import crossgen_clock, crossgen_dispatch, crossgen_gemm, crossgen_prior
 from llmplan.sim.kernel_calibration.crossgen_blend import BlendGroupModel
 from llmplan.sim.kernel_calibration.family_model import FamilyModel, GroupModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
@@ -51,6 +51,8 @@ GEMM_POOLED_WEIGHT = 0.5
 #: rescale each member's cycle-counted terms (per-wave cost, L2 bandwidth per SM) to the
 #: target's clock (:mod:`crossgen_clock`; members of the target's vendor only)
 CLOCK_SCALING = True
+#: apply the engines' architecture-dependent kernel choices (:mod:`crossgen_dispatch`)
+DISPATCH_RULES = True
 #: engine whose kernels stand in when the asked engine was measured on no GPU
 DEFAULT_BACKEND = "vllm"
 
@@ -179,6 +181,20 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
                 if ratio != 1.0:
                     gm = replace(gm, base=crossgen_clock.scaled_base(gm.base, ratio))
                 by_group.setdefault(key, []).append((g, gm))
+    # engine kernels chosen by architecture (crossgen_dispatch): members' groups that timed
+    # another kernel than the target's are left out; a target running another group's kernel
+    # is answered by that group's pool, the query rebuilt in its format
+    engine = next(iter(src.values())) if len(set(src.values())) == 1 else backend
+    dispatched: dict[str, str] = {}
+    if target is not None and DISPATCH_RULES:
+        for key in list(by_group):
+            alt = crossgen_dispatch.runs_instead(family, engine, key, target)
+            if alt is not None and alt in by_group:
+                dispatched[key] = alt
+            elif alt is None:
+                own = [(g, m) for g, m in by_group[key]
+                       if crossgen_dispatch.runs_instead(family, src[g], key, cal.gpus.get(g)) is None]
+                by_group[key] = own or by_group[key]
     groups: dict[str, GroupModel] = {}
     for key, pairs in sorted(by_group.items()):
         gms = [m for _, m in pairs]
@@ -195,6 +211,9 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         guarded = tuple(m for g, m in pairs if target is not None and not same_compute(cal.gpus[g], target))
         groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual, extra, GEMM_POOLED_WEIGHT,
                                          share, family, guarded, target)
+    for key, alt in sorted(dispatched.items()):
+        assert target is not None
+        groups[key] = crossgen_dispatch.DispatchedGroupModel.of(groups[alt], family, key, alt, target)
     # members of one calibration share their MoE work form (family_model.FamilyModel.work_form)
     return PoolFamilyModel(family, groups, work_form=fm.work_form)
 

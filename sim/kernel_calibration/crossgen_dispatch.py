@@ -1,0 +1,99 @@
+"""The cross-gen tier's engine dispatch rules: which kernel an engine runs for a query depends on
+the GPU's architecture, so a member GPU's fitted group is pooled only where it times the kernel
+the *target* runs.
+
+The pool keys a member's fitted models by the query's dtype. Where an engine picks its kernel by
+compute capability, the member's group of that dtype timed *the member's* kernel, which the
+target may not run. :data:`DISPATCH` lists such documented selections: for (family, engine,
+dtype group), the architectures (:data:`llmplan.sim.kernel_calibration.crossgen_clock.ARCHITECTURE`,
+known from the catalog key, never from measurements) on which the engine runs another group's
+kernel. For a target on such an architecture the pooled model of that group answers, evaluated
+with the query rebuilt in that group's format (:class:`DispatchedGroupModel`); for a target that
+runs the listed dtype's own kernel, members on a listed architecture (whose group of that dtype
+timed the other kernel) are left out of that group's pool where any member remains.
+
+* TensorRT-LLM MLA absorb matmuls with fp8 weights (``mla_bmm``, ``fp8``): on SM89/SM90 the
+  activations are quantized (``fp8_batched_quantize_1x128_permute102``) and the fp8 block-scaling
+  bmm runs; on SM100 (Blackwell B200/GB200 class) the weights are dequantized to bf16 once
+  at load and ``torch.bmm`` runs in bf16 (``fp8_block_scaling_bmm_out`` in
+  tensorrt_llm/_torch/modules/attention.py, NVIDIA/TensorRT-LLM; the B200 table's
+  ``kernel_source`` is ``trtllm_bmm_out_dequant_bf16``, the other GPUs' is
+  ``trtllm_fp8_block_scaling_bmm_out``). Measured medians: B200 fp8 4.5 us = its bf16 4.5 us;
+  H100/H200 fp8 10.4-13.3 us against bf16 5.2-5.6 us. Leave-one-GPU-out B200 MLA bmm 32.9 ->
+  see docs/ACCURACY.md, "Cross-gen tier ... (session 13)".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llmplan.sim.kernel_calibration import crossgen_clock
+from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration.family_model import GroupModel
+from llmplan.sim.kernel_calibration.gbt import GBTModel
+from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
+
+#: (family, engine, dtype group) -> (architectures, the group whose kernel runs there)
+DISPATCH: dict[tuple[str, str, str], tuple[frozenset[str], str]] = {
+    ("mla_bmm", "trtllm", "fp8"): (frozenset({"blackwell"}), "bf16"),
+}
+
+
+def architecture(gpu: GPUFeatures | None) -> str | None:
+    return None if gpu is None else crossgen_clock.ARCHITECTURE.get(gpu.key)
+
+
+def runs_instead(family: str, backend: str, key: str, gpu: GPUFeatures | None) -> str | None:
+    """The group whose kernel ``backend`` runs for a ``key`` query on ``gpu`` (None: its own)."""
+    rule = DISPATCH.get((family, backend, key))
+    arch = architecture(gpu)
+    return rule[1] if rule is not None and arch is not None and arch in rule[0] else None
+
+
+def rebuild(family: str, phys: F.Phys, key: str, group: str, gpu: GPUFeatures) -> F.Phys:
+    """A ``key`` query's physical terms in ``group``'s format (only the families of
+    :data:`DISPATCH`): tokens, heads and op from its features, the latent and nope widths from
+    its FLOPs and bytes (as :func:`crossgen_kv_guard.bf16_kv_phys` does)."""
+    if family != "mla_bmm":
+        raise ValueError(f"no dispatch rebuild for family '{family}'")
+    frame = np.ndim(phys.t_c) > 0
+    ops = F.NP if frame else F.PY
+    x = phys.x
+    tokens, heads = ((np.exp2(np.asarray(x[i], dtype=np.float64)) if frame else 2.0 ** float(x[i])) for i in (0, 1))
+    post = np.asarray(x[2], dtype=np.float64) if frame else float(x[2])
+    prod = phys.flops / (2.0 * tokens * heads)                                        # nope x kv_lora
+    total = (phys.nbytes - heads * prod * F.DTYPE_BYTES.get(key, 2.0)) / (2.0 * tokens * heads)  # nope + kv_lora
+    root = np.sqrt(np.maximum(total * total - 4.0 * prod, 0.0))
+    kv_lora = (total + root) / 2.0
+    nope = prod / kv_lora
+    if not frame:
+        kv_lora, nope = float(kv_lora), float(nope)
+    return F.mla_bmm(tokens, heads, post, F.DTYPE_BYTES.get(group, 2.0),
+                     gpu.peak(F.COMPUTE_DTYPE.get(group, group)), gpu, ops, kv_lora, nope)
+
+
+@dataclass
+class DispatchedGroupModel(GroupModel):
+    """A pooled group answering queries of another dtype whose kernel the target runs as this
+    group's (``inner``), each query rebuilt in ``group``'s format on ``target``."""
+
+    inner: GroupModel | None = None
+    family: str = ""
+    key: str = ""           # the query's dtype group
+    group: str = ""         # the group whose kernel runs
+    target: GPUFeatures | None = None
+
+    @staticmethod
+    def of(inner: GroupModel, family: str, key: str, group: str, target: GPUFeatures) -> "DispatchedGroupModel":
+        return DispatchedGroupModel(inner.base, None, inner.rows, inner.ranges, inner, family, key, group, target)
+
+    def predict_frame(self, phys: F.Phys, gbt: GBTModel | None = None, use: Any = None) -> np.ndarray:
+        assert self.inner is not None and self.target is not None
+        return self.inner.predict_frame(rebuild(self.family, phys, self.key, self.group, self.target), gbt, use)
+
+    def predict_one(self, phys: F.Phys, gbt: GBTModel | None = None) -> tuple[float, str]:
+        assert self.inner is not None and self.target is not None
+        return self.inner.predict_one(rebuild(self.family, phys, self.key, self.group, self.target), gbt)
