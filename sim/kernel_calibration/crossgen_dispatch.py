@@ -67,8 +67,8 @@ def rebuild(family: str, phys: F.Phys, key: str, group: str, gpu: GPUFeatures) -
     prod = phys.flops / (2.0 * tokens * heads)                                        # nope x kv_lora
     total = (phys.nbytes - heads * prod * F.DTYPE_BYTES.get(key, 2.0)) / (2.0 * tokens * heads)  # nope + kv_lora
     root = np.sqrt(np.maximum(total * total - 4.0 * prod, 0.0))
-    kv_lora = (total + root) / 2.0
-    nope = prod / kv_lora
+    kv_lora = np.round((total + root) / 2.0)          # integer widths (ceil(kv_lora / 128) tiles)
+    nope = np.round(prod / kv_lora)
     if not frame:
         kv_lora, nope = float(kv_lora), float(nope)
     return F.mla_bmm(tokens, heads, post, F.DTYPE_BYTES.get(group, 2.0),
