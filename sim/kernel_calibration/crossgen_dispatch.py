@@ -41,6 +41,32 @@ DISPATCH: dict[tuple[str, str, str], tuple[frozenset[str], str]] = {
     ("mla_bmm", "trtllm", "fp8"): (frozenset({"blackwell"}), "bf16"),
 }
 
+#: family -> {kernel label (a table's ``kernel_source``) -> engines whose tables on the pooled
+#: GPUs ran that kernel}: a row that names the kernel it ran is answered by the pool of an engine
+#: that ran it (its own engine when that one did). Queries name no kernel: the asked engine's pool.
+#: * Gated DeltaNet decode: SGLang 0.5.14 and vLLM 0.24 run FLA's packed decode kernel
+#:   (``fused_recurrent_gated_delta_rule_packed_decode``), TensorRT-LLM 1.3 the unpacked
+#:   ``fused_recurrent_gated_delta_rule``, which the A100 table's SGLang 0.5.10 ran too (the
+#:   tables' ``kernel_source``, ../shared/measurements/<gpu>/gdn.csv.gz).
+KERNEL_ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gdn_decode": {
+        "causal_conv1d_update+fused_recurrent_gated_delta_rule": ("trtllm",),
+        "causal_conv1d_update+fused_recurrent_gated_delta_rule_packed_decode": ("sglang", "vllm"),
+    },
+}
+
+
+def pool_engines(family: str, backend: str, kernels: Any) -> np.ndarray:
+    """Per row, the engine whose cross-gen pool answers a ``backend`` row that ran ``kernels``
+    (its ``kernel_source`` labels; None / NaN: the row's own engine)."""
+    table = KERNEL_ENGINES.get(family, {})
+    out = np.full(len(kernels), backend, dtype=object)
+    for i, k in enumerate(kernels):
+        engines = table.get(k) if isinstance(k, str) else None
+        if engines and backend not in engines:
+            out[i] = engines[0]
+    return out
+
 
 def architecture(gpu: GPUFeatures | None) -> str | None:
     return None if gpu is None else crossgen_clock.ARCHITECTURE.get(gpu.key)
