@@ -118,3 +118,28 @@ def test_b60_collectives_fall_back_to_the_link_model_on_the_query_path():
     from llmplan.sim.kernel_calibration.tiers import choose_tier
     choice = choose_tier(cal, GPUFeatures.from_spec(spec), force="cross-gen")
     assert choice.collectives.alpha_beta("nccl", "all_gather", "fp16", 4) is None
+
+
+def test_rows_naming_another_engines_kernel_take_that_engines_pool():
+    old, packed = list(D.KERNEL_ENGINES["gdn_decode"])
+    got = D.pool_engines("gdn_decode", "sglang", np.array([old, packed, None, float("nan"), "other"], dtype=object))
+    assert got.tolist() == ["trtllm", "sglang", "sglang", "sglang", "sglang"]
+    assert D.pool_engines("gdn_decode", "trtllm", np.array([old, packed], dtype=object)).tolist() == ["trtllm", "sglang"]
+    assert D.pool_engines("gemm", "sglang", np.array([old], dtype=object)).tolist() == ["sglang"]
+
+
+def test_labelled_rows_on_the_table_path():
+    from llmplan.sim.kernel_calibration.predict import predict_frame
+    cal = load_calibration(None)
+    a100 = get_gpu("a100_sxm")
+    rows = pd.DataFrame({"backend": ["sglang"] * 2, "batch": [64, 64], "seq_len": [1, 1], "num_tokens": [64, 64],
+                         "k_heads": [16, 16], "head_k_dim": [128, 128], "v_heads": [32, 32], "head_v_dim": [128, 128],
+                         "kernel_source": list(D.KERNEL_ENGINES["gdn_decode"])})
+    p, tiers = predict_frame(cal, "gdn_decode", rows, GPUFeatures.from_spec(a100), tier="cross-gen", spec=a100)
+    assert tiers.tolist() == ["cross-gen", "cross-gen"]
+    q, _ = predict_frame(cal, "gdn_decode", rows.assign(backend="trtllm"), GPUFeatures.from_spec(a100),
+                         tier="cross-gen", spec=a100)
+    assert p[0] == pytest.approx(q[0], rel=1e-12)        # the unpacked kernel: TensorRT-LLM's pool
+    r, _ = predict_frame(cal, "gdn_decode", rows.drop(columns="kernel_source"), GPUFeatures.from_spec(a100),
+                         tier="cross-gen", spec=a100)
+    assert p[1] == pytest.approx(r[1], rel=1e-12) and p[0] != pytest.approx(r[0], rel=1e-3)
