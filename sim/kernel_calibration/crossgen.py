@@ -12,7 +12,10 @@ of the target is used. Guards: a target far from every measured GPU reverts towa
 (:mod:`crossgen_prior`), members' fp8-KV MLA decode fallbacks do not transfer to other silicon
 (:mod:`crossgen_kv_guard`), and dtype groups only one GPU measured are answered by another
 group of the pool (:data:`POOL_GROUP_FALLBACK`). Each member's cycle-counted terms (per-wave
-cost, L2 bandwidth per SM) are moved to the target's clock (:mod:`crossgen_clock`).
+cost, L2 bandwidth per SM) are moved to the target's clock (:mod:`crossgen_clock`). Where an
+engine picks its kernel by architecture, members' groups are pooled only where they timed the
+kernel the target runs (:mod:`crossgen_dispatch`), and collectives are pooled only over GPUs of
+the target's collective library (:func:`crossgen_alpha_beta`).
 """
 
 from __future__ import annotations
