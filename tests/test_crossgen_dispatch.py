@@ -143,3 +143,20 @@ def test_labelled_rows_on_the_table_path():
     r, _ = predict_frame(cal, "gdn_decode", rows.drop(columns="kernel_source"), GPUFeatures.from_spec(a100),
                          tier="cross-gen", spec=a100)
     assert p[1] == pytest.approx(r[1], rel=1e-12) and p[0] != pytest.approx(r[0], rel=1e-3)
+
+
+def test_members_whose_table_ran_an_older_kernel_leave_the_engines_pool():
+    assert not D.member_runs_engine_kernel("gdn_decode", "sglang", "a100_sxm")
+    assert D.member_runs_engine_kernel("gdn_decode", "sglang", "h200_sxm")
+    assert D.member_runs_engine_kernel("gdn_decode", "trtllm", "a100_sxm")
+    assert D.member_runs_engine_kernel("gemm", "sglang", "a100_sxm")
+    cal = load_calibration(None)
+    a100 = cal.family_model("a100_sxm", "sglang", "gdn_decode").groups["all"]
+    fm = crossgen.crossgen_family(cal, "gdn_decode", "sglang", exclude="h100_sxm", target=H100, vendor="nvidia",
+                                  vendor_of=catalog_vendor)
+    others = [cal.family_model(k, "sglang", "gdn_decode") for k in sorted(cal.measured) if k not in ("h100_sxm",)]
+    rows = [f.groups["all"].rows for f in others if f is not None]
+    assert fm.groups["all"].rows == sum(rows) - a100.rows > 0      # the pool's rows: every member but A100's
+    # the engine's current kernel is one the label table assigns to that engine
+    for (fam, eng), label in D.ENGINE_KERNELS.items():
+        assert eng in D.KERNEL_ENGINES[fam][label]

@@ -196,7 +196,8 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
                 dispatched[key] = alt
             elif alt is None:
                 own = [(g, m) for g, m in by_group[key]
-                       if crossgen_dispatch.runs_instead(family, src[g], key, cal.gpus.get(g)) is None]
+                       if crossgen_dispatch.runs_instead(family, src[g], key, cal.gpus.get(g)) is None
+                       and crossgen_dispatch.member_runs_engine_kernel(family, src[g], g)]
                 by_group[key] = own or by_group[key]
     groups: dict[str, GroupModel] = {}
     for key, pairs in sorted(by_group.items()):

@@ -56,6 +56,29 @@ KERNEL_ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+#: (family, engine) -> the kernel label the engine's current release runs (what a query, which
+#: names no kernel, is answered with), and (family, engine, measured GPU) -> the label that GPU's
+#: table ran where it differs (an older engine release: the A100 tables are SGLang 0.5.10, vLLM
+#: 0.14, TensorRT-LLM 1.0; the other GPUs' SGLang 0.5.14, vLLM 0.24, TensorRT-LLM 1.3). A member
+#: whose table ran another kernel than the engine's current one is left out of that engine's pool
+#: (where any member remains): its model times a kernel the engine no longer runs.
+ENGINE_KERNELS: dict[tuple[str, str], str] = {
+    ("gdn_decode", "sglang"): "causal_conv1d_update+fused_recurrent_gated_delta_rule_packed_decode",
+    ("gdn_decode", "vllm"): "causal_conv1d_update+fused_recurrent_gated_delta_rule_packed_decode",
+    ("gdn_decode", "trtllm"): "causal_conv1d_update+fused_recurrent_gated_delta_rule",
+}
+TABLE_KERNELS: dict[tuple[str, str, str], str] = {
+    ("gdn_decode", "sglang", "a100_sxm"): "causal_conv1d_update+fused_recurrent_gated_delta_rule",
+}
+
+
+def member_runs_engine_kernel(family: str, backend: str, gpu: str) -> bool:
+    """False where ``gpu``'s table of ``backend`` ran another kernel than the engine's current one."""
+    now = ENGINE_KERNELS.get((family, backend))
+    ran = TABLE_KERNELS.get((family, backend, gpu))
+    return now is None or ran is None or ran == now
+
+
 def pool_engines(family: str, backend: str, kernels: Any) -> np.ndarray:
     """Per row, the engine whose cross-gen pool answers a ``backend`` row that ran ``kernels``
     (its ``kernel_source`` labels; None / NaN: the row's own engine)."""
