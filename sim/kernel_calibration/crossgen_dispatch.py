@@ -1,26 +1,34 @@
-"""The cross-gen tier's engine dispatch rules: which kernel an engine runs for a query depends on
-the GPU's architecture, so a member GPU's fitted group is pooled only where it times the kernel
-the *target* runs.
+"""The cross-gen tier's kernel rules: which kernel an engine runs depends on the GPU's
+architecture and on the engine's release, so a member GPU's fitted group is pooled only where it
+timed the kernel the *target* runs.
 
-The pool keys a member's fitted models by the query's dtype. Where an engine picks its kernel by
-compute capability, the member's group of that dtype timed *the member's* kernel, which the
-target may not run. :data:`DISPATCH` lists such documented selections: for (family, engine,
-dtype group), the architectures (:data:`llmplan.sim.kernel_calibration.crossgen_clock.ARCHITECTURE`,
-known from the catalog key, never from measurements) on which the engine runs another group's
-kernel. For a target on such an architecture the pooled model of that group answers, evaluated
-with the query rebuilt in that group's format (:class:`DispatchedGroupModel`); for a target that
-runs the listed dtype's own kernel, members on a listed architecture (whose group of that dtype
-timed the other kernel) are left out of that group's pool where any member remains.
+The pool keys a member's fitted models by engine and dtype. Three rules, each from the engines'
+source or the tables' own ``kernel_source`` labels (never from the target's latencies):
 
-* TensorRT-LLM MLA absorb matmuls with fp8 weights (``mla_bmm``, ``fp8``): on SM89/SM90 the
-  activations are quantized (``fp8_batched_quantize_1x128_permute102``) and the fp8 block-scaling
-  bmm runs; on SM100 (Blackwell B200/GB200 class) the weights are dequantized to bf16 once
-  at load and ``torch.bmm`` runs in bf16 (``fp8_block_scaling_bmm_out`` in
-  tensorrt_llm/_torch/modules/attention.py, NVIDIA/TensorRT-LLM; the B200 table's
-  ``kernel_source`` is ``trtllm_bmm_out_dequant_bf16``, the other GPUs' is
+* **Architecture dispatch** (:data:`DISPATCH`): for (family, engine, dtype group), the
+  architectures (:data:`llmplan.sim.kernel_calibration.crossgen_clock.ARCHITECTURE`, known from
+  the catalog key) on which the engine runs another group's kernel. A target on such an
+  architecture is answered by the pooled model of that group, the query rebuilt in that group's
+  format (:class:`DispatchedGroupModel`); for a target that runs the dtype's own kernel, members
+  on a listed architecture (whose group timed the other kernel) leave that group's pool.
+  TensorRT-LLM MLA absorb matmuls with fp8 weights: on SM89/SM90 the activations are quantized
+  (``fp8_batched_quantize_1x128_permute102``) and the fp8 block-scaling bmm runs; on SM100 the
+  weights are dequantized to bf16 once at load and ``torch.bmm`` runs in bf16
+  (``fp8_block_scaling_bmm_out`` in tensorrt_llm/_torch/modules/attention.py, NVIDIA/TensorRT-LLM;
+  the B200 table's ``kernel_source`` is ``trtllm_bmm_out_dequant_bf16``, the other GPUs'
   ``trtllm_fp8_block_scaling_bmm_out``). Measured medians: B200 fp8 4.5 us = its bf16 4.5 us;
-  H100/H200 fp8 10.4-13.3 us against bf16 5.2-5.6 us. Leave-one-GPU-out B200 MLA bmm 32.9 ->
-  see docs/ACCURACY.md, "Cross-gen tier ... (session 13)".
+  H100/H200 fp8 10.4-13.3 us against bf16 5.2-5.6 us. Leave-one-GPU-out B200 MLA bmm 32.9 -> 9.8%
+  (roofline 26.0%).
+* **Members that ran an older release's kernel** (:data:`ENGINE_KERNELS`, :data:`TABLE_KERNELS`)
+  leave that engine's pool: A100's SGLang 0.5.10 GDN decode table timed FLA's unpacked recurrent
+  kernel, SGLang 0.5.14 runs the packed decode kernel.
+* **Rows that name their kernel** (:func:`pool_engines`): a table row whose ``kernel_source`` is
+  the kernel another engine runs is answered by that engine's pool (A100's SGLang 0.5.10 GDN
+  decode rows by TensorRT-LLM's, which runs the same unpacked kernel): leave-one-GPU-out A100 GDN
+  decode 28.2 -> 8.9% (roofline 21.6%). Queries name no kernel: the asked engine's pool, i.e. its
+  current release's kernel.
+
+docs/ACCURACY.md, "Cross-gen tier: the engines' kernel choice ... (session 13)".
 """
 
 from __future__ import annotations
@@ -40,21 +48,6 @@ from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 DISPATCH: dict[tuple[str, str, str], tuple[frozenset[str], str]] = {
     ("mla_bmm", "trtllm", "fp8"): (frozenset({"blackwell"}), "bf16"),
 }
-
-#: family -> {kernel label (a table's ``kernel_source``) -> engines whose tables on the pooled
-#: GPUs ran that kernel}: a row that names the kernel it ran is answered by the pool of an engine
-#: that ran it (its own engine when that one did). Queries name no kernel: the asked engine's pool.
-#: * Gated DeltaNet decode: SGLang 0.5.14 and vLLM 0.24 run FLA's packed decode kernel
-#:   (``fused_recurrent_gated_delta_rule_packed_decode``), TensorRT-LLM 1.3 the unpacked
-#:   ``fused_recurrent_gated_delta_rule``, which the A100 table's SGLang 0.5.10 ran too (the
-#:   tables' ``kernel_source``, ../shared/measurements/<gpu>/gdn.csv.gz).
-KERNEL_ENGINES: dict[str, dict[str, tuple[str, ...]]] = {
-    "gdn_decode": {
-        "causal_conv1d_update+fused_recurrent_gated_delta_rule": ("trtllm",),
-        "causal_conv1d_update+fused_recurrent_gated_delta_rule_packed_decode": ("sglang", "vllm"),
-    },
-}
-
 
 #: (family, engine) -> the kernel label the engine's current release runs (what a query, which
 #: names no kernel, is answered with), and (family, engine, measured GPU) -> the label that GPU's
@@ -77,6 +70,19 @@ def member_runs_engine_kernel(family: str, backend: str, gpu: str) -> bool:
     now = ENGINE_KERNELS.get((family, backend))
     ran = TABLE_KERNELS.get((family, backend, gpu))
     return now is None or ran is None or ran == now
+
+
+#: family -> {kernel label (a table's ``kernel_source``) -> engines whose tables on the pooled
+#: GPUs ran that kernel}: a row that names the kernel it ran is answered by the pool of an engine
+#: that ran it (its own engine when that one did). Queries name no kernel: the asked engine's pool.
+#: * Gated DeltaNet decode: SGLang 0.5.14 and vLLM 0.24 run FLA's packed decode kernel
+#:   (``fused_recurrent_gated_delta_rule_packed_decode``), TensorRT-LLM 1.3 the unpacked
+#:   ``fused_recurrent_gated_delta_rule``, which the A100 table's SGLang 0.5.10 ran too (the
+#:   tables' ``kernel_source``, ../shared/measurements/<gpu>/gdn.csv.gz).
+KERNEL_ENGINES: dict[str, dict[str, tuple[str, ...]]] = {}
+for (_fam, _eng), _label in sorted(ENGINE_KERNELS.items()):
+    _ks = KERNEL_ENGINES.setdefault(_fam, {})
+    _ks[_label] = _ks.get(_label, ()) + (_eng,)
 
 
 def pool_engines(family: str, backend: str, kernels: Any) -> np.ndarray:
