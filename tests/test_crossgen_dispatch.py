@@ -121,7 +121,7 @@ def test_b60_collectives_fall_back_to_the_link_model_on_the_query_path():
 
 
 def test_rows_naming_another_engines_kernel_take_that_engines_pool():
-    old, packed = list(D.KERNEL_ENGINES["gdn_decode"])
+    old, packed = D.ENGINE_KERNELS[("gdn_decode", "trtllm")], D.ENGINE_KERNELS[("gdn_decode", "sglang")]
     got = D.pool_engines("gdn_decode", "sglang", np.array([old, packed, None, float("nan"), "other"], dtype=object))
     assert got.tolist() == ["trtllm", "sglang", "sglang", "sglang", "sglang"]
     assert D.pool_engines("gdn_decode", "trtllm", np.array([old, packed], dtype=object)).tolist() == ["trtllm", "sglang"]
@@ -134,7 +134,7 @@ def test_labelled_rows_on_the_table_path():
     a100 = get_gpu("a100_sxm")
     rows = pd.DataFrame({"backend": ["sglang"] * 2, "batch": [64, 64], "seq_len": [1, 1], "num_tokens": [64, 64],
                          "k_heads": [16, 16], "head_k_dim": [128, 128], "v_heads": [32, 32], "head_v_dim": [128, 128],
-                         "kernel_source": list(D.KERNEL_ENGINES["gdn_decode"])})
+                         "kernel_source": [D.ENGINE_KERNELS[("gdn_decode", e)] for e in ("trtllm", "sglang")]})
     p, tiers = predict_frame(cal, "gdn_decode", rows, GPUFeatures.from_spec(a100), tier="cross-gen", spec=a100)
     assert tiers.tolist() == ["cross-gen", "cross-gen"]
     q, _ = predict_frame(cal, "gdn_decode", rows.assign(backend="trtllm"), GPUFeatures.from_spec(a100),
