@@ -90,6 +90,8 @@ def pool_engines(family: str, backend: str, kernels: Any) -> np.ndarray:
     (its ``kernel_source`` labels; None / NaN: the row's own engine)."""
     table = KERNEL_ENGINES.get(family, {})
     out = np.full(len(kernels), backend, dtype=object)
+    if not table:
+        return out
     for i, k in enumerate(kernels):
         engines = table.get(k) if isinstance(k, str) else None
         if engines and backend not in engines:
