@@ -12,7 +12,10 @@ of the target is used. Guards: a target far from every measured GPU reverts towa
 (:mod:`crossgen_prior`), members' fp8-KV MLA decode fallbacks do not transfer to other silicon
 (:mod:`crossgen_kv_guard`), and dtype groups only one GPU measured are answered by another
 group of the pool (:data:`POOL_GROUP_FALLBACK`). Each member's cycle-counted terms (per-wave
-cost, L2 bandwidth per SM) are moved to the target's clock (:mod:`crossgen_clock`).
+cost, L2 bandwidth per SM) are moved to the target's clock (:mod:`crossgen_clock`). Where an
+engine picks its kernel by architecture, members' groups are pooled only where they timed the
+kernel the target runs (:mod:`crossgen_dispatch`), and collectives are pooled only over GPUs of
+the target's collective library (:func:`crossgen_alpha_beta`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import AlphaBeta, pooled_alpha_beta
-from llmplan.sim.kernel_calibration import crossgen_clock, crossgen_gemm, crossgen_prior
+from llmplan.sim.kernel_calibration import crossgen_clock, crossgen_dispatch, crossgen_gemm, crossgen_prior
 from llmplan.sim.kernel_calibration.crossgen_blend import BlendGroupModel
 from llmplan.sim.kernel_calibration.family_model import FamilyModel, GroupModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
@@ -51,6 +54,8 @@ GEMM_POOLED_WEIGHT = 0.5
 #: rescale each member's cycle-counted terms (per-wave cost, L2 bandwidth per SM) to the
 #: target's clock (:mod:`crossgen_clock`; members of the target's vendor only)
 CLOCK_SCALING = True
+#: apply the engines' architecture-dependent kernel choices (:mod:`crossgen_dispatch`)
+DISPATCH_RULES = True
 #: engine whose kernels stand in when the asked engine was measured on no GPU
 DEFAULT_BACKEND = "vllm"
 
@@ -179,6 +184,21 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
                 if ratio != 1.0:
                     gm = replace(gm, base=crossgen_clock.scaled_base(gm.base, ratio))
                 by_group.setdefault(key, []).append((g, gm))
+    # engine kernels chosen by architecture (crossgen_dispatch): members' groups that timed
+    # another kernel than the target's are left out; a target running another group's kernel
+    # is answered by that group's pool, the query rebuilt in its format
+    engine = next(iter(src.values())) if len(set(src.values())) == 1 else backend
+    dispatched: dict[str, str] = {}
+    if target is not None and DISPATCH_RULES:
+        for key in list(by_group):
+            alt = crossgen_dispatch.runs_instead(family, engine, key, target)
+            if alt is not None and alt in by_group:
+                dispatched[key] = alt
+            elif alt is None:
+                own = [(g, m) for g, m in by_group[key]
+                       if crossgen_dispatch.runs_instead(family, src[g], key, cal.gpus.get(g)) is None
+                       and crossgen_dispatch.member_runs_engine_kernel(family, src[g], g)]
+                by_group[key] = own or by_group[key]
     groups: dict[str, GroupModel] = {}
     for key, pairs in sorted(by_group.items()):
         gms = [m for _, m in pairs]
@@ -195,6 +215,9 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         guarded = tuple(m for g, m in pairs if target is not None and not same_compute(cal.gpus[g], target))
         groups[key] = BlendGroupModel.of(pooled, list(zip(gms, weights)), use_residual, extra, GEMM_POOLED_WEIGHT,
                                          share, family, guarded, target)
+    for key, alt in sorted(dispatched.items()):
+        assert target is not None
+        groups[key] = crossgen_dispatch.DispatchedGroupModel.of(groups[alt], family, key, alt, target)
     # members of one calibration share their MoE work form (family_model.FamilyModel.work_form)
     return PoolFamilyModel(family, groups, work_form=fm.work_form)
 
@@ -245,15 +268,41 @@ def sibling_gpu(cal: Calibration, gpu: GPUFeatures, vendor: str | None = None,
     return None
 
 
-def crossgen_alpha_beta(cal: Calibration, gpu: GPUFeatures) -> dict[str, AlphaBeta]:
+def collective_library(vendor: str | None) -> str | None:
+    """The collective library a vendor's serving engines use (NCCL, RCCL, oneCCL; the
+    catalog's :data:`llmplan.hardware_catalog.spec.COLLECTIVE_LIBRARY`), None when unknown."""
+    from llmplan.hardware_catalog.spec import COLLECTIVE_LIBRARY
+    return COLLECTIVE_LIBRARY.get(vendor.lower()) if vendor else None
+
+
+def crossgen_alpha_beta(cal: Calibration, gpu: GPUFeatures, vendor: str | None = None,
+                        vendor_of: Callable[[str], str | None] | None = None) -> dict[str, AlphaBeta]:
     """Pooled collective parameters for ``gpu`` from the other measured GPUs: for a GPU with
     a scale-up fabric, those whose measurements ran over one too (NVLink domains behave
     alike); for a PCIe GPU, all of them. PCIe boxes differ more in topology (switches,
     sockets) than NVLink ones differ in links: the measured L40S box reaches 5% of its link
     at 8 GPUs, the RTX PRO 6000 box 35%, so pooling PCIe GPUs only put 130% MAPE on the RTX
     PRO 6000 leave-one-GPU-out against 24% pooling all (L40S 45 -> 50%, B60 64 -> 37%;
-    scale-up GPUs 20-30% same-fabric, 30-56% all; docs/ACCURACY.md)."""
+    scale-up GPUs 20-30% same-fabric, 30-56% all; docs/ACCURACY.md).
+
+    Only GPUs whose collectives ran on the target's collective library are pooled
+    (:func:`collective_library` of the vendors, where both are known): alpha (the per-call
+    cost) and eta (the achieved share of the link) are properties of the library's protocol
+    and launch path (NCCL's LL/LL128/Simple protocols and CUDA-graph launches, oneCCL's SYCL
+    path on Intel XPUs, RCCL on AMD), not of the link. A target whose library no measured GPU
+    ran gets no pooled parameters: an empty table, so the caller times it with the
+    specification link model (tier ``spec``, as it reports). Leave-one-GPU-out, the Arc Pro
+    B60's oneCCL rows from the NCCL GPUs' pooled parameters: 36.5% MAPE against the link
+    model's 31.2% (docs/ACCURACY.md, "Cross-gen tier ... (session 13)")."""
     others = {g: c for g, c in sorted(cal.collectives.items()) if g != gpu.key}
+    lib = collective_library(vendor)
+    if lib is not None and vendor_of is not None:
+        def same_lib(g: str) -> bool:
+            other = collective_library(vendor_of(g))
+            return other is None or other == lib
+        others = {g: c for g, c in others.items() if same_lib(g)}
+        if not others:
+            return {}
     if gpu.fabric == "scaleup":
         same = [c for c in others.values() if link_kind(c.fabric) == gpu.fabric]
         return pooled_alpha_beta(same or list(others.values()))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmplan.sim.kernel_calibration import crossgen_dispatch
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.family_model import predict_family_frame
 from llmplan.sim.kernel_calibration.features import COMPUTE_FAMILIES, MOE_GATED_MATRICES, moe_matrices
@@ -61,9 +62,15 @@ def _predict_compute(choice: TierChoice, family: str, df: pd.DataFrame, pred: np
             missing = rows[np.isnan(pred[rows])]
             if not len(missing):
                 break
-            p, ok = predict_family_frame(cand.model, df.iloc[missing], cand.features, cand.backend)
-            pred[missing[ok]] = p[ok]
-            used[missing[ok]] = cand.tier
+            # the cross-gen pool: a row naming a kernel another engine ran takes that engine's pool
+            engines = (crossgen_dispatch.pool_engines(family, backend, df["kernel_source"].to_numpy()[missing])
+                       if cand.backend == "pooled" and "kernel_source" in df else np.full(len(missing), backend))
+            for eng in sorted(set(engines.tolist())):
+                sub = missing[engines == eng]
+                c = cand if eng == backend else (choice.pool(family, eng) or cand)
+                p, ok = predict_family_frame(c.model, df.iloc[sub], c.features, c.backend)
+                pred[sub[ok]] = p[ok]
+                used[sub[ok]] = c.tier
 
 
 def _predict_collective(choice: TierChoice, family: str, df: pd.DataFrame, pred: np.ndarray,

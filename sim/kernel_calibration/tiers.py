@@ -219,7 +219,7 @@ class CollectiveSource:
             if ab is not None:
                 return ab, self.choice.tier
         if self._pooled is None:
-            self._pooled = crossgen_alpha_beta(self.choice.cal, self.choice.gpu)
+            self._pooled = crossgen_alpha_beta(self.choice.cal, self.choice.gpu, self.choice.vendor, catalog_vendor)
         ab = lookup_alpha_beta(self._pooled, kind, op, dtype, n, mode)
         return (ab, "cross-gen") if ab is not None else None
 
