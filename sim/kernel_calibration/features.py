@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from llmplan.sim.kernel_calibration import moe_routing
+from llmplan.sim.kernel_calibration import moe_routing, moe_tuned
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 
 
@@ -86,7 +86,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
                          "log_tc_over_tm", "sliding_window"),
     "moe": ("log_tokens", "log_hidden", "log_inter_local", "log_topk", "log_local_experts", "log_assign",
             "log_tok_per_expert", "log_touched_frac", "skew", "log_wbytes", "block_scaled", "weight_only",
-            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us"),
+            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us", "triton_default_cfg"),
     "mla_prefill": ("log_batch", "log_q", "log_heads", "kv_fp8", "log_ctas_per_sm", "eff_wave", "eff_tile_q",
                     "log_kv_over_q", "log_tc_over_tm", "log_t_roof_us"),
     "mla_decode": ("log_batch", "log_kv", "log_heads", "kv_fp8", "log_par_per_sm", "log_ws_over_l2",
@@ -397,17 +397,20 @@ MOE_TILE_N = 128
 
 def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
         w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES, form: str = MOE_FORM, clamped: Any = 0.0) -> Phys:
+        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES, form: str = MOE_FORM, clamped: Any = 0.0,
+        default_cfg: Any = 0.0) -> Phys:
     """Fused expert layer on one GPU: ``matrices`` weight matrices of h x I per expert (3 gated,
     2 plain: :func:`moe_matrices`), the intermediate split ``moe_tp`` ways, the experts
     ``moe_ep`` ways; ``skew`` 0 is balanced routing, else the power-law exponent of the
     tables' routing. ``form`` picks the work terms (:data:`MOE_FORMS`). ``clamped``: further
     routed pairs the timed kernel computed on one local expert (only measured rows of SGLang's
     Triton collector with expert parallelism, :func:`moe_clamped_pairs`; 0 for a query: the
-    engine masks remote experts)."""
+    engine masks remote experts). ``default_cfg``: 1 where the engine's Triton kernel runs its
+    default launch configuration, no tuned file for the shape (:mod:`moe_tuned`), else 0; the
+    last feature."""
     if form == MOE_FORM_UNIFORM:
         return _moe_uniform(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, w_bytes, block_scaled,
-                            weight_only, skew, peak, gpu, ops, matrices, clamped)
+                            weight_only, skew, peak, gpu, ops, matrices, clamped, default_cfg)
     if form != MOE_FORM_ROUTED:
         raise ValueError(f"unknown MoE work form {form!r} (known: {', '.join(MOE_FORMS)})")
     local = ops.maximum(experts / moe_ep, 1.0)
@@ -431,7 +434,7 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(assign / touched), ops.log2(touched / local), skew, ops.log2(w_bytes),
          block_scaled, weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m),
-         ops.log2(t_c + t_m)]
+         ops.log2(t_c + t_m), default_cfg + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
@@ -447,7 +450,7 @@ def _moe_work(tokens: Any, hidden: Any, inter_l: Any, assign: Any, touched: Any,
 
 def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
                  w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-                 ops: Any, matrices: Any, clamped: Any = 0.0) -> Phys:
+                 ops: Any, matrices: Any, clamped: Any = 0.0, default_cfg: Any = 0.0) -> Phys:
     """The ``uniform`` work terms (:data:`MOE_FORM_UNIFORM`), kept for calibration files fitted with them."""
     local = ops.maximum(experts / moe_ep, 1.0)
     inter_l = inter / moe_tp
@@ -463,7 +466,8 @@ def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, 
     units = (touched * ops.ceil(per / 64) + ops.ceil(clamped / 64)) * ops.ceil(inter_l / 128)
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(per), ops.log2(touched / local), skew, ops.log2(w_bytes), block_scaled,
-         weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
+         weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
+         default_cfg + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
@@ -603,7 +607,8 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM,
                    dt.isin(["int4_wo", "w4a16_mxfp4"]).to_numpy(np.float64), c("skew"),
                    _peak(df, "dtype", gpu), gpu,
                    matrices=moe_matrices(df["kernel_source"]) if "kernel_source" in df else MOE_GATED_MATRICES,
-                   form=moe_form, clamped=moe_clamped_pairs(df))
+                   form=moe_form, clamped=moe_clamped_pairs(df),
+                   default_cfg=moe_tuned.frame_default_config(df, gpu.key))
     if family == "mla_prefill":
         return mla_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"),
                            _map(df, "kv_dtype", DTYPE_BYTES, 2.0), gpu.peak("bf16"), gpu)
