@@ -102,4 +102,37 @@ def test_the_one_query_path_reads_the_fact_for_a_triton_group():
     assert abs(t(triton, 16) / t(ref, 16) - 2.0) < 1e-12       # E=32,N=2688 does not: the default
     # a group whose kernel the file does not record (an older calibration): not covered, as before
     unknown = _model(FamilyModel("moe", {"bf16": gm}))
-    assert t(unknown, 16) == t(ref, 16)
+    assert t(unknown, 16) == t(_model(FamilyModel("moe", {"bf16": plain})), 16)
+
+
+def test_masked_remote_pairs_of_the_triton_kernel():
+    """Under expert parallelism SGLang's/vLLM's Triton fused_moe_kernel still visits the remote slots
+    (blocks of expert -1 write zeros; the top-k sum reads every slot): T x topk x (1 - 1/EP) pairs of
+    traffic on Triton rows, none on other kernels, at EP 1, or where the collector clamped them."""
+    df = _frame()
+    assert F.moe_masked_pairs(df).tolist() == [0.0, 64 * 22 * (1 - 1 / 16), 0.0, 0.0]
+    clamped = df.iloc[[1]].assign(hidden=4096.0, inter=14336.0, topk=2.0, num_experts=8.0, moe_ep=2.0)
+    assert F.moe_clamped_pairs(clamped)[0] > 0 and F.moe_masked_pairs(clamped).tolist() == [0.0]
+    q = {"num_tokens": 64, "hidden": 1024, "inter": 2688, "topk": 22, "num_experts": 512, "moe_tp": 1,
+         "moe_ep": 16, "dtype": "bf16", "skew": 0.0}
+    tri = scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="triton")
+    other = scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="flashinfer_cutlass")
+    extra = 64 * 22 * (1 - 1 / 16) * (1024 + 2 * 2688) * 2.0
+    assert abs((tri.nbytes - other.nbytes) - extra) < 1e-6 * extra
+    np.testing.assert_allclose(F.frame_phys("moe", df.iloc[[1]], GPU).nbytes, [tri.nbytes], rtol=1e-12)
+
+
+def test_masked_pairs_only_in_the_masked_work_forms():
+    """Models fitted before session 13 (work form ``uniform``, no key in the file) keep predicting
+    without the masked pairs; the masked forms add them, in the frame and the query path alike."""
+    q = {"num_tokens": 64, "hidden": 1024, "inter": 2688, "topk": 22, "num_experts": 512, "moe_tp": 1,
+         "moe_ep": 16, "dtype": "bf16", "skew": 0.0}
+    row = _frame().iloc[[1]]
+    for form in (F.MOE_FORM_UNIFORM, F.MOE_FORM_ROUTED):
+        old = scalar_phys("moe", GPU, "bf16", q, form, backend="sglang", kernel="triton")
+        new = scalar_phys("moe", GPU, "bf16", q, form + F.MASKED_SUFFIX, backend="sglang", kernel="triton")
+        plain = scalar_phys("moe", GPU, "bf16", q, form, backend="sglang", kernel="flashinfer_cutlass")
+        assert old.nbytes == plain.nbytes < new.nbytes
+        assert F.frame_phys("moe", row, GPU, form).nbytes[0] == old.nbytes
+        assert F.frame_phys("moe", row, GPU, form + F.MASKED_SUFFIX).nbytes[0] == new.nbytes
+    assert FamilyModel.from_dict("moe", {"groups": {}}).work_form == F.MOE_FORM_UNIFORM

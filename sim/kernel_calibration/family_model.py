@@ -281,7 +281,8 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
                     lo, hi = gm.ranges[c]
                     v = sub[c].to_numpy(dtype=np.float64)
                     use |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-        out[mask] = gm.predict_frame(F.frame_phys(model.family, sub, gpu, model.work_form, backend), model.shared_gbt, use)
+        phys = F.frame_phys(model.family, sub, gpu, model.work_form, backend)
+        out[mask] = gm.predict_frame(phys, model.shared_gbt, use)
     return out, ~np.isnan(out)
 
 
@@ -309,7 +310,8 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], mo
     :func:`features.gemm_bench_copies`, as :func:`features.frame_phys` reads a table row;
     ``kernel``: MoE, the kernel family of the answering group (:meth:`FamilyModel.kernel_of`): a
     Triton group's query gets the engine's tuned-or-default configuration fact from the same file
-    as its rows (:func:`moe_tuned.triton_default_config` for ``gpu``'s tables))."""
+    as its rows (:func:`moe_tuned.triton_default_config` for ``gpu``'s tables) and, in the masked
+    work forms (:data:`features.MOE_MASKED_FORMS`), the masked remote pairs' bytes)."""
     ops = F.PY
     if family == "gemm":
         dt = q["dtype"]
@@ -333,7 +335,9 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], mo
                      1.0 if fmt in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
                      gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops,
                      q.get("matrices", F.MOE_GATED_MATRICES), moe_form,
-                     default_cfg=_moe_default_cfg(backend, kernel, gpu, group, q))
+                     default_cfg=_moe_default_cfg(backend, kernel, gpu, group, q),
+                     masked=(q["num_tokens"] * q["topk"] * (1.0 - 1.0 / max(q["moe_ep"], 1))
+                             if kernel == K.TRITON and backend in F.MASKED_TRITON_ENGINES else 0.0))
     if family == "mla_prefill":
         return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
                              gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),

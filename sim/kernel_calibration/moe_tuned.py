@@ -21,9 +21,13 @@ version ships, so a row's speed depends on whether its (E / EP, inter / TP, GPU,
 NVIDIA GPUs. 0.5.10 searches its installed Triton's folder (torch 2.9.1: Triton 3.5.1) and then only
 ``triton_3_4_0``, ``3_3_1``, ``3_2_0``, ``3_1_0``, so its ``triton_3_3_0`` file is left out.
 
-The fit and the query read the same file through :func:`triton_default_config`: 1 where the engine's
-Triton kernel runs the default configuration, 0 where it runs a tuned one or the engine / kernel /
-dtype / GPU is not covered by the file (vLLM, TensorRT-LLM, non-Triton kernels).
+The fit and the query read the same file through :func:`triton_default_config`, the MoE feature
+``triton_default_cfg``: 1 where the engine's Triton kernel runs the default configuration, -1 where it
+runs a tuned one, 0 where the engine / kernel / dtype / GPU is not covered by the file (vLLM, whose
+0.24 ``get_default_config`` scales its tiles with the token count, TensorRT-LLM, non-Triton kernels).
+Three values, not two: with 0 for tuned, a tuned SGLang row looked like every other kernel's row to
+the shared residual ensemble, and the held-out tuned rows of hidden 1,024 / top-22 of 512 on H100
+went from 29% to 40% MAPE (grouped split, seed 1; docs/ACCURACY.md, session 13).
 """
 
 from __future__ import annotations
@@ -63,8 +67,9 @@ def covered_version(engine: str, gpu_key: str) -> str | None:
 
 def triton_default_config(engine: str, gpu_key: str, dtype: str, num_experts: float, inter: float,
                           moe_tp: float, moe_ep: float, version: str | None = None) -> float:
-    """1.0 when the engine's Triton fused-MoE kernel runs its default configuration for this shape on
-    this GPU (no tuned file for E = experts / EP, N = inter / TP), else 0.0. ``version``: the engine
+    """:data:`DEFAULT` when the engine's Triton fused-MoE kernel runs its default configuration for this
+    shape on this GPU (no tuned file for E = experts / EP, N = inter / TP), :data:`TUNED` when it has
+    one, :data:`NOT_COVERED` when the file lists nothing for the engine, GPU, version or dtype. ``version``: the engine
     version (a measured row's ``backend_version``); None (a query): the version the file lists for the
     GPU, the one its kernel tables were measured with. The caller decides that the kernel is Triton."""
     tuned, versions = _table()
@@ -78,7 +83,7 @@ def triton_default_config(engine: str, gpu_key: str, dtype: str, num_experts: fl
 
 def frame_default_config(df: Any, gpu_key: str) -> np.ndarray:
     """:func:`triton_default_config` of every measured MoE row of one GPU (canonical frame): SGLang
-    Triton rows (``kernel_source`` :data:`SGLANG_TRITON_SOURCE`) of a listed version; 0 elsewhere."""
+    Triton rows (``kernel_source`` :data:`SGLANG_TRITON_SOURCE`); :data:`NOT_COVERED` elsewhere."""
     n = len(df)
     need = ("kernel_source", "backend", "backend_version", "dtype", "num_experts", "inter", "moe_tp", "moe_ep")
     if not n or any(c not in df for c in need):
