@@ -54,9 +54,12 @@ def _frame() -> pd.DataFrame:
         "kernel_source": ["sglang_fused_moe_triton", "sglang_fused_moe_triton", "sglang_flashinfer_cutlass_moe",
                           "vllm_unquantizedfusedmoe_triton_tritonexperts"],
         "backend": ["sglang", "sglang", "sglang", "vllm"], "backend_version": ["0.5.14", "0.5.14", "0.5.14", "0.24.0"],
-        "dtype": ["bf16"] * 4, "num_tokens": [64.0] * 4, "hidden": [1024.0] * 4, "inter": [2688.0] * 4,
-        "topk": [22.0] * 4, "num_experts": [512.0] * 4, "moe_tp": [1.0] * 4, "moe_ep": [1.0, 16.0, 1.0, 1.0],
+        "dtype": ["bf16"] * 4, "num_tokens": [64.0] * 4, "hidden": [4096.0] * 4, "inter": [1536.0] * 4,
+        "topk": [8.0] * 4, "num_experts": [128.0] * 4, "moe_tp": [1.0] * 4, "moe_ep": [2.0, 16.0, 2.0, 2.0],
         "skew": [0.0] * 4})
+# Qwen3-235B's expert configuration: H100 0.5.14 ships E=64,N=1536 (EP 2), not E=8,N=1536 (EP 16)
+Q235 = {"num_tokens": 64, "hidden": 4096, "inter": 1536, "topk": 8, "num_experts": 128, "moe_tp": 1,
+        "dtype": "bf16", "skew": 0.0}
 
 
 def test_rows_get_the_fact_and_it_is_the_last_feature():
@@ -71,9 +74,8 @@ def test_query_and_row_share_the_features():
     """A query answered by a Triton group carries the same feature vector as the table row of the
     same shape; a query of another kernel (or none named) carries 0."""
     rows = F.feature_matrix(F.frame_phys("moe", _frame(), GPU))
-    for i, ep in ((0, 1), (1, 16)):
-        q = {"num_tokens": 64, "hidden": 1024, "inter": 2688, "topk": 22, "num_experts": 512, "moe_tp": 1,
-             "moe_ep": ep, "dtype": "bf16", "skew": 0.0}
+    for i, ep in ((0, 2), (1, 16)):
+        q = {**Q235, "moe_ep": ep}
         x = scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="triton").x
         np.testing.assert_allclose(np.array(x, dtype=float), rows[i], rtol=1e-12)
         assert scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="flashinfer_cutlass").x[-1] == 0.0
@@ -110,14 +112,15 @@ def test_masked_remote_pairs_of_the_triton_kernel():
     (blocks of expert -1 write zeros; the top-k sum reads every slot): T x topk x (1 - 1/EP) pairs of
     traffic on Triton rows, none on other kernels, at EP 1, or where the collector clamped them."""
     df = _frame()
-    assert F.moe_masked_pairs(df).tolist() == [0.0, 64 * 22 * (1 - 1 / 16), 0.0, 0.0]
-    clamped = df.iloc[[1]].assign(hidden=4096.0, inter=14336.0, topk=2.0, num_experts=8.0, moe_ep=2.0)
-    assert F.moe_clamped_pairs(clamped)[0] > 0 and F.moe_masked_pairs(clamped).tolist() == [0.0]
-    q = {"num_tokens": 64, "hidden": 1024, "inter": 2688, "topk": 22, "num_experts": 512, "moe_tp": 1,
-         "moe_ep": 16, "dtype": "bf16", "skew": 0.0}
+    assert F.moe_masked_pairs(df).tolist() == [64 * 8 * 0.5, 64 * 8 * (1 - 1 / 16), 0.0, 64 * 8 * 0.5]
+    # the collector clamped these rows' remote slots instead (Mixtral-8x7B; Nemotron-3-Super's shape)
+    for h, i, k, e in ((4096.0, 14336.0, 2.0, 8.0), (1024.0, 2688.0, 22.0, 512.0)):
+        clamped = df.iloc[[1]].assign(hidden=h, inter=i, topk=k, num_experts=e, moe_ep=8.0)
+        assert F.moe_clamped_pairs(clamped)[0] > 0 and F.moe_masked_pairs(clamped).tolist() == [0.0]
+    q = {**Q235, "moe_ep": 16}
     tri = scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="triton")
     other = scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="flashinfer_cutlass")
-    extra = 64 * 22 * (1 - 1 / 16) * (1024 + 2 * 2688) * 2.0
+    extra = 64 * 8 * (1 - 1 / 16) * (4096 + 2 * 1536) * 2.0
     assert abs((tri.nbytes - other.nbytes) - extra) < 1e-6 * extra
     np.testing.assert_allclose(F.frame_phys("moe", df.iloc[[1]], GPU).nbytes, [tri.nbytes], rtol=1e-12)
 
@@ -125,8 +128,7 @@ def test_masked_remote_pairs_of_the_triton_kernel():
 def test_masked_pairs_only_in_the_masked_work_forms():
     """Models fitted before session 13 (work form ``uniform``, no key in the file) keep predicting
     without the masked pairs; the masked forms add them, in the frame and the query path alike."""
-    q = {"num_tokens": 64, "hidden": 1024, "inter": 2688, "topk": 22, "num_experts": 512, "moe_tp": 1,
-         "moe_ep": 16, "dtype": "bf16", "skew": 0.0}
+    q = {**Q235, "moe_ep": 16}
     row = _frame().iloc[[1]]
     for form in (F.MOE_FORM_UNIFORM, F.MOE_FORM_ROUTED):
         old = scalar_phys("moe", GPU, "bf16", q, form, backend="sglang", kernel="triton")

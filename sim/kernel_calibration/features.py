@@ -346,8 +346,15 @@ SGLANG_CLAMPED_VERSIONS = ("0.5.14",)
 #: Nemotron-3 Ultra's) are left out. Their tables show the clamp's signature (H100 bf16, 16,384
 #: balanced tokens, time at EP 2 / 4 / 8 over EP 1: Mixtral-8x7B 0.99 / 0.47 / 0.21, Gemma-4 1.92 /
 #: 1.89 / 1.92, where masked remote experts give ~0.5 / 0.25 / 0.125 as the other configurations do).
+#: Session 13: Nemotron-3-Super's 1024 / 2688 / 22 / 512, whose case (NemotronHForCausalLM_cases.yaml
+#: at f027123fc / c3ef575cc) listed no SGLang routing options and no mode restriction; e015c0ed6
+#: ("prune v2 cases with artifact-aware coverage") later kept it to nvfp4, leaving the bf16 / block
+#: fp8 rows already collected. The H100/H200 tables show the clamp's signature for top-22 of 512
+#: (stride 24: every token has an expert on rank 0 up to EP 16): 16,384 balanced tokens, TP 1, time at
+#: EP 2 / 4 / 8 / 16 over EP 1 0.97 / 0.96 / 0.95 / 0.94 (H200 bf16; block fp8 0.95 / 0.93 / 0.92 /
+#: 0.92), where the masked configurations of the same tables give ~0.53 / 0.30 / 0.19.
 SGLANG_RAW_TRITON_CONFIGS = frozenset({(2816, 704, 8, 128), (4096, 14336, 2, 8), (6144, 16384, 2, 8),
-                                       (2048, 1408, 4, 60), (8192, 5120, 1, 16)})
+                                       (2048, 1408, 4, 60), (8192, 5120, 1, 16), (1024, 2688, 22, 512)})
 #: dtypes the SGLang collector can time on that raw Triton path (the others always use the framework layer)
 SGLANG_RAW_TRITON_DTYPES = ("bf16", "fp8_block")
 
