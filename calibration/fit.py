@@ -285,7 +285,7 @@ def _warm_moe_routing(meas: Measurements) -> None:
 def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOptions,
                  progress: Progress | None = None) -> dict[str, dict[str, dict[str, FamilyModel]]]:
     items = _work_items(meas)
-    if opts.workers > 1 and opts.moe_form == F.MOE_FORM_ROUTED:
+    if opts.workers > 1 and opts.moe_form in (F.MOE_FORM_ROUTED, F.MOE_FORM_ROUTED_MASKED):
         _warm_moe_routing(meas)
     # 1. the engine's pooled base fit over all dtype groups of a family (the groups' prior)
     prior_keys: list[tuple[str, str, str]] = sorted({(g, b, f) for g, b, f, _, _ in items})

@@ -30,14 +30,18 @@ def _rows(tokens: list[int]) -> pd.DataFrame:
 
 
 def test_default_form_is_the_shipped_calibrations():
-    assert FitOptions().moe_form == F.MOE_FORM == F.MOE_FORM_UNIFORM
-    # the shipped sections hold no work_form key: fitted with the default form
+    # session 13: the default counts the Triton kernels' masked remote pairs (features.moe_masked_pairs)
+    assert FitOptions().moe_form == F.MOE_FORM == F.MOE_FORM_UNIFORM_MASKED
+    # the shipped sections were fitted with ``uniform`` (no work_form key) until the refit on this
+    # code, which records the default; never another form
     sections = sorted(DEFAULT_PATH.parent.glob("default_calibration.*.json"))
     assert len(sections) >= 7
     for section in sections:
-        assert '"work_form"' not in section.read_text(), section.name
-    # and a uniform model writes none either (files stay byte-identical under refits)
-    assert "work_form" not in FamilyModel("moe", {}).to_dict()
+        text = section.read_text()
+        assert '"work_form"' not in text or f'"work_form":"{F.MOE_FORM}"' in text, section.name
+    # a uniform model writes no key (older files stay byte-identical), any other form records itself
+    assert "work_form" not in FamilyModel("moe", {}, work_form=F.MOE_FORM_UNIFORM).to_dict()
+    assert FamilyModel("moe", {}).to_dict()["work_form"] == F.MOE_FORM_UNIFORM_MASKED
     assert FamilyModel("moe", {}, work_form=F.MOE_FORM_ROUTED).to_dict()["work_form"] == F.MOE_FORM_ROUTED
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
 from llmplan.errors import UserError
 from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration import moe_kernels as K
+from llmplan.sim.kernel_calibration import moe_tuned as T
 from llmplan.sim.kernel_calibration.gbt import GBTModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 from llmplan.sim.kernel_calibration.physics import BaseParams, predict_us, predict_us_scalar
@@ -179,6 +180,14 @@ class FamilyModel:
         """The group model of a key :meth:`resolve_group` returned (a dtype group or a kernel group)."""
         return self.groups[key] if key in self.groups else self.kernel_groups[key]
 
+    def kernel_of(self, key: str) -> str | None:
+        """The one kernel family whose rows fitted a group key (:meth:`resolve_group`'s answer): a
+        kernel group's own, or a dtype group's whose rows all ran one family; None when unknown."""
+        if "/" in key and key in self.kernel_groups:
+            return key.split("/", 1)[1]
+        kernels = self.group_kernels.get(key, ())
+        return kernels[0] if len(kernels) == 1 else None
+
     def resolve_group(self, dtype: str | None, kernel: str | None = None) -> tuple[str | None, bool]:
         """(group to use, exact) for a query dtype; None when no group fits.
 
@@ -272,8 +281,18 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
                     lo, hi = gm.ranges[c]
                     v = sub[c].to_numpy(dtype=np.float64)
                     use |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-        out[mask] = gm.predict_frame(F.frame_phys(model.family, sub, gpu, model.work_form, backend), model.shared_gbt, use)
+        phys = F.frame_phys(model.family, sub, gpu, model.work_form, backend)
+        out[mask] = gm.predict_frame(phys, model.shared_gbt, use)
     return out, ~np.isnan(out)
+
+
+def _moe_default_cfg(backend: str | None, kernel: str | None, gpu: GPUFeatures, group: str,
+                     q: dict[str, Any]) -> float:
+    """The MoE feature ``triton_default_cfg`` of a query answered by a group of ``kernel`` (the
+    group's dtype names the configuration file's dtype, as its rows' own do)."""
+    if backend is None or kernel != K.TRITON:
+        return T.NOT_COVERED
+    return T.triton_default_config(backend, gpu.key, group, q["num_experts"], q["inter"], q["moe_tp"], q["moe_ep"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,11 +303,15 @@ def _wbytes(dtype: str) -> float:
 
 
 def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], moe_form: str = F.MOE_FORM,
-                backend: str | None = None) -> F.Phys:
+                backend: str | None = None, kernel: str | None = None) -> F.Phys:
     """Physical terms of one protocol query (``q`` holds the canonical shape fields;
     ``moe_form``: the answering model's :attr:`FamilyModel.work_form`; ``backend``: the engine
     whose model answers, for a GEMM the weight copies its collector cycles through,
-    :func:`features.gemm_bench_copies`, as :func:`features.frame_phys` reads a table row)."""
+    :func:`features.gemm_bench_copies`, as :func:`features.frame_phys` reads a table row;
+    ``kernel``: MoE, the kernel family of the answering group (:meth:`FamilyModel.kernel_of`): a
+    Triton group's query gets the engine's tuned-or-default configuration fact from the same file
+    as its rows (:func:`moe_tuned.triton_default_config` for ``gpu``'s tables) and, in the masked
+    work forms (:data:`features.MOE_MASKED_FORMS`), the masked remote pairs' bytes)."""
     ops = F.PY
     if family == "gemm":
         dt = q["dtype"]
@@ -311,7 +334,10 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], mo
                      q["moe_ep"], wb, 1.0 if fmt == "fp8_block" else 0.0,
                      1.0 if fmt in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
                      gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops,
-                     q.get("matrices", F.MOE_GATED_MATRICES), moe_form)
+                     q.get("matrices", F.MOE_GATED_MATRICES), moe_form,
+                     default_cfg=_moe_default_cfg(backend, kernel, gpu, group, q),
+                     masked=(q["num_tokens"] * q["topk"] * (1.0 - 1.0 / max(q["moe_ep"], 1))
+                             if kernel == K.TRITON and backend in F.MASKED_TRITON_ENGINES else 0.0))
     if family == "mla_prefill":
         return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
                              gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from llmplan.sim.kernel_calibration import moe_routing
+from llmplan.sim.kernel_calibration import moe_kernels, moe_routing, moe_tuned
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
 
 
@@ -86,7 +86,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
                          "log_tc_over_tm", "sliding_window"),
     "moe": ("log_tokens", "log_hidden", "log_inter_local", "log_topk", "log_local_experts", "log_assign",
             "log_tok_per_expert", "log_touched_frac", "skew", "log_wbytes", "block_scaled", "weight_only",
-            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us"),
+            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us", "triton_default_cfg"),
     "mla_prefill": ("log_batch", "log_q", "log_heads", "kv_fp8", "log_ctas_per_sm", "eff_wave", "eff_tile_q",
                     "log_kv_over_q", "log_tc_over_tm", "log_t_roof_us"),
     "mla_decode": ("log_batch", "log_kv", "log_heads", "kv_fp8", "log_par_per_sm", "log_ws_over_l2",
@@ -346,8 +346,15 @@ SGLANG_CLAMPED_VERSIONS = ("0.5.14",)
 #: Nemotron-3 Ultra's) are left out. Their tables show the clamp's signature (H100 bf16, 16,384
 #: balanced tokens, time at EP 2 / 4 / 8 over EP 1: Mixtral-8x7B 0.99 / 0.47 / 0.21, Gemma-4 1.92 /
 #: 1.89 / 1.92, where masked remote experts give ~0.5 / 0.25 / 0.125 as the other configurations do).
+#: Session 13: Nemotron-3-Super's 1024 / 2688 / 22 / 512, whose case (NemotronHForCausalLM_cases.yaml
+#: at f027123fc / c3ef575cc) listed no SGLang routing options and no mode restriction; e015c0ed6
+#: ("prune v2 cases with artifact-aware coverage") later kept it to nvfp4, leaving the bf16 / block
+#: fp8 rows already collected. The H100/H200 tables show the clamp's signature for top-22 of 512
+#: (stride 24: every token has an expert on rank 0 up to EP 16): 16,384 balanced tokens, TP 1, time at
+#: EP 2 / 4 / 8 / 16 over EP 1 0.97 / 0.96 / 0.95 / 0.94 (H200 bf16; block fp8 0.95 / 0.93 / 0.92 /
+#: 0.92), where the masked configurations of the same tables give ~0.53 / 0.30 / 0.19.
 SGLANG_RAW_TRITON_CONFIGS = frozenset({(2816, 704, 8, 128), (4096, 14336, 2, 8), (6144, 16384, 2, 8),
-                                       (2048, 1408, 4, 60), (8192, 5120, 1, 16)})
+                                       (2048, 1408, 4, 60), (8192, 5120, 1, 16), (1024, 2688, 22, 512)})
 #: dtypes the SGLang collector can time on that raw Triton path (the others always use the framework layer)
 SGLANG_RAW_TRITON_DTYPES = ("bf16", "fp8_block")
 
@@ -376,39 +383,86 @@ def moe_clamped_pairs(df: Any) -> np.ndarray:
     return out
 
 
+#: engines whose Triton fused-MoE kernel visits the remote slots under expert parallelism
+MASKED_TRITON_ENGINES = ("sglang", "vllm")
+
+
+def moe_masked_pairs(df: Any) -> np.ndarray:
+    """Remote (token, expert) pairs each measured row's Triton fused-MoE kernel still visited under
+    expert parallelism: SGLang's and vLLM's ``fused_moe_kernel`` launch the M blocks of the slots
+    whose expert is not on this rank (id -1) and write zeros for them (``write_zeros_to_output``,
+    sglang 0.5.14 ``moe_runner/triton_utils/fused_moe_triton_kernels.py``; vLLM's
+    ``fused_moe.py`` likewise), and the activation and the top-k sum run over every slot of the
+    T x topk caches. ``T x topk x (1 - 1/EP)`` on rows of the Triton kernel family
+    (:func:`moe_kernels.kernel_family`) of :data:`MASKED_TRITON_ENGINES`, 0 elsewhere and on rows
+    whose remote slots the collector clamped to expert 0 instead (:func:`moe_clamped_pairs`)."""
+    n = len(df)
+    if not n or "kernel_source" not in df:
+        return np.zeros(n)
+    K = moe_kernels
+    tri = (K.kernel_families(df["kernel_source"].fillna("").to_numpy()) == K.TRITON)
+    tri &= df["backend"].isin(MASKED_TRITON_ENGINES).to_numpy() if "backend" in df else False
+    ep = np.maximum(df["moe_ep"].to_numpy(dtype=np.float64), 1.0)
+    out = df["num_tokens"].to_numpy(dtype=np.float64) * df["topk"].to_numpy(dtype=np.float64) * (1.0 - 1.0 / ep)
+    return np.where(tri & (moe_clamped_pairs(df) == 0.0), out, 0.0)
+
+
 #: MoE work-term forms. ``uniform``: calibration files fitted before 2026-11-24 session 9 (no
 #: ``work_form`` key; an even ``T x topk / EP`` split, touched experts from independent
 #: uniform choices, one 64-row tile efficiency). ``routed``: the routing the tables were
 #: measured with (:mod:`llmplan.sim.kernel_calibration.moe_routing`: routed pairs, touched
 #: experts and M tiles on the timed rank) and the tile work of both expert GEMMs. A fitted
 #: model records its form and is always evaluated with it, so older files predict as before.
+#: ``+masked`` (session 13): either, with the bytes of the masked remote pairs a Triton kernel
+#: still visits under expert parallelism (:func:`moe_masked_pairs`); the cross-gen pool takes its
+#: members' form, so it evaluates them as they were fitted.
 MOE_FORM_UNIFORM = "uniform"
 MOE_FORM_ROUTED = "routed"
-MOE_FORMS = (MOE_FORM_UNIFORM, MOE_FORM_ROUTED)
+MASKED_SUFFIX = "+masked"
+MOE_FORM_UNIFORM_MASKED = MOE_FORM_UNIFORM + MASKED_SUFFIX
+MOE_FORM_ROUTED_MASKED = MOE_FORM_ROUTED + MASKED_SUFFIX
+MOE_FORMS = (MOE_FORM_UNIFORM, MOE_FORM_ROUTED, MOE_FORM_UNIFORM_MASKED, MOE_FORM_ROUTED_MASKED)
 #: the form fits use unless told otherwise (calibration.fit.FitOptions.moe_form, `llmplan calibrate
-#: --moe-form`): ``uniform``, the shipped calibration's. ``routed`` improves the grouped-split MoE
-#: MAPE on every GPU on seed 1 (mean 15.7 -> 14.7%) but not on seed 2 for L40S/H100/H200 (mean
+#: --moe-form`): ``uniform+masked`` since session 13 (the shipped calibration until its refit:
+#: ``uniform``; grouped-split MoE MAPE, docs/ACCURACY.md "MoE kernels: SGLang's tuned Triton
+#: configurations and the masked remote pairs (session 13)"). ``routed`` improves the grouped-split
+#: MoE MAPE on every GPU on seed 1 (mean 15.7 -> 14.7%) but not on seed 2 for L40S/H100/H200 (mean
 #: 15.2 -> 14.9%), and costs ~1.3 s of routing per MoE plan process (docs/ACCURACY.md, "MoE
 #: kernels (session 9)"): not yet the default.
-MOE_FORM = MOE_FORM_UNIFORM
+MOE_FORM = MOE_FORM_UNIFORM_MASKED
+
+
+def moe_form_masked(form: str) -> bool:
+    """The work form counts the Triton kernels' masked remote pairs (:data:`MASKED_SUFFIX`)."""
+    return str(form).endswith(MASKED_SUFFIX)
+
+
 #: N tile of the expert GEMMs (CUTLASS/Triton grouped GEMMs run 128-wide output tiles)
 MOE_TILE_N = 128
 
 
 def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
         w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES, form: str = MOE_FORM, clamped: Any = 0.0) -> Phys:
+        ops: Any = NP, matrices: Any = MOE_GATED_MATRICES, form: str = MOE_FORM, clamped: Any = 0.0,
+        default_cfg: Any = 0.0, masked: Any = 0.0) -> Phys:
     """Fused expert layer on one GPU: ``matrices`` weight matrices of h x I per expert (3 gated,
     2 plain: :func:`moe_matrices`), the intermediate split ``moe_tp`` ways, the experts
     ``moe_ep`` ways; ``skew`` 0 is balanced routing, else the power-law exponent of the
     tables' routing. ``form`` picks the work terms (:data:`MOE_FORMS`). ``clamped``: further
     routed pairs the timed kernel computed on one local expert (only measured rows of SGLang's
     Triton collector with expert parallelism, :func:`moe_clamped_pairs`; 0 for a query: the
-    engine masks remote experts)."""
-    if form == MOE_FORM_UNIFORM:
+    engine masks remote experts). ``default_cfg``: 1 where the engine's Triton kernel runs its
+    default launch configuration, no tuned file for the shape, -1 a tuned one, 0 not covered
+    (:func:`moe_tuned.triton_default_config`); the last feature. ``masked``: remote pairs a Triton kernel still visits under expert parallelism
+    (:func:`moe_masked_pairs`; a query answered by a Triton group: ``T x topk x (1 - 1/EP)``), their
+    zero writes and reads added to the bytes in the masked forms only (:func:`moe_form_masked`)."""
+    if form not in MOE_FORMS:
+        raise ValueError(f"unknown MoE work form {form!r} (known: {', '.join(MOE_FORMS)})")
+    masked = masked if moe_form_masked(form) else 0.0
+    if form in (MOE_FORM_UNIFORM, MOE_FORM_UNIFORM_MASKED):
         return _moe_uniform(tokens, hidden, inter, topk, experts, moe_tp, moe_ep, w_bytes, block_scaled,
-                            weight_only, skew, peak, gpu, ops, matrices, clamped)
-    if form != MOE_FORM_ROUTED:
+                            weight_only, skew, peak, gpu, ops, matrices, clamped, default_cfg, masked)
+    if form not in (MOE_FORM_ROUTED, MOE_FORM_ROUTED_MASKED):
         raise ValueError(f"unknown MoE work form {form!r} (known: {', '.join(MOE_FORMS)})")
     local = ops.maximum(experts / moe_ep, 1.0)
     inter_l = inter / moe_tp
@@ -423,6 +477,7 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
     n_up = (matrices - 1.0) * inter_l       # first GEMM (gate+up, or up): N = (m-1) I, K = hidden
     n_down = hidden                          # second GEMM (down): N = hidden, K = I
     flops, nbytes, t_c, t_m = _moe_work(tokens, hidden, inter_l, assign, touched, matrices, w_bytes, peak, gpu)
+    nbytes, t_m = _masked_traffic(nbytes, t_m, masked, hidden, inter_l, matrices, gpu, ops)
     nt_up, nt_down = ops.ceil(n_up / MOE_TILE_N), ops.ceil(n_down / MOE_TILE_N)
     # issued tile work (every M tile of a touched expert times every N tile of both GEMMs) over the ideal
     issued = mtiles * moe_routing.TILE_M * MOE_TILE_N * (nt_up * hidden + nt_down * inter_l)
@@ -431,7 +486,7 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(assign / touched), ops.log2(touched / local), skew, ops.log2(w_bytes),
          block_scaled, weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m),
-         ops.log2(t_c + t_m)]
+         ops.log2(t_c + t_m), default_cfg + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
@@ -445,9 +500,21 @@ def _moe_work(tokens: Any, hidden: Any, inter_l: Any, assign: Any, touched: Any,
     return flops, nbytes, _us_compute(flops, peak), _us_memory(nbytes, gpu)
 
 
+def _masked_traffic(nbytes: Any, t_m: Any, masked: Any, hidden: Any, inter_l: Any, matrices: Any,
+                    gpu: GPUFeatures, ops: Any) -> tuple[Any, Any]:
+    """(bytes, memory us) with the ``masked`` remote pairs' traffic (:func:`moe_masked_pairs`): zeros
+    written for each expert GEMM's output block and read back by the top-k sum, ``(hidden + (m-1) I)
+    x 2`` bytes per pair (docs/ACCURACY.md "MoE kernels: SGLang's tuned Triton configurations and the
+    masked remote pairs (session 13)")."""
+    if ops is PY and masked == 0.0:
+        return nbytes, t_m
+    nbytes = nbytes + masked * (hidden + (matrices - 1.0) * inter_l) * 2.0
+    return nbytes, _us_memory(nbytes, gpu)
+
+
 def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: Any, moe_ep: Any,
                  w_bytes: Any, block_scaled: Any, weight_only: Any, skew: Any, peak: Any, gpu: GPUFeatures,
-                 ops: Any, matrices: Any, clamped: Any = 0.0) -> Phys:
+                 ops: Any, matrices: Any, clamped: Any = 0.0, default_cfg: Any = 0.0, masked: Any = 0.0) -> Phys:
     """The ``uniform`` work terms (:data:`MOE_FORM_UNIFORM`), kept for calibration files fitted with them."""
     local = ops.maximum(experts / moe_ep, 1.0)
     inter_l = inter / moe_tp
@@ -457,13 +524,15 @@ def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, 
     # the collector's clamped pairs (0 for a query) run as one more, fully tiled expert
     assign = assign_l + clamped
     flops, nbytes, t_c, t_m = _moe_work(tokens, hidden, inter_l, assign, touched, matrices, w_bytes, peak, gpu)
+    nbytes, t_m = _masked_traffic(nbytes, t_m, masked, hidden, inter_l, matrices, gpu, ops)
     per = assign_l / touched
     eff_t = per / (ops.ceil(per / 64) * 64)
     q = 1.0 / eff_t + clamped * (1.0 - 1.0 / eff_t) / assign    # issued over ideal work; 1 / eff_t when clamped = 0
     units = (touched * ops.ceil(per / 64) + ops.ceil(clamped / 64)) * ops.ceil(inter_l / 128)
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(per), ops.log2(touched / local), skew, ops.log2(w_bytes), block_scaled,
-         weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m)]
+         weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
+         default_cfg + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
@@ -603,7 +672,9 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM,
                    dt.isin(["int4_wo", "w4a16_mxfp4"]).to_numpy(np.float64), c("skew"),
                    _peak(df, "dtype", gpu), gpu,
                    matrices=moe_matrices(df["kernel_source"]) if "kernel_source" in df else MOE_GATED_MATRICES,
-                   form=moe_form, clamped=moe_clamped_pairs(df))
+                   form=moe_form, clamped=moe_clamped_pairs(df),
+                   default_cfg=moe_tuned.frame_default_config(df, gpu.key),
+                   masked=moe_masked_pairs(df) if moe_form_masked(moe_form) else 0.0)
     if family == "mla_prefill":
         return mla_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"),
                            _map(df, "kv_dtype", DTYPE_BYTES, 2.0), gpu.peak("bf16"), gpu)
