@@ -359,11 +359,26 @@ SGLANG_RAW_TRITON_CONFIGS = frozenset({(2816, 704, 8, 128), (4096, 14336, 2, 8),
 SGLANG_RAW_TRITON_DTYPES = ("bf16", "fp8_block")
 
 
+#: SGLang versions whose collector clamped the remote slots of EVERY expert configuration, Triton and
+#: Marlin alike, with the kernel sources it did so for. aiconfigurator's 0.5.10 collector
+#: (``collector/sglang/collect_moe.py`` at cb4d907c7 "sglang 0.5.10 perf data", the commit that added
+#: A100's 0.5.10 ``moe_perf.txt``; later commits only converted its format) had no framework-layer
+#: path: with expert parallelism and balanced or power-law routing ``run_moe_torch`` always built
+#: ``build_rank0_workloads`` and ``benchmark_config`` clamped their -1 ids with ``topk_ids.clamp(min=0)``
+#: before both ``fused_moe`` (Triton) and ``fused_marlin_moe`` (int4). The A100 tables show it for every
+#: configuration: 16,384 balanced tokens, TP 1, time over EP 1 equals the clamp's issued pairs over
+#: EP 1 (e.g. 2048 / 768 / 8 / 128 bf16 EP 2 / 4 / 8 / 16 0.98 / 0.98 / 0.96 / 0.43 against 1 / 1 / 1 /
+#: 0.5; int4 0.98 / 0.98 / 0.97 / 0.48), not the masked engine's ~1/EP.
+SGLANG_CLAMP_ALL_VERSIONS = {"0.5.10": ("sglang_fused_moe_triton", "sglang_marlin_moe")}
+
+
 def moe_clamped_pairs(df: Any) -> np.ndarray:
     """Pairs each measured MoE row's kernel computed on local expert 0 for the collector's clamped
     remote slots: SGLang Triton rows (``sglang_fused_moe_triton``) of the versions in
     :data:`SGLANG_CLAMPED_VERSIONS`, configurations in :data:`SGLANG_RAW_TRITON_CONFIGS`, with expert
-    parallelism; 0 elsewhere (other collectors and the framework layer use the engine's own masking)."""
+    parallelism, and every Triton / Marlin row with expert parallelism of the versions in
+    :data:`SGLANG_CLAMP_ALL_VERSIONS`; 0 elsewhere (other collectors and the framework layer use the
+    engine's own masking)."""
     n = len(df)
     need = ("kernel_source", "backend_version", "hidden", "inter", "topk", "num_experts", "dtype")
     if not n or any(c not in df for c in need):
@@ -374,6 +389,10 @@ def moe_clamped_pairs(df: Any) -> np.ndarray:
             & df["dtype"].isin(SGLANG_RAW_TRITON_DTYPES).to_numpy()
             & np.array([c in SGLANG_RAW_TRITON_CONFIGS for c in cfg], dtype=bool)
             & (df["moe_ep"].to_numpy(dtype=np.float64) > 1))
+    src = df["kernel_source"].astype(str).to_numpy()
+    ver = df["backend_version"].astype(str).to_numpy()
+    for v, sources in SGLANG_CLAMP_ALL_VERSIONS.items():
+        flag |= ((ver == v) & np.isin(src, sources) & (df["moe_ep"].to_numpy(dtype=np.float64) > 1))
     out = np.zeros(n)
     if flag.any():
         sub = df[flag]
