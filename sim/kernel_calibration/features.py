@@ -86,7 +86,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
                          "log_tc_over_tm", "sliding_window"),
     "moe": ("log_tokens", "log_hidden", "log_inter_local", "log_topk", "log_local_experts", "log_assign",
             "log_tok_per_expert", "log_touched_frac", "skew", "log_wbytes", "block_scaled", "weight_only",
-            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us", "triton_default_cfg"),
+            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us", "triton_default_cfg", "k2_unaligned16"),
     "mla_prefill": ("log_batch", "log_q", "log_heads", "kv_fp8", "log_ctas_per_sm", "eff_wave", "eff_tile_q",
                     "log_kv_over_q", "log_tc_over_tm", "log_t_roof_us"),
     "mla_decode": ("log_batch", "log_kv", "log_heads", "kv_fp8", "log_par_per_sm", "log_ws_over_l2",
@@ -505,8 +505,17 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(assign / touched), ops.log2(touched / local), skew, ops.log2(w_bytes),
          block_scaled, weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m),
-         ops.log2(t_c + t_m), default_cfg + 0.0 * t_c]
+         ops.log2(t_c + t_m), default_cfg + 0.0 * t_c, _k2_unaligned16(inter_l, ops) + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
+
+
+def _k2_unaligned16(inter_l: Any, ops: Any) -> Any:
+    """1 where the down GEMM's reduction length (inter / TP, the ``K`` argument of the Triton
+    ``fused_moe_kernel``) is not a multiple of 16 elements: Triton's JIT specializes integer
+    arguments and strides divisible by 16 (``triton.jit``'s ``do_not_specialize_on_alignment``,
+    https://triton-lang.org/main/python-api/generated/triton.jit.html) and loses the aligned
+    loads otherwise."""
+    return ops.flag(ops.ceil(inter_l / 16.0) * 16.0 > inter_l)
 
 
 def _moe_work(tokens: Any, hidden: Any, inter_l: Any, assign: Any, touched: Any, matrices: Any, w_bytes: Any,
@@ -551,7 +560,7 @@ def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, 
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(per), ops.log2(touched / local), skew, ops.log2(w_bytes), block_scaled,
          weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
-         default_cfg + 0.0 * t_c]
+         default_cfg + 0.0 * t_c, _k2_unaligned16(inter_l, ops) + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
