@@ -56,7 +56,7 @@ def _frame(**over) -> pd.DataFrame:
     return pd.DataFrame([row])
 
 
-@pytest.mark.parametrize("over,clamped", [({}, True), ({"moe_ep": 1}, False), ({"backend_version": "0.5.10"}, False),
+@pytest.mark.parametrize("over,clamped", [({}, True), ({"moe_ep": 1}, False), ({"backend_version": "0.5.9"}, False),
                                           ({"kernel_source": "vllm_unquantizedfusedmoe_triton_tritonexperts"}, False),
                                           ({"dtype": "w4a16_mxfp4"}, False),
                                           # DeepSeek-V3: timed through the framework layer (routing options)
@@ -70,7 +70,7 @@ def test_only_raw_triton_rows_with_expert_parallelism_are_clamped(over, clamped)
 def test_clamped_rows_carry_the_extra_work_and_queries_do_not(form):
     df = _frame()
     row = F.frame_phys("moe", df, GPU, form)
-    plain = F.frame_phys("moe", df.assign(backend_version="0.5.10"), GPU, form)
+    plain = F.frame_phys("moe", df.assign(backend_version="0.5.9"), GPU, form)
     # 4096 local pairs + 4096 clamped ones: twice the FLOPs of the engine's masked call
     assert row.flops[0] == pytest.approx(2.0 * plain.flops[0])
     q = F.moe(4096.0, 4096.0, 14336.0, 2.0, 8.0, 1.0, 2.0, 2.0, 0.0, 0.0, 0.0, 989.0, GPU, F.PY, form=form)
@@ -87,3 +87,21 @@ def test_unclamped_terms_are_bit_identical_to_the_former_ones():
     per = assign / touched
     assert a.q == 1.0 / (per / (math.ceil(per / 64) * 64))
     assert a.waves == math.ceil(touched * math.ceil(per / 64) * math.ceil(2048 / 128) / GPU.sm_count)
+
+
+@pytest.mark.parametrize("over,clamped", [
+    # aiconfigurator's 0.5.10 collector (cb4d907c7) clamped every configuration, the framework-layer
+    # ones of 0.5.14 included (DeepSeek-V3), on Triton and Marlin alike
+    ({"hidden": 7168, "inter": 2048, "topk": 8, "num_experts": 256}, True),
+    ({"kernel_source": "sglang_marlin_moe", "dtype": "int4_wo"}, True),
+    ({"moe_ep": 1}, False),
+    ({"kernel_source": "vllm_unquantizedfusedmoe_triton_tritonexperts"}, False)])
+def test_sglang_0510_rows_are_clamped_for_every_configuration(over, clamped):
+    df = _frame(backend_version="0.5.10", **over).assign(backend="sglang")
+    c = F.moe_clamped_pairs(df)
+    assert (c[0] > 0) == clamped
+    if clamped:
+        # balanced top-k: every token has an expert on rank 0 at EP 2, so all T x topk slots are issued
+        assert c[0] + R.routing_load(4096, int(df["num_experts"][0]), int(df["topk"][0]), 2, 0.0)[0] \
+            == pytest.approx(4096 * df["topk"][0])
+        assert F.moe_masked_pairs(df).tolist() == [0.0]

@@ -62,12 +62,15 @@ Q235 = {"num_tokens": 64, "hidden": 4096, "inter": 1536, "topk": 8, "num_experts
         "dtype": "bf16", "skew": 0.0}
 
 
-def test_rows_get_the_fact_and_it_is_the_last_feature():
-    assert F.FEATURES["moe"][-1] == "triton_default_cfg"
+TI = F.FEATURES["moe"].index("triton_default_cfg")
+
+
+def test_rows_get_the_fact_as_a_feature():
+    assert "triton_default_cfg" in F.FEATURES["moe"]
     assert T.frame_default_config(_frame(), "h100_sxm").tolist() == [T.TUNED, T.DEFAULT, 0.0, 0.0]
     x = F.feature_matrix(F.frame_phys("moe", _frame(), GPU))
     assert x.shape[1] == len(F.FEATURES["moe"])
-    assert x[:, -1].tolist() == [T.TUNED, T.DEFAULT, 0.0, 0.0]
+    assert x[:, TI].tolist() == [T.TUNED, T.DEFAULT, 0.0, 0.0]
 
 
 def test_query_and_row_share_the_features():
@@ -78,14 +81,14 @@ def test_query_and_row_share_the_features():
         q = {**Q235, "moe_ep": ep}
         x = scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="triton").x
         np.testing.assert_allclose(np.array(x, dtype=float), rows[i], rtol=1e-12)
-        assert scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="flashinfer_cutlass").x[-1] == 0.0
-        assert scalar_phys("moe", GPU, "bf16", q, backend="sglang").x[-1] == 0.0
+        assert scalar_phys("moe", GPU, "bf16", q, backend="sglang", kernel="flashinfer_cutlass").x[TI] == 0.0
+        assert scalar_phys("moe", GPU, "bf16", q, backend="sglang").x[TI] == 0.0
 
 
 def _gbt_on_default(log_ratio: float) -> GBTModel:
     """One depth-1 tree: the default configuration (feature > 0.5) costs ``exp(log_ratio)``."""
     names = list(F.FEATURES["moe"])
-    return GBTModel(names, np.array([[len(names) - 1]]), np.array([[0.5]]), np.array([[0.0, log_ratio]]), 0.0)
+    return GBTModel(names, np.array([[TI]]), np.array([[0.5]]), np.array([[0.0, log_ratio]]), 0.0)
 
 
 def _model(fm: FamilyModel) -> CalibratedKernelModel:

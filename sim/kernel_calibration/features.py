@@ -86,7 +86,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
                          "log_tc_over_tm", "sliding_window"),
     "moe": ("log_tokens", "log_hidden", "log_inter_local", "log_topk", "log_local_experts", "log_assign",
             "log_tok_per_expert", "log_touched_frac", "skew", "log_wbytes", "block_scaled", "weight_only",
-            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us", "triton_default_cfg"),
+            "log_moe_tp", "log_moe_ep", "log_tc_over_tm", "log_t_roof_us", "triton_default_cfg", "k2_unaligned16"),
     "mla_prefill": ("log_batch", "log_q", "log_heads", "kv_fp8", "log_ctas_per_sm", "eff_wave", "eff_tile_q",
                     "log_kv_over_q", "log_tc_over_tm", "log_t_roof_us"),
     "mla_decode": ("log_batch", "log_kv", "log_heads", "kv_fp8", "log_par_per_sm", "log_ws_over_l2",
@@ -359,11 +359,26 @@ SGLANG_RAW_TRITON_CONFIGS = frozenset({(2816, 704, 8, 128), (4096, 14336, 2, 8),
 SGLANG_RAW_TRITON_DTYPES = ("bf16", "fp8_block")
 
 
+#: SGLang versions whose collector clamped the remote slots of EVERY expert configuration, Triton and
+#: Marlin alike, with the kernel sources it did so for. aiconfigurator's 0.5.10 collector
+#: (``collector/sglang/collect_moe.py`` at cb4d907c7 "sglang 0.5.10 perf data", the commit that added
+#: A100's 0.5.10 ``moe_perf.txt``; later commits only converted its format) had no framework-layer
+#: path: with expert parallelism and balanced or power-law routing ``run_moe_torch`` always built
+#: ``build_rank0_workloads`` and ``benchmark_config`` clamped their -1 ids with ``topk_ids.clamp(min=0)``
+#: before both ``fused_moe`` (Triton) and ``fused_marlin_moe`` (int4). The A100 tables show it for every
+#: configuration: 16,384 balanced tokens, TP 1, time over EP 1 equals the clamp's issued pairs over
+#: EP 1 (e.g. 2048 / 768 / 8 / 128 bf16 EP 2 / 4 / 8 / 16 0.98 / 0.98 / 0.96 / 0.43 against 1 / 1 / 1 /
+#: 0.5; int4 0.98 / 0.98 / 0.97 / 0.48), not the masked engine's ~1/EP.
+SGLANG_CLAMP_ALL_VERSIONS = {"0.5.10": ("sglang_fused_moe_triton", "sglang_marlin_moe")}
+
+
 def moe_clamped_pairs(df: Any) -> np.ndarray:
     """Pairs each measured MoE row's kernel computed on local expert 0 for the collector's clamped
     remote slots: SGLang Triton rows (``sglang_fused_moe_triton``) of the versions in
     :data:`SGLANG_CLAMPED_VERSIONS`, configurations in :data:`SGLANG_RAW_TRITON_CONFIGS`, with expert
-    parallelism; 0 elsewhere (other collectors and the framework layer use the engine's own masking)."""
+    parallelism, and every Triton / Marlin row with expert parallelism of the versions in
+    :data:`SGLANG_CLAMP_ALL_VERSIONS`; 0 elsewhere (other collectors and the framework layer use the
+    engine's own masking)."""
     n = len(df)
     need = ("kernel_source", "backend_version", "hidden", "inter", "topk", "num_experts", "dtype")
     if not n or any(c not in df for c in need):
@@ -374,6 +389,10 @@ def moe_clamped_pairs(df: Any) -> np.ndarray:
             & df["dtype"].isin(SGLANG_RAW_TRITON_DTYPES).to_numpy()
             & np.array([c in SGLANG_RAW_TRITON_CONFIGS for c in cfg], dtype=bool)
             & (df["moe_ep"].to_numpy(dtype=np.float64) > 1))
+    src = df["kernel_source"].astype(str).to_numpy()
+    ver = df["backend_version"].astype(str).to_numpy()
+    for v, sources in SGLANG_CLAMP_ALL_VERSIONS.items():
+        flag |= ((ver == v) & np.isin(src, sources) & (df["moe_ep"].to_numpy(dtype=np.float64) > 1))
     out = np.zeros(n)
     if flag.any():
         sub = df[flag]
@@ -486,8 +505,23 @@ def moe(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, moe_tp: A
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(assign / touched), ops.log2(touched / local), skew, ops.log2(w_bytes),
          block_scaled, weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m),
-         ops.log2(t_c + t_m), default_cfg + 0.0 * t_c]
+         ops.log2(t_c + t_m), default_cfg + 0.0 * t_c, _k2_unaligned16(inter_l, ops) + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
+
+
+def _k2_unaligned16(inter_l: Any, ops: Any) -> Any:
+    """1 where the down GEMM's reduction length (inter / TP, the ``K`` argument of the Triton
+    ``fused_moe_kernel``) is not a multiple of 16 elements: Triton's JIT specializes integer
+    arguments and strides divisible by 16 (``triton.jit``'s ``do_not_specialize_on_alignment``,
+    https://triton-lang.org/main/python-api/generated/triton.jit.html) and loses the aligned
+    loads otherwise. The tables step at exactly that boundary on Triton kernels (16,384 balanced
+    tokens, EP 1): L40S vLLM per-tensor fp8 2816 / 704 / top-8 of 128 TP 4 / 8 / 16 / 32 3.9 /
+    130.6 / 129.6 / 130.4 ms and 2048 / 768 TP 16 / 32 2.5 / 95.0 ms (inter / TP 44, 22 and 24),
+    while the aligned 2048 / 512 stays at 2.5 / 2.4 ms; H100 vLLM bf16 Triton 2816 / 704 TP 4 / 8
+    1.6 / 3.2 ms, 2048 / 768 TP 16 / 32 0.9 / 1.7 ms; CUTLASS/FlashInfer kernels show no step. The
+    size of the step is left to the residual trees (not established from a source); without the
+    flag they carried those rows onto aligned shapes."""
+    return ops.flag(ops.ceil(inter_l / 16.0) * 16.0 > inter_l)
 
 
 def _moe_work(tokens: Any, hidden: Any, inter_l: Any, assign: Any, touched: Any, matrices: Any, w_bytes: Any,
@@ -532,7 +566,7 @@ def _moe_uniform(tokens: Any, hidden: Any, inter: Any, topk: Any, experts: Any, 
     x = [ops.log2(tokens), ops.log2(hidden), ops.log2(inter_l), ops.log2(topk), ops.log2(local),
          ops.log2(assign), ops.log2(per), ops.log2(touched / local), skew, ops.log2(w_bytes), block_scaled,
          weight_only, ops.log2(moe_tp), ops.log2(moe_ep), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
-         default_cfg + 0.0 * t_c]
+         default_cfg + 0.0 * t_c, _k2_unaligned16(inter_l, ops) + 0.0 * t_c]
     return Phys(t_c, t_m, q, NO_L2 + 0.0 * t_c, 0.0 * t_c, ops.ceil(units / gpu.sm_count), flops, nbytes, x)
 
 
