@@ -1,7 +1,9 @@
 """SGLang's GEMM collector builds every weight copy with its own activation buffers
 (features.gemm_bench_buffers; docs/ACCURACY.md "GEMM: SGLang's collector cycles its inputs too
 (session 13)"): the cycled working set counts one bf16 input per copy (plus the 1-byte quantized
-input for fp8 and the output for fp8_block / nvfp4); every other engine shares one input."""
+input for fp8 and the output for fp8_block / nvfp4); every other engine shares one input. Every
+quantized GEMM (fp8, fp8_block, nvfp4) also quantizes its activation on every call
+(features.gemm_act_quant): that copy is DRAM traffic and one more buffer of the working set."""
 
 import math
 
@@ -69,3 +71,49 @@ def test_rows_and_queries_agree():
     # answered by the vLLM model, an SGLang row is timed under vLLM's shared input
     as_vllm = F.frame_phys("gemm", rows, GPU, backend="vllm")
     assert as_vllm.ws_l2[0] == pytest.approx(table.ws_l2[3], rel=1e-12)
+
+
+# B200-like (fp8 and fp4 tensor cores) and Arc Pro B60-like (no fp8: peaks fall back to bf16)
+B200 = GPUFeatures("b200", 2250.0, 4500.0, 9000.0, 8000.0, 148, 126.0, 900.0, 64.0)
+B60 = GPUFeatures("b60", 98.3, 98.3, 98.3, 456.0, 20, 18.0, 0.0, 32.0)
+
+
+@pytest.mark.parametrize("dtype,q", [("bf16", 0.0), ("fp8", 1.0), ("fp8_block", 1.0), ("fp4", 0.5),
+                                     ("sq", 0.0), ("int4_wo", 0.0)])
+def test_activation_quantized_on_every_call(dtype, q):
+    assert F.gemm_act_quant(dtype, B200, F.PY) == q
+    assert F.gemm_act_quant(np.array([dtype]), B200)[0] == q
+    # L40S: fp8 tensor cores, no fp4 ones; B60: neither (vLLM-XPU runs fp8 weight-only, fp8_gemm_w8a16)
+    assert F.gemm_act_quant(dtype, GPU, F.PY) == (q if dtype != "fp4" else 0.0)
+    assert F.gemm_act_quant(dtype, B60, F.PY) == 0.0 and F.gemm_act_quant(np.array([dtype]), B60)[0] == 0.0
+
+
+def test_quantized_activation_traffic_and_working_set():
+    m, n, k = 2048.0, 64.0, 4096.0
+    plain = F.gemm(m, n, k, 1.0, 733.0, GPU, F.PY, 6.0)
+    quant = F.gemm(m, n, k, 1.0, 733.0, GPU, F.PY, 6.0, act_q=1.0)
+    # DRAM traffic: bf16 input read, fp8 copy written and read back by the GEMM
+    assert quant.nbytes - plain.nbytes == pytest.approx(2 * m * k)
+    assert quant.t_m > plain.t_m and quant.t_c == plain.t_c
+    # working set: the quantized copy is one more buffer of m x k bytes
+    assert (quant.ws_l2 - plain.ws_l2) * L2 == pytest.approx(m * k, rel=1e-9)
+    # SGLang fp8 keeps one quantized input per weight copy, already in act_ws: not counted twice
+    act, out = F.gemm_bench_buffers("sglang", "fp8", 6.0, F.PY)
+    sg = F.gemm(m, n, k, 1.0, 733.0, GPU, F.PY, 6.0, act, out, 1.0)
+    assert sg.ws_l2 * L2 == pytest.approx(6 * k * n + 18 * m * k + m * n * 2, rel=1e-9)
+    # SGLang fp8_block quantizes into a per-call buffer the copies share
+    act, out = F.gemm_bench_buffers("sglang", "fp8_block", 6.0, F.PY)
+    sb = F.gemm(m, n, k, 1.0, 733.0, GPU, F.PY, 6.0, act, out, 1.0)
+    assert sb.ws_l2 * L2 == pytest.approx(6 * k * n + 12 * m * k + m * k + 6 * m * n * 2, rel=1e-9)
+
+
+def test_bf16_rows_keep_their_former_terms_exactly():
+    rows = pd.DataFrame({"backend": ["vllm", "trtllm"], "dtype": ["bf16", "bf16"], "m": [3, 4097],
+                         "n": [7168, 1536], "k": [2048, 65536]})
+    p = F.frame_phys("gemm", rows, GPU)
+    for i, r in enumerate(rows.to_dict("records")):
+        m, n, k = float(r["m"]), float(r["n"]), float(r["k"])
+        nbytes = m * k * 2.0 + k * n * 2.0 + m * n * 2.0
+        c = F.gemm_bench_copies(r["backend"], "bf16", n * k * 2.0, GPU, F.PY)
+        assert p.nbytes[i] == nbytes
+        assert p.ws_l2[i] == (nbytes + (c - 1.0) * k * n * 2.0) / (GPU.l2_mb * 1e6)
