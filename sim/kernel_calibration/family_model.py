@@ -317,8 +317,12 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], mo
         dt = q["dtype"]
         peak = gpu.peak(F.COMPUTE_DTYPE.get(dt, F.COMPUTE_DTYPE.get(group, "bf16")))
         wb = _wbytes(dt)
-        copies = 1.0 if backend is None else F.gemm_bench_copies(backend, dt, q["n"] * q["k"] * wb, gpu, ops)
-        return F.gemm(q["m"], q["n"], q["k"], wb, peak, gpu, ops, copies)
+        act_q = F.gemm_act_quant(dt, gpu, ops)
+        if backend is None:
+            return F.gemm(q["m"], q["n"], q["k"], wb, peak, gpu, ops, act_q=act_q)
+        copies = F.gemm_bench_copies(backend, dt, q["n"] * q["k"] * wb, gpu, ops)
+        act_ws, out_ws = F.gemm_bench_buffers(backend, dt, copies, ops)
+        return F.gemm(q["m"], q["n"], q["k"], wb, peak, gpu, ops, copies, act_ws, out_ws, act_q)
     if family == "attention_prefill":
         return F.attention_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], q["num_kv_heads"],
                                    q["head_dim"], _wbytes(q["kv_dtype"]), 0.0, q.get("window", 0),

@@ -243,15 +243,82 @@ def gemm_bench_copies(backend: Any, dtype: Any, weight_bytes: Any, gpu: GPUFeatu
     return out
 
 
+#: engines whose GEMM collector builds every weight copy with its own activation buffers: SGLang's
+#: ``create_gemm()`` (ai-dynamo/aiconfigurator ``collector/sglang/collect_gemm.py``, since the
+#: 0.5.8 collector, PR #323) draws a new bf16 input ``a`` (m x k) per copy, for fp8 also the
+#: quantized input ``output_fp8`` (m x k, 1 byte), for fp8_block and nvfp4 also the output ``out``
+#: (m x n bf16); TensorRT-LLM, vLLM and vLLM-XPU call every copy on one shared input ``x``.
+GEMM_BENCH_PER_COPY_ACT = frozenset({"sglang"})
+#: (engine, dtype group): the collector's own per-copy output buffer (see above)
+GEMM_BENCH_PER_COPY_OUT = frozenset({("sglang", "fp8_block"), ("sglang", "fp4"), ("sglang", "nvfp4")})
+#: (engine, dtype group): a per-copy 1-byte quantized input besides the bf16 one (see above)
+GEMM_BENCH_PER_COPY_QUANT = frozenset({("sglang", "fp8")})
+
+
+def gemm_bench_buffers(backend: Any, dtype: Any, copies: Any, ops: Any = NP) -> tuple[Any, Any]:
+    """(activation bytes per m x k element, output buffers) in the working set the engine's GEMM
+    collector cycles through with ``copies`` weight copies (:data:`GEMM_BENCH_PER_COPY_ACT`):
+    (2, 1) where every copy shares one bf16 input and output; scalars or arrays of backends / dtypes."""
+    if ops is PY:
+        if backend not in GEMM_BENCH_PER_COPY_ACT:
+            return 2.0, 1.0
+        act = 3.0 if (backend, dtype) in GEMM_BENCH_PER_COPY_QUANT else 2.0
+        return act * copies, (copies if (backend, dtype) in GEMM_BENCH_PER_COPY_OUT else 1.0)
+    be = np.asarray(backend).astype(str)
+    dt = np.asarray(dtype).astype(str)
+    per = np.isin(be, list(GEMM_BENCH_PER_COPY_ACT))
+    act = np.full(len(be), 2.0)
+    for b, d in GEMM_BENCH_PER_COPY_QUANT:
+        act[(be == b) & (dt == d)] = 3.0
+    cp = np.broadcast_to(np.asarray(copies, dtype=np.float64), (len(be),))
+    out = np.ones(len(be))
+    for b, d in GEMM_BENCH_PER_COPY_OUT:
+        sel = (be == b) & (dt == d)
+        out[sel] = cp[sel]
+    return np.where(per, act * cp, 2.0), np.where(per, out, 1.0)
+
+
+#: bytes per element of the quantized activation that a GEMM of this dtype group makes from its bf16
+#: input on every call, and reads back: every collector quantizes the activation dynamically inside
+#: the timed op (ai-dynamo/aiconfigurator ``collector/*/collect_gemm.py``: TensorRT-LLM's fp8 Linear has
+#: no ``input_scale`` and "runs its dynamic-quantization path", fp8_block quantizes per 1 x 128 group,
+#: nvfp4 calls ``fp4_quantize``; SGLang's ``gemm_op`` runs ``sgl_per_token_quant_fp8`` /
+#: ``sglang_per_token_group_quant_fp8`` / ``flashinfer_fp4_quantize`` before the GEMM; vLLM's
+#: ``Fp8Config(activation_scheme="dynamic")`` and nvfp4 quantize the input per call). The input's
+#: traffic is then 2 bytes read, q written and q read back, not 2. Only on a GPU with tensor cores of
+#: that format (:func:`gemm_act_quant`): without them the engine runs the GEMM weight-only with bf16
+#: activations (vLLM on the Arc Pro B60: ``torch.ops._xpu_C.fp8_gemm_w8a16``, vllm-project/vllm-xpu-kernels;
+#: vLLM's fp8 docs: Ampere runs FP8 "W8A16 (weight-only FP8) utilizing Marlin kernels").
+#: TensorRT-LLM's SmoothQuant plugin (A100) is timed alone and keeps 2.
+GEMM_ACT_QUANT_BYTES = {"fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5}   # fp4: the canonical nvfp4 group
+
+
+def gemm_act_quant(dtype: Any, gpu: GPUFeatures, ops: Any = NP) -> Any:
+    """Bytes per element of the per-call quantized activation (:data:`GEMM_ACT_QUANT_BYTES`; 0: none,
+    also where ``gpu`` has no tensor cores of the format: its fp8 (fp4) peak is not above bf16 (fp8))."""
+    native = {"fp8": gpu.peak_fp8_tflops > gpu.peak_bf16_tflops, "fp4": gpu.peak_fp4_tflops > gpu.peak_fp8_tflops}
+    if ops is PY:
+        return GEMM_ACT_QUANT_BYTES.get(dtype, 0.0) if native.get(COMPUTE_DTYPE.get(dtype, ""), False) else 0.0
+    dt = np.asarray(dtype).astype(str)
+    out = np.zeros(len(dt))
+    for d, q in GEMM_ACT_QUANT_BYTES.items():
+        if native.get(COMPUTE_DTYPE.get(d, ""), False):
+            out[dt == d] = q
+    return out
+
+
 def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops: Any = NP,
-         copies: Any = 1.0) -> Phys:
+         copies: Any = 1.0, act_ws: Any = 2.0, out_ws: Any = 1.0, act_q: Any = 0.0) -> Phys:
     """GEMM terms. ``copies``: weight copies the benchmark cycles through (:func:`gemm_bench_copies`);
     the base model's warm-L2 share and the residual feature ``log_cycled_ws_over_l2`` follow that
-    cycled working set (``copies`` weights, one input and one output buffer, which the caching
-    allocator reuses call after call; ``copies`` = 1: one call's bytes)."""
+    cycled working set: ``copies`` weights, ``act_ws`` bytes per input element and ``out_ws`` output
+    buffers (:func:`gemm_bench_buffers`; default one bf16 input and one output buffer, which the
+    caching allocator reuses call after call; ``copies`` = 1: one call's bytes). ``act_q``: bytes per
+    element of the activation quantized on every call (:func:`gemm_act_quant`), written and read
+    back (DRAM traffic) in one buffer the calls share (working set), unless ``act_ws`` counts it."""
     sm = gpu.sm_count
     flops = 2.0 * m * n * k
-    nbytes = m * k * 2.0 + k * n * w_bytes + m * n * 2.0
+    nbytes = m * k * (2.0 + 2.0 * act_q) + k * n * w_bytes + m * n * 2.0
     t_c = _us_compute(flops, peak)
     t_m = _us_memory(nbytes, gpu)
     tm64, tm128, tn128, tn256 = ops.ceil(m / 64), ops.ceil(m / 128), ops.ceil(n / 128), ops.ceil(n / 256)
@@ -263,7 +330,11 @@ def gemm(m: Any, n: Any, k: Any, w_bytes: Any, peak: Any, gpu: GPUFeatures, ops:
     w256 = _wave_eff(tm128 * tn256, sm, ops)
     w64 = _wave_eff(tm64 * tn128, sm, ops)
     q = gemm_quant(m, n, k, sm, ops)
-    ws = (nbytes + (copies - 1.0) * k * n * w_bytes) / (gpu.l2_mb * 1e6)
+    # the quantized activation is one buffer (q bytes per element) however often it is read; SGLang's
+    # fp8 collector keeps one per weight copy, counted in act_ws (gemm_bench_buffers)
+    q_buf = ops.where(act_ws > 2.0 * copies, 0.0, act_q) - 2.0 * act_q
+    ws = (nbytes + (copies - 1.0) * k * n * w_bytes + (act_ws - 2.0 + q_buf) * m * k + (out_ws - 1.0) * m * n * 2.0) \
+        / (gpu.l2_mb * 1e6)
     x = [ops.log2(m), ops.log2(n), ops.log2(k), eff_m64, eff_m128, eff_n128, w128, w256, w64,
          ops.log2(tiles / sm), ops.log2(ws), ops.log2(q * t_c / t_m), ops.log2(t_c + t_m),
          ops.flag(m % 8 == 0), ops.log2(k / n)]
@@ -687,9 +758,14 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM,
         wb = _map(df, "dtype", DTYPE_BYTES, 2.0)
         engines = np.full(len(df), backend) if backend is not None else (
             df["backend"].to_numpy() if "backend" in df else None)
-        copies = 1.0 if engines is None else gemm_bench_copies(engines, df["dtype"].to_numpy(),
-                                                               c("n") * c("k") * wb, gpu)
-        return gemm(c("m"), c("n"), c("k"), wb, _peak(df, "dtype", gpu), gpu, copies=copies)
+        if engines is None:
+            return gemm(c("m"), c("n"), c("k"), wb, _peak(df, "dtype", gpu), gpu,
+                        act_q=gemm_act_quant(df["dtype"].to_numpy(), gpu))
+        dts = df["dtype"].to_numpy()
+        copies = gemm_bench_copies(engines, dts, c("n") * c("k") * wb, gpu)
+        act_ws, out_ws = gemm_bench_buffers(engines, dts, copies)
+        return gemm(c("m"), c("n"), c("k"), wb, _peak(df, "dtype", gpu), gpu, copies=copies, act_ws=act_ws,
+                    out_ws=out_ws, act_q=gemm_act_quant(dts, gpu))
     if family == "attention_prefill":
         peak = df["attn_dtype"].map(lambda v: gpu.peak("fp8" if v == "fp8" else "bf16")).to_numpy(np.float64)
         return attention_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"), c("num_kv_heads"),
