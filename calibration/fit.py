@@ -29,6 +29,7 @@ from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration import moe_routing
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import GPUCollectives, fit_gpu_collectives
+from llmplan.sim.kernel_calibration import attention_kernels as AK
 from llmplan.sim.kernel_calibration import moe_kernels as MK
 from llmplan.sim.kernel_calibration.family_model import (GROUP_COLUMN, FamilyModel, GroupModel, group_keys, row_kernels,
                                                          shape_ranges)
@@ -198,7 +199,7 @@ def _kernel_items(items: list[tuple[str, str, str, str, pd.DataFrame]]
     records no kernel families (unknown: FamilyModel.resolve_group)."""
     extra, kernels = [], {}
     for gpu, backend, family, group, df in items:
-        if family != "moe":
+        if family != "moe" and family not in AK.FAMILIES:
             continue
         fams = row_kernels(family, df)
         labels = fams.tolist()

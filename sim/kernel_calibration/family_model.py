@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
 
 from llmplan.errors import UserError
 from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration import attention_kernels as AK
 from llmplan.sim.kernel_calibration import moe_kernels as K
 from llmplan.sim.kernel_calibration.gbt import GBTModel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures
@@ -84,7 +85,10 @@ def group_keys(family: str, df: pd.DataFrame) -> pd.Series:
 
 def row_kernels(family: str, df: pd.DataFrame) -> np.ndarray:
     """Kernel family each row ran (:func:`moe_kernels.kernel_family` of its ``kernel_source``;
-    MoE rows only, None elsewhere or without the column: answered by the dtype group)."""
+    attention rows: the label itself, :mod:`attention_kernels`; None elsewhere or without the
+    column: answered by the dtype group)."""
+    if family in AK.FAMILIES and "kernel_source" in df:
+        return AK.attention_kernels(df["kernel_source"].to_numpy())
     if family != "moe" or "kernel_source" not in df:
         return np.full(len(df), None, dtype=object)
     src = df["kernel_source"]
@@ -187,6 +191,8 @@ class FamilyModel:
         dtype's kernel group, or a dtype group all of whose rows ran it (or whose kernels the file
         does not record). None of them: the dtype chain as without a kernel (the whole group)."""
         if GROUP_COLUMN.get(self.family) is None:
+            if kernel is not None and K.kernel_group_key("all", kernel) in self.kernel_groups:
+                return K.kernel_group_key("all", kernel), True   # attention: that kernel's rows
             return ("all" if "all" in self.groups else None), True
         chain = GROUP_FALLBACK.get(self.family, {}).get(str(dtype), (str(dtype),))
         if kernel is not None and (self.kernel_groups or self.group_kernels):
