@@ -77,3 +77,25 @@ def test_kernel_items_for_attention_tables_that_mix_kernels():
         ("attention_decode", "all/triton", 2), ("attention_decode", "all/trtllm_mha", 3),
         ("attention_prefill", "all/triton", 2), ("attention_prefill", "all/trtllm_mha", 3)]
     assert kernels[("b60", "vllm", "attention_decode", "all")] == ("vllm_flash_attn",)
+
+
+def test_band_statistics_describe_the_kernel_less_query():
+    """The measured-tier band of attention is the error of the whole table's model (what the simulator's
+    queries get), not of the per-kernel models the table rows are scored with."""
+    from types import SimpleNamespace
+
+    from llmplan.calibration.fit import residual_stats
+
+    cal = Calibration({}, {"b200": GPU}, {"b200": {"sglang": {"attention_decode": _model()}}})
+    shape = {"gpu": "b200", "backend": "sglang", "batch": 1, "kv_len": 1, "num_heads": 8, "num_kv_heads": 1,
+             "head_dim": 256, "kv_dtype": "bf16", "window": 0}
+    rows = pd.DataFrame([{**shape, "kernel_source": "trtllm_mha", "latency_ms": 0.0315},
+                         {**shape, "kernel_source": "triton", "latency_ms": 0.0210}])
+    test = SimpleNamespace(frames={"attention_decode": rows}, gpu_specs={"b200": get_gpu("b200")})
+    st = residual_stats(cal, test, "measured", "m")["attention_decode"]
+    whole, _ = predict_family_frame(_model(), rows.drop(columns="kernel_source"), GPU)
+    own, _ = predict_family_frame(_model(), rows, GPU)
+    ape_whole = np.abs(whole / rows["latency_ms"].to_numpy() - 1) * 100
+    ape_own = np.abs(own / rows["latency_ms"].to_numpy() - 1) * 100
+    assert st["rows"] == 2 and abs(st["mape"] * 100 - ape_whole.mean()) < 1e-2     # stats are fractions
+    assert ape_own.mean() < 3.0 < ape_whole.mean()
