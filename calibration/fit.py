@@ -194,7 +194,8 @@ def _kernel_items(items: list[tuple[str, str, str, str, pd.DataFrame]]
                   ) -> tuple[list[tuple[str, str, str, str, pd.DataFrame]], dict[tuple[str, str, str, str], tuple[str, ...]]]:
     """MoE: the rows of each kernel family of a dtype group whose rows mix kernel families
     (:mod:`llmplan.sim.kernel_calibration.moe_kernels`), as further work items keyed
-    ``dtype/family``, and the kernel families of every MoE dtype group. Rows without a
+    ``dtype/family``, and the kernel families of every MoE dtype group; the same for the
+    attention tables (:mod:`attention_kernels`, key ``all/<kernel_source>``). Rows without a
     ``kernel_source`` label (family None) stay in their dtype group only, and a group holding any
     records no kernel families (unknown: FamilyModel.resolve_group)."""
     extra, kernels = [], {}
@@ -204,7 +205,7 @@ def _kernel_items(items: list[tuple[str, str, str, str, pd.DataFrame]]
         fams = row_kernels(family, df)
         labels = fams.tolist()
         uniq = tuple(sorted({f for f in labels if f is not None}))
-        if uniq and None not in labels:
+        if uniq and None not in labels and family == "moe":   # attention: resolve_group needs none
             kernels[(gpu, backend, family, group)] = uniq
         if len(uniq) > 1:
             for fam in uniq:
