@@ -319,6 +319,12 @@ def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOpti
         if family in SHARED_GBT_FAMILIES and priors[key] is not None:
             shared.setdefault(key, []).append((df.reset_index(drop=True), gm))
         fm.groups[group] = gm
+        if family in AK.FAMILIES and opts.moe_kernel_groups:
+            # the engine's kernel per head configuration, where its table mixes kernels: the rule
+            # that gives queries (and scored rows) their kernel group (attention_kernels)
+            labels = row_kernels(family, df)
+            if len({k for k in labels.tolist() if k is not None}) > 1:
+                fm.head_kernels = AK.head_kernel_lookup(df, labels)
         if (gpu, backend, family, group) in group_kernels:
             fm.group_kernels[group] = group_kernels[(gpu, backend, family, group)]
     # 3. the shared residual ensembles
@@ -416,10 +422,6 @@ def _collect_residuals(cal: Calibration, test: Measurements, tier: str, max_rows
                 pred = roofline_predict(fam, sub, test.gpu_specs[str(gpu)])
                 used = np.where(np.isfinite(pred), "spec", "none")
             else:
-                if fam in AK.FAMILIES and "kernel_source" in sub:
-                    # the band states the error of the simulator's attention queries, which name no
-                    # kernel (the whole table's model), not of the per-kernel models rows get
-                    sub = sub.drop(columns="kernel_source")
                 spec = test.gpu_specs[str(gpu)]
                 pred, used = predict_frame(cal, fam, sub, GPUFeatures.from_spec(spec),
                                            "cross-gen" if tier == "cross-gen" else None, spec=None)

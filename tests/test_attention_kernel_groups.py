@@ -1,5 +1,6 @@
 """Attention rows of one engine table that ran different kernels are fitted and answered apart
-(sim/kernel_calibration/attention_kernels.py); queries naming no kernel keep the whole table's model."""
+(sim/kernel_calibration/attention_kernels.py); queries and table rows alike get the kernel of the engine's
+rule (the recorded kernel per head configuration), never a row's own label."""
 
 from __future__ import annotations
 
@@ -49,22 +50,28 @@ def test_resolution_by_kernel():
     assert back.to_dict() == fm.to_dict() and back.group("all/triton").base.floor_us == 20.0
 
 
-def test_table_rows_take_their_kernels_model_and_queries_the_whole_table():
-    fm = _model()
+def test_rows_and_queries_take_the_rules_kernel_not_the_label():
     shape = {"batch": 1, "kv_len": 1, "num_heads": 8, "num_kv_heads": 1, "head_dim": 256, "kv_dtype": "bf16",
              "window": 0}
     rows = pd.DataFrame([{**shape, "kernel_source": "trtllm_mha"}, {**shape, "kernel_source": "triton"},
                          {**shape, "kernel_source": "flashinfer"}, shape])
+    km_of = lambda fm: CalibratedKernelModel(get_gpu("b200"), "sglang", Calibration(
+        {}, {"b200": GPU}, {"b200": {"sglang": {"attention_decode": fm}}}))
+    # no recorded rule (a table with one kernel per engine): every row and the query get the whole table
+    pred, ok = predict_family_frame(_model(), rows, GPU)
+    assert ok.all() and np.ptp(pred) == 0.0 and 0.010 < pred[0] < 0.012
+    assert abs(km_of(_model()).attention_decode(1, 1, 8, 1, 256, "bf16").latency_ms - pred[0]) < 1e-12
+    # the rule names triton for this head configuration: every row (whatever its label) and the query
+    # get the triton model (floor 20 us dominates a 1-token decode)
+    fm = _model()
+    fm.head_kernels = {"d256/q8/k1/16bit/w0": "triton", "d256": "trtllm_mha"}
     pred, ok = predict_family_frame(fm, rows, GPU)
-    assert ok.all()
-    # floors 30 / 20 us dominate a 1-token decode: each row its kernel's model; a kernel without rows and
-    # an unlabelled row: the whole table's model (floor 10 us)
-    assert pred[0] > pred[1] > pred[2] and pred[2] == pred[3]
-    assert 0.030 < pred[0] < 0.032 and 0.020 < pred[1] < 0.022 and 0.010 < pred[3] < 0.012
-    # the simulator's query names no kernel: the whole table's model, as before
-    km = CalibratedKernelModel(get_gpu("b200"), "sglang",
-                               Calibration({}, {"b200": GPU}, {"b200": {"sglang": {"attention_decode": fm}}}))
-    assert abs(km.attention_decode(1, 1, 8, 1, 256, "bf16").latency_ms - pred[3]) < 1e-12
+    assert ok.all() and np.ptp(pred) == 0.0 and 0.020 < pred[0] < 0.022
+    assert abs(km_of(fm).attention_decode(1, 1, 8, 1, 256, "bf16").latency_ms - pred[0]) < 1e-12
+    # another head configuration of dim 256: the head dim's kernel (trtllm_mha, floor 30 us)
+    assert 0.030 < km_of(fm).attention_decode(1, 1, 16, 2, 256, "bf16").latency_ms < 0.032
+    # a head dim the table never ran: no kernel, the whole table
+    assert 0.010 < km_of(fm).attention_decode(1, 1, 8, 1, 128, "bf16").latency_ms < 0.012
 
 
 def test_kernel_items_for_attention_tables_that_mix_kernels():
@@ -80,23 +87,24 @@ def test_kernel_items_for_attention_tables_that_mix_kernels():
     assert kernels == {}
 
 
-def test_band_statistics_describe_the_kernel_less_query():
-    """The measured-tier band of attention is the error of the whole table's model (what the simulator's
-    queries get), not of the per-kernel models the table rows are scored with."""
+def test_band_statistics_describe_the_rule_path():
+    """The measured-tier band of attention is the error of what the simulator's queries get: the rule's
+    kernel (FamilyModel.head_kernels), not each row's own label."""
     from types import SimpleNamespace
 
     from llmplan.calibration.fit import residual_stats
 
-    cal = Calibration({}, {"b200": GPU}, {"b200": {"sglang": {"attention_decode": _model()}}})
+    fm = _model()
+    fm.head_kernels = {"d256": "trtllm_mha"}
+    cal = Calibration({}, {"b200": GPU}, {"b200": {"sglang": {"attention_decode": fm}}})
     shape = {"gpu": "b200", "backend": "sglang", "batch": 1, "kv_len": 1, "num_heads": 8, "num_kv_heads": 1,
              "head_dim": 256, "kv_dtype": "bf16", "window": 0}
     rows = pd.DataFrame([{**shape, "kernel_source": "trtllm_mha", "latency_ms": 0.0315},
                          {**shape, "kernel_source": "triton", "latency_ms": 0.0210}])
     test = SimpleNamespace(frames={"attention_decode": rows}, gpu_specs={"b200": get_gpu("b200")})
     st = residual_stats(cal, test, "measured", "m")["attention_decode"]
-    whole, _ = predict_family_frame(_model(), rows.drop(columns="kernel_source"), GPU)
-    own, _ = predict_family_frame(_model(), rows, GPU)
-    ape_whole = np.abs(whole / rows["latency_ms"].to_numpy() - 1) * 100
-    ape_own = np.abs(own / rows["latency_ms"].to_numpy() - 1) * 100
-    assert st["rows"] == 2 and abs(st["mape"] * 100 - ape_whole.mean()) < 1e-2     # stats are fractions
-    assert ape_own.mean() < 3.0 < ape_whole.mean()
+    rule, _ = predict_family_frame(fm, rows, GPU)
+    assert np.ptp(rule) == 0.0 and 0.030 < rule[0] < 0.032        # both rows: the trtllm_mha model
+    ape_rule = np.abs(rule / rows["latency_ms"].to_numpy() - 1) * 100
+    assert st["rows"] == 2 and abs(st["mape"] * 100 - ape_rule.mean()) < 1e-2     # stats are fractions
+    assert ape_rule.mean() > 20.0      # the triton row's error is counted (its label is not used)

@@ -178,6 +178,10 @@ class FamilyModel:
     kernel_groups: dict[str, GroupModel] = field(default_factory=dict)
     #: MoE: the kernel families of each dtype group's rows (files without it: unknown)
     group_kernels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: attention tables that mix kernels: the kernel the engine ran per head configuration
+    #: (:func:`attention_kernels.head_kernel_lookup`), from which queries and table rows alike get
+    #: their kernel group (:func:`attention_kernels.engine_attention_kernel`)
+    head_kernels: dict[str, str] = field(default_factory=dict)
 
     def group(self, key: str) -> GroupModel:
         """The group model of a key :meth:`resolve_group` returned (a dtype group or a kernel group)."""
@@ -216,6 +220,8 @@ class FamilyModel:
             out["kernel_groups"] = {g: m.to_dict() for g, m in sorted(self.kernel_groups.items())}
         if self.group_kernels:
             out["group_kernels"] = {g: list(v) for g, v in sorted(self.group_kernels.items())}
+        if self.head_kernels:
+            out["head_kernels"] = dict(sorted(self.head_kernels.items()))
         return out
 
     @staticmethod
@@ -228,7 +234,8 @@ class FamilyModel:
                             fix="re-run `llmplan calibrate` with this version, or upgrade llmplan")
         return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form,
                            {g: GroupModel.from_dict(v) for g, v in d.get("kernel_groups", {}).items()},
-                           {g: tuple(v) for g, v in d.get("group_kernels", {}).items()})
+                           {g: tuple(v) for g, v in d.get("group_kernels", {}).items()},
+                           {str(k): str(v) for k, v in d.get("head_kernels", {}).items()})
 
 
 def _rule_kernels(model: FamilyModel, df: pd.DataFrame, keys: np.ndarray, kernels: np.ndarray, gpu_key: str,
@@ -263,6 +270,10 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
     kernels = row_kernels(model.family, df)
     if model.family == "moe" and (model.kernel_groups or model.group_kernels):
         kernels = _rule_kernels(model, df, keys, kernels, gpu.key, backend)
+    elif model.family in AK.FAMILIES:
+        # the engine's rule, never the row's label: a row is answered as a query of its head
+        # configuration is (sim/calibrated.py), so validation and the bands score the path users get
+        kernels = AK.rule_kernels(model.head_kernels, df)
     for key, kern in sorted(set(zip(keys.tolist(), kernels.tolist())), key=str):
         g, _ = model.resolve_group(key, kern)
         if g is None:
