@@ -176,7 +176,7 @@ class CalibratedKernelModel:
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset(),
                  prefer: str | None = None, moe_query: tuple[int, str | None] | None = None,
-                 attn_query: tuple[int, int, int, str, int] | None = None) -> KernelTime | None:
+                 attn_query: tuple[Any, ...] | None = None) -> KernelTime | None:
         found = self._resolve(family, dtype, prefer, moe_query, attn_query)
         if found is None:
             return None
@@ -195,7 +195,7 @@ class CalibratedKernelModel:
 
     def _resolve(self, family: str, dtype: str | None, prefer: str | None,
                  moe_query: tuple[int, str | None] | None = None,
-                 attn_query: tuple[int, int, int, str, int] | None = None) -> tuple[Any, str, bool] | None:
+                 attn_query: tuple[Any, ...] | None = None) -> tuple[Any, str, bool] | None:
         """(candidate, dtype group, exact) answering a family and query dtype: the first of the
         stand-in GPU's engines in order, then (only if needed) the cross-gen pool, that has a
         group for it (None: no candidate has). Depends on nothing but the arguments, so it is
@@ -203,7 +203,8 @@ class CalibratedKernelModel:
         size, model architecture), from which :func:`moe_kernels.engine_moe_kernel` names the
         kernel family this engine runs for the dtype group found; the candidate then answers
         with that family's group (FamilyModel.resolve_group; unknown family: the dtype group).
-        ``attn_query``: attention, (head dim, query heads, KV heads, KV dtype, window), from which
+        ``attn_query``: attention, (head dim, query heads, KV heads, KV dtype, window[, prefill length
+        class: 1 or 2 for longer]), from which
         :func:`attention_kernels.engine_attention_kernel` names the kernel the engine runs for that
         head configuration (the candidate's ``head_kernels``); none: the whole table."""
         key = (family, dtype, prefer, moe_query, attn_query)
@@ -278,7 +279,7 @@ class CalibratedKernelModel:
         rs = {"batch": batch, "q_len": q_len, "ctx": kv_len - q_len, "num_heads": num_heads,
               "num_kv_heads": num_kv_heads, "head_dim": head_dim}
         kt = self._predict("attention_prefill", None, q, rs,
-                           attn_query=(head_dim, num_heads, num_kv_heads, kv_dtype, window))
+                           attn_query=(head_dim, num_heads, num_kv_heads, kv_dtype, window, min(q_len, 2)))
         return kt if kt is not None else self._roof.attention_prefill(batch, q_len, kv_len, num_heads, num_kv_heads,
                                                                       head_dim, kv_dtype, window)
 

@@ -70,3 +70,19 @@ def test_lookup_round_trips_and_is_absent_for_single_kernel_tables():
                      head_kernels={"d128": "a", "d64/16bit": "b"})
     back = FamilyModel.from_dict("attention_prefill", fm.to_dict())
     assert back.head_kernels == fm.head_kernels and back.to_dict() == fm.to_dict()
+
+
+def test_single_token_prefill_takes_the_decode_kernel_vllm_runs():
+    """vLLM runs a one-token prefill call on the decode kernel (split_decodes_and_prefills): the rule keeps
+    those rows apart (keys with SINGLE_TOKEN), and they do not vote for longer prefills."""
+    recs = ([{"q_len": 1, "kernel_source": "dec"}] * 2 + [{"q_len": 16, "kernel_source": "pre"}] * 1
+            + [{"q_len": 1024, "kernel_source": "pre"}] * 1)
+    df = pd.DataFrame([{"head_dim": 128, "num_heads": 8, "num_kv_heads": 1, "kv_dtype": "fp8", "window": 0, **r}
+                       for r in recs])
+    lk = AK.head_kernel_lookup(df, AK.attention_kernels(df["kernel_source"].to_numpy()))
+    assert lk["d128"] == "pre" and lk["d128" + AK.SINGLE_TOKEN] == "dec"
+    assert AK.engine_attention_kernel(lk, 128, 32, 4, "fp8", 0, 1) == "dec"      # unseen configuration, q_len 1
+    assert AK.engine_attention_kernel(lk, 128, 32, 4, "fp8", 0, 2) == "pre"
+    assert AK.engine_attention_kernel(lk, 128, 32, 4, "fp8", 0) == "pre"         # decode family: no length
+    assert AK.engine_attention_kernel({"d128": "pre"}, 128, 8, 1, "fp8", 0, 1) == "pre"   # no one-token record
+    assert AK.rule_kernels(lk, df).tolist() == ["dec", "dec", "pre", "pre"]

@@ -62,17 +62,33 @@ def kv_class(kv_dtype: Any) -> str:
     return "fp8" if s.startswith("fp8") or "e4m3" in s or "e5m2" in s else "16bit"
 
 
-def config_keys(head_dim: int, num_heads: int, num_kv_heads: int, kv_dtype: Any, window: float) -> tuple[str, ...]:
-    """The lookup keys of one head configuration, one per :data:`LEVELS` entry."""
+#: suffix of the keys of a single-token prefill call (``q_len`` 1). vLLM's attention metadata builders
+#: split a batch into decodes and prefills by query length (``split_decodes_and_prefills`` with
+#: ``decode_threshold=reorder_batch_threshold``, 1 for FlashInfer: vllm/v1/attention/backends/
+#: flashinfer.py, vllm/v1/attention/backends/utils.py), so a one-token "prefill" runs the decode
+#: kernel: the tables agree (B200 vLLM prefill: every q_len-1 row of a FlashInfer configuration is
+#: ``vllm_flashinfer_trtllmdecode``, every longer one ``..._trtllmprefill``; L40S fp8 KV:
+#: ``fidecode`` / ``fiprefill``).
+SINGLE_TOKEN = "/s1"
+
+
+def config_keys(head_dim: int, num_heads: int, num_kv_heads: int, kv_dtype: Any, window: float,
+                q_len: float | None = None) -> tuple[str, ...]:
+    """The lookup keys of one head configuration, one per :data:`LEVELS` entry; a single-token
+    prefill (``q_len`` 1) first tries the same keys with :data:`SINGLE_TOKEN` appended."""
     d, kv, w = int(head_dim), kv_class(kv_dtype), int(float(window) > 0)
-    return (f"d{d}/q{int(num_heads)}/k{int(num_kv_heads)}/{kv}/w{w}", f"d{d}/{kv}/w{w}", f"d{d}/{kv}", f"d{d}")
+    keys = (f"d{d}/q{int(num_heads)}/k{int(num_kv_heads)}/{kv}/w{w}", f"d{d}/{kv}/w{w}", f"d{d}/{kv}", f"d{d}")
+    if q_len is not None and float(q_len) <= 1.0:
+        return tuple(k + SINGLE_TOKEN for k in keys) + keys
+    return keys
 
 
 def _frame_keys(df: Any) -> list[tuple[str, ...]]:
     win = df["window"].to_numpy(dtype=np.float64) if "window" in df else np.zeros(len(df))
-    return [config_keys(d, q, k, kv, w) for d, q, k, kv, w in
+    ql = df["q_len"].tolist() if "q_len" in df else [None] * len(df)
+    return [config_keys(d, q, k, kv, w, s) for d, q, k, kv, w, s in
             zip(df["head_dim"].tolist(), df["num_heads"].tolist(), df["num_kv_heads"].tolist(),
-                df["kv_dtype"].tolist(), win.tolist())]
+                df["kv_dtype"].tolist(), win.tolist(), ql)]
 
 
 def head_kernel_lookup(df: Any, kernels: np.ndarray) -> dict[str, str]:
@@ -90,7 +106,7 @@ def head_kernel_lookup(df: Any, kernels: np.ndarray) -> dict[str, str]:
         if kern is None:
             continue
         total[kern] = total.get(kern, 0) + 1
-        for key in keys:
+        for key in (keys[:len(LEVELS)] if len(keys) > len(LEVELS) else keys):
             c = counts.setdefault(key, {})
             c[kern] = c.get(kern, 0) + 1
     return {key: min(c.items(), key=lambda kv: (-kv[1], -total[kv[0]], kv[0]))[0]
@@ -98,12 +114,12 @@ def head_kernel_lookup(df: Any, kernels: np.ndarray) -> dict[str, str]:
 
 
 def engine_attention_kernel(lookup: dict[str, str] | None, head_dim: int, num_heads: int, num_kv_heads: int,
-                            kv_dtype: Any, window: float) -> str | None:
+                            kv_dtype: Any, window: float, q_len: float | None = None) -> str | None:
     """The kernel the engine runs a query of this head configuration on (None: the table records
-    no choice, the whole table's model answers)."""
+    no choice, the whole table's model answers). ``q_len``: a prefill query's length (None: decode)."""
     if not lookup:
         return None
-    for key in config_keys(head_dim, num_heads, num_kv_heads, kv_dtype, window):
+    for key in config_keys(head_dim, num_heads, num_kv_heads, kv_dtype, window, q_len):
         if key in lookup:
             return lookup[key]
     return None
