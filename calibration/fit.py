@@ -29,6 +29,7 @@ from llmplan.sim.kernel_calibration import features as F
 from llmplan.sim.kernel_calibration import moe_routing
 from llmplan.sim.kernel_calibration.calib_file import Calibration
 from llmplan.sim.kernel_calibration.collectives import GPUCollectives, fit_gpu_collectives
+from llmplan.sim.kernel_calibration import attention_kernels as AK
 from llmplan.sim.kernel_calibration import moe_kernels as MK
 from llmplan.sim.kernel_calibration.family_model import (GROUP_COLUMN, FamilyModel, GroupModel, group_keys, row_kernels,
                                                          shape_ranges)
@@ -193,17 +194,18 @@ def _kernel_items(items: list[tuple[str, str, str, str, pd.DataFrame]]
                   ) -> tuple[list[tuple[str, str, str, str, pd.DataFrame]], dict[tuple[str, str, str, str], tuple[str, ...]]]:
     """MoE: the rows of each kernel family of a dtype group whose rows mix kernel families
     (:mod:`llmplan.sim.kernel_calibration.moe_kernels`), as further work items keyed
-    ``dtype/family``, and the kernel families of every MoE dtype group. Rows without a
+    ``dtype/family``, and the kernel families of every MoE dtype group; the same for the
+    attention tables (:mod:`attention_kernels`, key ``all/<kernel_source>``). Rows without a
     ``kernel_source`` label (family None) stay in their dtype group only, and a group holding any
     records no kernel families (unknown: FamilyModel.resolve_group)."""
     extra, kernels = [], {}
     for gpu, backend, family, group, df in items:
-        if family != "moe":
+        if family != "moe" and family not in AK.FAMILIES:
             continue
         fams = row_kernels(family, df)
         labels = fams.tolist()
         uniq = tuple(sorted({f for f in labels if f is not None}))
-        if uniq and None not in labels:
+        if uniq and None not in labels and family == "moe":   # attention: resolve_group needs none
             kernels[(gpu, backend, family, group)] = uniq
         if len(uniq) > 1:
             for fam in uniq:
@@ -317,6 +319,12 @@ def fit_measured(meas: Measurements, gpus: dict[str, GPUFeatures], opts: FitOpti
         if family in SHARED_GBT_FAMILIES and priors[key] is not None:
             shared.setdefault(key, []).append((df.reset_index(drop=True), gm))
         fm.groups[group] = gm
+        if family in AK.FAMILIES and opts.moe_kernel_groups:
+            # the engine's kernel per head configuration, where its table mixes kernels: the rule
+            # that gives queries (and scored rows) their kernel group (attention_kernels)
+            labels = row_kernels(family, df)
+            if len({k for k in labels.tolist() if k is not None}) > 1:
+                fm.head_kernels = AK.head_kernel_lookup(df, labels)
         if (gpu, backend, family, group) in group_kernels:
             fm.group_kernels[group] = group_kernels[(gpu, backend, family, group)]
     # 3. the shared residual ensembles

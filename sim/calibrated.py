@@ -55,6 +55,7 @@ from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS,
 from llmplan.sim.kernel_calibration.features import MOE_GATED_MATRICES, MOE_PLAIN_MATRICES
 from llmplan.sim.kernel_calibration.family_model import scalar_phys
 from llmplan.sim.kernel_calibration.moe_kernels import engine_moe_kernel
+from llmplan.sim.kernel_calibration.attention_kernels import engine_attention_kernel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
 from llmplan.sim.kernel_calibration.tiers import choose_tier, roofline_dtype, spec_gdn, spec_mla_bmm
 from llmplan.sim.trtllm_fp8_inputs import quantize_ms
@@ -174,8 +175,9 @@ class CalibratedKernelModel:
     # -- model selection (llmplan.sim.kernel_calibration.tiers) -----------------------------
     def _predict(self, family: str, dtype: str | None, q: dict[str, Any], range_shape: dict[str, float],
                  exact_dims: bool = True, also_exact: frozenset[str] = frozenset(),
-                 prefer: str | None = None, moe_query: tuple[int, str | None] | None = None) -> KernelTime | None:
-        found = self._resolve(family, dtype, prefer, moe_query)
+                 prefer: str | None = None, moe_query: tuple[int, str | None] | None = None,
+                 attn_query: tuple[Any, ...] | None = None) -> KernelTime | None:
+        found = self._resolve(family, dtype, prefer, moe_query, attn_query)
         if found is None:
             return None
         cand, group, exact = found
@@ -193,15 +195,20 @@ class CalibratedKernelModel:
         return KernelTime(ms, float(phys.flops), float(phys.nbytes), bound, tier, extrap, table)
 
     def _resolve(self, family: str, dtype: str | None, prefer: str | None,
-                 moe_query: tuple[int, str | None] | None = None) -> tuple[Any, str, bool] | None:
+                 moe_query: tuple[int, str | None] | None = None,
+                 attn_query: tuple[Any, ...] | None = None) -> tuple[Any, str, bool] | None:
         """(candidate, dtype group, exact) answering a family and query dtype: the first of the
         stand-in GPU's engines in order, then (only if needed) the cross-gen pool, that has a
         group for it (None: no candidate has). Depends on nothing but the arguments, so it is
         remembered per (family, dtype, prefer, moe_query). ``moe_query``: MoE, (expert-parallel
         size, model architecture), from which :func:`moe_kernels.engine_moe_kernel` names the
         kernel family this engine runs for the dtype group found; the candidate then answers
-        with that family's group (FamilyModel.resolve_group; unknown family: the dtype group)."""
-        key = (family, dtype, prefer, moe_query)
+        with that family's group (FamilyModel.resolve_group; unknown family: the dtype group).
+        ``attn_query``: attention, (head dim, query heads, KV heads, KV dtype, window[, prefill length
+        class: 1 or 2 for longer]), from which
+        :func:`attention_kernels.engine_attention_kernel` names the kernel the engine runs for that
+        head configuration (the candidate's ``head_kernels``); none: the whole table."""
+        key = (family, dtype, prefer, moe_query, attn_query)
         if key in self._resolved:
             return self._resolved[key]
         found = None
@@ -209,6 +216,10 @@ class CalibratedKernelModel:
             group, exact = cand.model.resolve_group(dtype)
             if group is not None and moe_query is not None:
                 kern = engine_moe_kernel(self.backend, self.gpu.key, group, moe_query[0], moe_query[1])
+                if kern is not None:
+                    group, exact = cand.model.resolve_group(dtype, kern)
+            elif group is not None and attn_query is not None:
+                kern = engine_attention_kernel(getattr(cand.model, "head_kernels", None), *attn_query)
                 if kern is not None:
                     group, exact = cand.model.resolve_group(dtype, kern)
             if group is not None:
@@ -268,7 +279,8 @@ class CalibratedKernelModel:
              "head_dim": head_dim, "kv_dtype": kv_dtype, "window": window}
         rs = {"batch": batch, "q_len": q_len, "ctx": kv_len - q_len, "num_heads": num_heads,
               "num_kv_heads": num_kv_heads, "head_dim": head_dim}
-        kt = self._predict("attention_prefill", None, q, rs)
+        kt = self._predict("attention_prefill", None, q, rs,
+                           attn_query=(head_dim, num_heads, num_kv_heads, kv_dtype, window, min(q_len, 2)))
         return kt if kt is not None else self._roof.attention_prefill(batch, q_len, kv_len, num_heads, num_kv_heads,
                                                                       head_dim, kv_dtype, window)
 
@@ -285,7 +297,8 @@ class CalibratedKernelModel:
         q = {"batch": batch, "kv_len": kv, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
              "head_dim": head_dim, "kv_dtype": kv_dtype, "window": window}
         rs = {"batch": batch, "kv_len": kv, "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
-        kt = self._predict("attention_decode", None, q, rs)
+        kt = self._predict("attention_decode", None, q, rs,
+                           attn_query=(head_dim, num_heads, num_kv_heads, kv_dtype, window))
         return kt if kt is not None else self._roof.attention_decode(batch, kv, num_heads, num_kv_heads, head_dim,
                                                                      kv_dtype, window)
 

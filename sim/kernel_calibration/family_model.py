@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pandas is needed only when fitting or scoring frames
 
 from llmplan.errors import UserError
 from llmplan.sim.kernel_calibration import features as F
+from llmplan.sim.kernel_calibration import attention_kernels as AK
 from llmplan.sim.kernel_calibration import moe_kernels as K
 from llmplan.sim.kernel_calibration import moe_tuned as T
 from llmplan.sim.kernel_calibration.gbt import GBTModel
@@ -85,7 +86,10 @@ def group_keys(family: str, df: pd.DataFrame) -> pd.Series:
 
 def row_kernels(family: str, df: pd.DataFrame) -> np.ndarray:
     """Kernel family each row ran (:func:`moe_kernels.kernel_family` of its ``kernel_source``;
-    MoE rows only, None elsewhere or without the column: answered by the dtype group)."""
+    attention rows: the label itself, :mod:`attention_kernels`; None elsewhere or without the
+    column: answered by the dtype group)."""
+    if family in AK.FAMILIES and "kernel_source" in df:
+        return AK.attention_kernels(df["kernel_source"].to_numpy())
     if family != "moe" or "kernel_source" not in df:
         return np.full(len(df), None, dtype=object)
     src = df["kernel_source"]
@@ -175,6 +179,10 @@ class FamilyModel:
     kernel_groups: dict[str, GroupModel] = field(default_factory=dict)
     #: MoE: the kernel families of each dtype group's rows (files without it: unknown)
     group_kernels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: attention tables that mix kernels: the kernel the engine ran per head configuration
+    #: (:func:`attention_kernels.head_kernel_lookup`), from which queries and table rows alike get
+    #: their kernel group (:func:`attention_kernels.engine_attention_kernel`)
+    head_kernels: dict[str, str] = field(default_factory=dict)
 
     def group(self, key: str) -> GroupModel:
         """The group model of a key :meth:`resolve_group` returned (a dtype group or a kernel group)."""
@@ -196,6 +204,8 @@ class FamilyModel:
         dtype's kernel group, or a dtype group all of whose rows ran it (or whose kernels the file
         does not record). None of them: the dtype chain as without a kernel (the whole group)."""
         if GROUP_COLUMN.get(self.family) is None:
+            if kernel is not None and K.kernel_group_key("all", kernel) in self.kernel_groups:
+                return K.kernel_group_key("all", kernel), True   # attention: that kernel's rows
             return ("all" if "all" in self.groups else None), True
         chain = GROUP_FALLBACK.get(self.family, {}).get(str(dtype), (str(dtype),))
         if kernel is not None and (self.kernel_groups or self.group_kernels):
@@ -219,6 +229,8 @@ class FamilyModel:
             out["kernel_groups"] = {g: m.to_dict() for g, m in sorted(self.kernel_groups.items())}
         if self.group_kernels:
             out["group_kernels"] = {g: list(v) for g, v in sorted(self.group_kernels.items())}
+        if self.head_kernels:
+            out["head_kernels"] = dict(sorted(self.head_kernels.items()))
         return out
 
     @staticmethod
@@ -231,7 +243,8 @@ class FamilyModel:
                             fix="re-run `llmplan calibrate` with this version, or upgrade llmplan")
         return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form,
                            {g: GroupModel.from_dict(v) for g, v in d.get("kernel_groups", {}).items()},
-                           {g: tuple(v) for g, v in d.get("group_kernels", {}).items()})
+                           {g: tuple(v) for g, v in d.get("group_kernels", {}).items()},
+                           {str(k): str(v) for k, v in d.get("head_kernels", {}).items()})
 
 
 def _rule_kernels(model: FamilyModel, df: pd.DataFrame, keys: np.ndarray, kernels: np.ndarray, gpu_key: str,
@@ -266,6 +279,10 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
     kernels = row_kernels(model.family, df)
     if model.family == "moe" and (model.kernel_groups or model.group_kernels):
         kernels = _rule_kernels(model, df, keys, kernels, gpu.key, backend)
+    elif model.family in AK.FAMILIES:
+        # the engine's rule, never the row's label: a row is answered as a query of its head
+        # configuration is (sim/calibrated.py), so validation and the bands score the path users get
+        kernels = AK.rule_kernels(model.head_kernels, df)
     for key, kern in sorted(set(zip(keys.tolist(), kernels.tolist())), key=str):
         g, _ = model.resolve_group(key, kern)
         if g is None:
