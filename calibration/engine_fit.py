@@ -140,7 +140,11 @@ SCHEDULER_KEYS = ("chunked_prefill", "whole_prompts")
 #: 18: the MoE kernel family of each query (sim/kernel_calibration/moe_kernels.py) and the regenerated kernel
 #:     calibration, vLLM async scheduling (sim/vllm_async_scheduling.py), the InferenceX gpt-oss TRT-LLM
 #:     2025-11-02 rows' EP layout (calibration/trtllm_inferencex_layout.py)
-BASIS_VERSION = 18
+#: 19: the session-13 kernel calibration: MoE tuned/default Triton configurations, masked remote pairs, K
+#:     alignment and the collector clamp of SGLang 0.5.10 (sim/kernel_calibration/moe_tuned.py, features.py);
+#:     the collectors' GEMM working sets and activation quantization (features.py); the engine's attention
+#:     kernel per head configuration (sim/kernel_calibration/attention_kernels.py)
+BASIS_VERSION = 19
 #: model forms: which terms are free (module docstring)
 FORMS = ("overlap", "linear", "overlap+linear")
 #: the form of the shipped fit (engine-wide and per version family)
