@@ -187,8 +187,11 @@ class CalibratedKernelModel:
         # per-model record that the first query of a family would fix for all later ones
         table = cand.backend if tier != "cross-gen" else ""
         gm = fm.group(group)
+        # MoE: the kernel's engine facts (tuned configuration, masked pairs) are the asked engine's when
+        # the cross-gen pool answers, as its members' rows (and the pooled validation rows) had them
         phys = scalar_phys(family, cand.features, group.split("/")[0], q, fm.work_form, cand.backend,
-                           fm.kernel_of(group) if family == "moe" else None)
+                           fm.kernel_of(group) if family == "moe" else None,
+                           self.backend if cand.backend == "pooled" else None)
         alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
         ms, bound = gm.predict_one(phys, alt)
         extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)

@@ -338,7 +338,7 @@ def _wbytes(dtype: str) -> float:
 
 
 def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], moe_form: str = F.MOE_FORM,
-                backend: str | None = None, kernel: str | None = None) -> F.Phys:
+                backend: str | None = None, kernel: str | None = None, moe_engine: str | None = None) -> F.Phys:
     """Physical terms of one protocol query (``q`` holds the canonical shape fields;
     ``moe_form``: the answering model's :attr:`FamilyModel.work_form`; ``backend``: the engine
     whose model answers, for a GEMM the weight copies its collector cycles through,
@@ -374,9 +374,9 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], mo
                      1.0 if fmt in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
                      gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops,
                      q.get("matrices", F.MOE_GATED_MATRICES), moe_form,
-                     default_cfg=_moe_default_cfg(backend, kernel, gpu, group, q),
+                     default_cfg=_moe_default_cfg(moe_engine or backend, kernel, gpu, group, q),
                      masked=(q["num_tokens"] * q["topk"] * (1.0 - 1.0 / max(q["moe_ep"], 1))
-                             if kernel == K.TRITON and backend in F.MASKED_TRITON_ENGINES else 0.0))
+                             if kernel == K.TRITON and (moe_engine or backend) in F.MASKED_TRITON_ENGINES else 0.0))
     if family == "mla_prefill":
         return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
                              gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),
