@@ -224,11 +224,17 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
         groups[key] = crossgen_dispatch.DispatchedGroupModel.of(groups[alt], family, key, alt, target)
     # the kernel family of a pooled group where every member's group ran that one family (MoE:
     # FamilyModel.kernel_of, from which a query gets the kernel's facts as the members' rows had them)
+    # (members of the target's architecture first: the engines pick the MoE kernel by architecture,
+    # moe_kernels.engine_moe_kernel; then all members)
     group_kernels: dict[str, tuple[str, ...]] = {}
+    arch = crossgen_dispatch.architecture(target)
     for key, pairs in sorted(by_group.items()):
-        ks = {member_kernels.get((g, key)) for g, _ in pairs}
-        if len(ks) == 1 and None not in ks and len(next(iter(ks))) == 1:
-            group_kernels[key] = next(iter(ks))
+        same = [g for g, _ in pairs if arch is not None and crossgen_dispatch.architecture(cal.gpus.get(g)) == arch]
+        for members in (same, [g for g, _ in pairs]):
+            ks = {member_kernels.get((g, key)) for g in members}
+            if members and len(ks) == 1 and None not in ks and len(next(iter(ks))) == 1:
+                group_kernels[key] = next(iter(ks))
+                break
     # members of one calibration share their MoE work form (family_model.FamilyModel.work_form)
     return PoolFamilyModel(family, groups, work_form=fm.work_form, group_kernels=group_kernels)
 
