@@ -111,9 +111,9 @@ def _fit_count(x: list[float], y: list[float]) -> tuple[float, float]:
 
 def wait_forms(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per deployment and concurrency of the rows (keys of :func:`calibration.serving_regimes.queue_slopes`)
-    with at least :data:`MIN_OSLS` output lengths: the longest output's measured TTFT, and its
-    predictions by the count form ``a + q x E2E / N`` and the time form (the mean TTFT), both fitted to
-    the shorter outputs; ``q`` over all of them. Rows keep their file order within a group."""
+    with at least :data:`MIN_OSLS` output lengths: the longest output's measured TTFT (the mean of its
+    rows), and its predictions by the count form ``a + q x E2E / N`` and the time form (the mean TTFT),
+    both fitted to the rows of the shorter outputs only; ``q`` over all of them. Rows keep their file order within a group."""
     from llmplan.calibration.serving_regimes import _slope_key
     from llmplan.calibration.serving_rows import concurrency_of
 
@@ -132,7 +132,10 @@ def wait_forms(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         g = sorted(groups[key], key=lambda d: d["osl"])
         if len({d["osl"] for d in g}) < MIN_OSLS:
             continue
-        fit, last = g[:-1], g[-1]
+        # every row of the longest output is predicted, none of them fitted (repeated runs of one osl)
+        fit = [d for d in g if d["osl"] != g[-1]["osl"]]
+        tail = [d for d in g if d["osl"] == g[-1]["osl"]]
+        last = {k: sum(d[k] for d in tail) / len(tail) for k in ("ttft_ms", "x")}
         q_fit, a_fit = _fit_count([d["x"] for d in fit], [d["ttft_ms"] for d in fit])
         q_all, _ = _fit_count([d["x"] for d in g], [d["ttft_ms"] for d in g])
         r0 = g[0]["row"]

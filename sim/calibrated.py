@@ -187,8 +187,14 @@ class CalibratedKernelModel:
         # per-model record that the first query of a family would fix for all later ones
         table = cand.backend if tier != "cross-gen" else ""
         gm = fm.group(group)
-        phys = scalar_phys(family, cand.features, group.split("/")[0], q, fm.work_form, cand.backend,
-                           fm.kernel_of(group) if family == "moe" else None)
+        # MoE: the kernel's engine facts (tuned configuration, masked pairs) are the asked engine's when
+        # the cross-gen pool answers, as its members' rows (and the pooled validation rows) had them
+        kern = fm.kernel_of(group) if family == "moe" else None
+        if kern is None and family == "moe" and cand.backend == "pooled" and moe_query is not None:
+            # a pooled group whose members ran several kernels: the kernel the engine's rule names
+            kern = engine_moe_kernel(self.backend, self.gpu.key, group.split("/")[0], moe_query[0], moe_query[1])
+        phys = scalar_phys(family, cand.features, group.split("/")[0], q, fm.work_form, cand.backend, kern,
+                           self.backend if cand.backend == "pooled" else None)
         alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None
         ms, bound = gm.predict_one(phys, alt)
         extrap = (not exact) or (not exact_dims) or gm.outside(range_shape)

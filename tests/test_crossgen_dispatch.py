@@ -160,3 +160,27 @@ def test_members_whose_table_ran_an_older_kernel_leave_the_engines_pool():
     # the engine's current kernel is one the label table assigns to that engine
     for (fam, eng), label in D.ENGINE_KERNELS.items():
         assert eng in D.KERNEL_ENGINES[fam][label]
+
+
+def test_every_catalog_gpu_has_an_architecture():
+    """The dispatch rule (runs_instead) and the clock scaling key on crossgen_clock.ARCHITECTURE: a catalog
+    GPU missing from it would silently run the dtype's own kernel (a Blackwell target timed with the Hopper
+    fp8 block-scaling bmm) and keep its members' clocks, without a word. Every packaged GPU is listed."""
+    from llmplan.hardware_catalog.loader import load_catalog
+    from llmplan.sim.kernel_calibration.crossgen_clock import ARCHITECTURE
+    catalog = load_catalog()
+    assert catalog and sorted(k for k in catalog if k not in ARCHITECTURE) == []
+    assert all(D.architecture(GPUFeatures.from_spec(g)) == ARCHITECTURE[k] for k, g in catalog.items())
+
+
+def test_every_catalog_vendor_has_a_collective_library():
+    """crossgen_alpha_beta pools every measured GPU for a target whose library is unknown (None): each vendor
+    the catalog accepts must name its library, or such a GPU's collectives would silently take the pool of
+    another library's GPUs."""
+    from llmplan.hardware_catalog import loader
+    from llmplan.hardware_catalog.spec import COLLECTIVE_LIBRARY
+    assert sorted(loader._VENDORS) == sorted(COLLECTIVE_LIBRARY)
+    for vendor in loader._VENDORS:
+        assert crossgen.collective_library(vendor) == COLLECTIVE_LIBRARY[vendor]
+    for key, spec in loader.load_catalog().items():
+        assert crossgen.collective_library(catalog_vendor(key)) == spec.collective_library, key

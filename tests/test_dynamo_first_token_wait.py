@@ -78,3 +78,17 @@ def test_an_engine_running_ahead_of_a_serial_front_end_keeps_too_few_running():
     assert fw.run_ahead_running(512, 1.654, 0.045, 10.9 / 512) == pytest.approx(69.8, abs=0.1)
     assert fw.run_ahead_running(512, 1.654, 0.045, 22.8 / 512) == 512.0
     assert fw.run_ahead_running(512, 1.654, 0.0, 0.02) == 512.0
+
+
+def test_wait_forms_fit_no_row_of_the_longest_output():
+    """A repeated run of the longest output is predicted, not fitted: with two osl-2,000 rows the forms are
+    fitted to osl 500 and 1,000 alone (as with one) and predict the mean of the two."""
+    rows = [_row(o, t, p_) for o, t, p_, _ in TP8]
+    (one,) = fw.wait_forms(rows)
+    (two,) = fw.wait_forms(rows + [_row(2000, 7978.08, 29.38)])
+    assert two["time_form_ms"] == pytest.approx(one["time_form_ms"], rel=1e-12)
+    assert two["count_form_ms"] == pytest.approx(one["count_form_ms"], rel=1e-12)
+    assert two["last_ttft_ms"] == pytest.approx(7978.08, rel=1e-12)
+    (mix,) = fw.wait_forms(rows + [_row(2000, 6978.08, 29.38)])
+    assert mix["time_form_ms"] == pytest.approx(one["time_form_ms"], rel=1e-12)
+    assert mix["last_ttft_ms"] == pytest.approx(7478.08, rel=1e-12)

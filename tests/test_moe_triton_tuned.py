@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from llmplan.hardware_catalog.loader import get_gpu
@@ -141,3 +142,43 @@ def test_masked_pairs_only_in_the_masked_work_forms():
         assert F.frame_phys("moe", row, GPU, form).nbytes[0] == old.nbytes
         assert F.frame_phys("moe", row, GPU, form + F.MASKED_SUFFIX).nbytes[0] == new.nbytes
     assert FamilyModel.from_dict("moe", {"groups": {}}).work_form == F.MOE_FORM_UNIFORM
+
+
+def test_cross_gen_query_gets_the_facts_the_pooled_rows_get():
+    """The cross-gen pool answers a query with its members' dtype groups: where every member's group ran the
+    Triton kernel, the query carries the asked engine's tuned-configuration fact and masked pairs, as the
+    pooled validation rows do (predict_frame, tier cross-gen), so validation scores what users get."""
+    from llmplan.sim.kernel_calibration.predict import predict_frame
+    base = BaseParams(floor_us=10.0, wave_us=0.5, eta_c=0.5, eta_m=0.8, g=0.5, p=3.0, l2_cap=0.5, l2_bw_sm=60.0)
+    gm = GroupModel(base, _gbt_on_default(np.log(2.0)), 100, {"num_tokens": [1.0, 16384.0]})
+    gpus = {k: GPUFeatures.from_spec(get_gpu(k)) for k in ("h100_sxm", "h200_sxm", "b200")}
+    fms = {g: {"sglang": {"moe": FamilyModel("moe", {"bf16": gm}, work_form=F.MOE_FORM_UNIFORM_MASKED,
+                                             group_kernels={"bf16": ("triton",)})}} for g in ("h100_sxm", "h200_sxm")}
+    cal = Calibration({}, gpus, fms)
+    km = CalibratedKernelModel(get_gpu("b200"), "sglang", cal)
+    row = _frame().iloc[[1]].assign(backend_version="0.5.14")          # Qwen3-235B's shape at EP 16
+    p, used = predict_frame(cal, "moe", row, gpus["b200"], tier="cross-gen")
+    kt = km.moe(64, 4096, 1536, 8, 128, 1, 16, "bf16")
+    assert km.tier == "cross-gen" and used.tolist() == ["cross-gen"]
+    assert kt.latency_ms == pytest.approx(p[0], rel=1e-12)
+    assert T.triton_default_config("sglang", "b200", "bf16", 128, 1536, 1, 16) == T.DEFAULT    # the tree's 2x applies
+
+
+def test_cross_gen_query_of_a_mixed_kernel_pool_takes_the_engines_rule():
+    """Members whose dtype group mixes kernel families give the pool no kernel: the query then takes the kernel
+    the engine's rule names for the target and the model (moe_kernels.engine_moe_kernel: SGLang bf16 on SM100
+    runs Triton for Mixtral), and carries that kernel's facts as the Triton row does; without the model's
+    architecture the rule names none and the query carries no facts."""
+    from llmplan.sim.kernel_calibration.predict import predict_frame
+    base = BaseParams(floor_us=10.0, wave_us=0.5, eta_c=0.5, eta_m=0.8, g=0.5, p=3.0, l2_cap=0.5, l2_bw_sm=60.0)
+    gm = GroupModel(base, _gbt_on_default(np.log(2.0)), 100, {"num_tokens": [1.0, 16384.0]})
+    gpus = {k: GPUFeatures.from_spec(get_gpu(k)) for k in ("h100_sxm", "h200_sxm", "b200")}
+    fms = {g: {"sglang": {"moe": FamilyModel("moe", {"bf16": gm}, work_form=F.MOE_FORM_UNIFORM_MASKED,
+                                             group_kernels={"bf16": ("flashinfer_cutlass", "triton")})}}
+           for g in ("h100_sxm", "h200_sxm")}
+    cal = Calibration({}, gpus, fms)
+    km = CalibratedKernelModel(get_gpu("b200"), "sglang", cal)
+    p, _ = predict_frame(cal, "moe", _frame().iloc[[1]].assign(backend_version="0.5.14"), gpus["b200"], tier="cross-gen")
+    with_arch = km.moe(64, 4096, 1536, 8, 128, 1, 16, "bf16", architecture="MixtralForCausalLM").latency_ms
+    assert with_arch == pytest.approx(p[0], rel=1e-12)
+    assert km.moe(64, 4096, 1536, 8, 128, 1, 16, "bf16").latency_ms < 0.6 * p[0]     # no kernel named: no facts

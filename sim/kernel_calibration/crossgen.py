@@ -153,7 +153,8 @@ class PoolFamilyModel(FamilyModel):
 
     def resolve_group(self, dtype: str | None, kernel: str | None = None) -> tuple[str | None, bool]:
         # the pool keeps no kernel groups (members' dtype groups only): ``kernel`` changes nothing
-        g, exact = super().resolve_group(dtype, kernel)
+        # (group_kernels, where set, only names the kernel of a group for kernel_of)
+        g, exact = super().resolve_group(dtype, None)
         if g is None:
             for alt in POOL_GROUP_FALLBACK.get(self.family, {}).get(str(dtype), ()):
                 if alt in self.groups:
@@ -175,9 +176,12 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
     # exclusion) keeps the members as fitted: the clock scaling serves GPUs without tables
     rescale = target is not None and (target.key not in cal.measured or target.key == exclude)
     by_group: dict[str, list[tuple[str, GroupModel]]] = {}
+    member_kernels: dict[tuple[str, str], tuple[str, ...] | None] = {}
     for g, b in sorted(src.items()):
         fm = cal.family_model(g, b, family)
         assert fm is not None
+        for key in fm.groups:
+            member_kernels[(g, key)] = fm.group_kernels.get(key)
         ratio = _clock_ratio(cal, g, target, vendor, vendor_of) if rescale else 1.0
         for key, gm in fm.groups.items():
             if key not in EXCLUDED_GROUPS.get(family, frozenset()):
@@ -218,8 +222,21 @@ def crossgen_family(cal: Calibration, family: str, backend: str, exclude: str | 
     for key, alt in sorted(dispatched.items()):
         assert target is not None
         groups[key] = crossgen_dispatch.DispatchedGroupModel.of(groups[alt], family, key, alt, target)
+    # the kernel family of a pooled group where every member's group ran that one family (MoE:
+    # FamilyModel.kernel_of, from which a query gets the kernel's facts as the members' rows had them)
+    # (members of the target's architecture first: the engines pick the MoE kernel by architecture,
+    # moe_kernels.engine_moe_kernel; then all members)
+    group_kernels: dict[str, tuple[str, ...]] = {}
+    arch = crossgen_dispatch.architecture(target)
+    for key, pairs in sorted(by_group.items()):
+        same = [g for g, _ in pairs if arch is not None and crossgen_dispatch.architecture(cal.gpus.get(g)) == arch]
+        for members in (same, [g for g, _ in pairs]):
+            ks = {member_kernels.get((g, key)) for g in members}
+            if members and len(ks) == 1 and None not in ks and len(next(iter(ks))) == 1:
+                group_kernels[key] = next(iter(ks))
+                break
     # members of one calibration share their MoE work form (family_model.FamilyModel.work_form)
-    return PoolFamilyModel(family, groups, work_form=fm.work_form)
+    return PoolFamilyModel(family, groups, work_form=fm.work_form, group_kernels=group_kernels)
 
 
 def _clock_ratio(cal: Calibration, member: str, target: GPUFeatures | None, vendor: str | None,

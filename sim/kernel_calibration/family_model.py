@@ -241,10 +241,28 @@ class FamilyModel:
             raise UserError(f"calibration MoE model has work form {form!r}, unknown to this version "
                             f"(known: {', '.join(F.MOE_FORMS)})", key="calibration",
                             fix="re-run `llmplan calibrate` with this version, or upgrade llmplan")
-        return FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form,
-                           {g: GroupModel.from_dict(v) for g, v in d.get("kernel_groups", {}).items()},
-                           {g: tuple(v) for g, v in d.get("group_kernels", {}).items()},
-                           {str(k): str(v) for k, v in d.get("head_kernels", {}).items()})
+        fm = FamilyModel(family, {g: GroupModel.from_dict(v) for g, v in d["groups"].items()}, shared, form,
+                         {g: GroupModel.from_dict(v) for g, v in d.get("kernel_groups", {}).items()},
+                         {g: tuple(v) for g, v in d.get("group_kernels", {}).items()},
+                         {str(k): str(v) for k, v in d.get("head_kernels", {}).items()})
+        _check_feature_names(fm)
+        return fm
+
+
+def _check_feature_names(fm: FamilyModel) -> None:
+    """The residual trees index the feature vector by position (:data:`features.FEATURES`): a file's trees
+    are read only where their feature names are the leading names of this version's list (features are
+    appended, as session 13 appended ``triton_default_cfg`` and ``k2_unaligned16`` to MoE's, so older
+    files' trees never read the new columns); anything else would read other features without a word."""
+    known = tuple(F.FEATURES.get(fm.family, ()))
+    gbts = [("shared_gbt", fm.shared_gbt)] + [(g, m.gbt) for g, m in sorted({**fm.groups, **fm.kernel_groups}.items())]
+    for where, gbt in gbts:
+        names = tuple(gbt.feature_names) if gbt is not None else ()
+        if names and names != known[:len(names)]:
+            raise UserError(f"calibration {fm.family} model ({where}) was fitted on features "
+                            f"{', '.join(names)}, which are not this version's leading {fm.family} features "
+                            f"({', '.join(known[:len(names)])})", key="calibration",
+                            fix="re-run `llmplan calibrate` with this version, or use the llmplan version that wrote the file")
 
 
 def _rule_kernels(model: FamilyModel, df: pd.DataFrame, keys: np.ndarray, kernels: np.ndarray, gpu_key: str,
@@ -320,7 +338,7 @@ def _wbytes(dtype: str) -> float:
 
 
 def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], moe_form: str = F.MOE_FORM,
-                backend: str | None = None, kernel: str | None = None) -> F.Phys:
+                backend: str | None = None, kernel: str | None = None, moe_engine: str | None = None) -> F.Phys:
     """Physical terms of one protocol query (``q`` holds the canonical shape fields;
     ``moe_form``: the answering model's :attr:`FamilyModel.work_form`; ``backend``: the engine
     whose model answers, for a GEMM the weight copies its collector cycles through,
@@ -356,9 +374,9 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], mo
                      1.0 if fmt in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
                      gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops,
                      q.get("matrices", F.MOE_GATED_MATRICES), moe_form,
-                     default_cfg=_moe_default_cfg(backend, kernel, gpu, group, q),
+                     default_cfg=_moe_default_cfg(moe_engine or backend, kernel, gpu, group, q),
                      masked=(q["num_tokens"] * q["topk"] * (1.0 - 1.0 / max(q["moe_ep"], 1))
-                             if kernel == K.TRITON and backend in F.MASKED_TRITON_ENGINES else 0.0))
+                             if kernel == K.TRITON and (moe_engine or backend) in F.MASKED_TRITON_ENGINES else 0.0))
     if family == "mla_prefill":
         return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
                              gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),
