@@ -316,18 +316,26 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
                     lo, hi = gm.ranges[c]
                     v = sub[c].to_numpy(dtype=np.float64)
                     use |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-        phys = F.frame_phys(model.family, sub, gpu, model.work_form, backend)
+        # MoE rows without a kernel label take the kernel facts a query gets (sim/calibrated.py): the
+        # answering group's kernel, for the cross-gen pool else the engine's rule
+        fk = model.kernel_of(g) if model.family == "moe" else None
+        if fk is None and model.family == "moe" and backend == "pooled":
+            fk = kern
+        phys = F.frame_phys(model.family, sub, gpu, model.work_form, backend, moe_kernel=fk, moe_group=g)
         out[mask] = gm.predict_frame(phys, model.shared_gbt, use)
     return out, ~np.isnan(out)
 
 
-def _moe_default_cfg(backend: str | None, kernel: str | None, gpu: GPUFeatures, group: str,
-                     q: dict[str, Any]) -> float:
-    """The MoE feature ``triton_default_cfg`` of a query answered by a group of ``kernel`` (the
-    group's dtype names the configuration file's dtype, as its rows' own do)."""
-    if backend is None or kernel != K.TRITON:
-        return T.NOT_COVERED
-    return T.triton_default_config(backend, gpu.key, group, q["num_experts"], q["inter"], q["moe_tp"], q["moe_ep"])
+def _moe_query_facts(backend: str | None, kernel: str | None, gpu: GPUFeatures, group: str,
+                     q: dict[str, Any]) -> dict[str, Any]:
+    """``default_cfg`` (the MoE feature ``triton_default_cfg``; the group's dtype names the
+    configuration file's dtype, as its rows' own do) and ``masked`` of a query answered by a group of
+    ``kernel`` (:func:`features.moe_rule_facts`, the rule label-less frames use too)."""
+    if backend is None:
+        return {"default_cfg": T.NOT_COVERED, "masked": 0.0}
+    cfg, masked = F.moe_rule_facts(backend, gpu.key, kernel, group, q["num_tokens"], q["topk"], q["num_experts"],
+                                   q["inter"], q["moe_tp"], q["moe_ep"])
+    return {"default_cfg": cfg, "masked": masked}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,9 +382,7 @@ def scalar_phys(family: str, gpu: GPUFeatures, group: str, q: dict[str, Any], mo
                      1.0 if fmt in ("int4_wo", "w4a16_mxfp4") else 0.0, q.get("skew", 0.0),
                      gpu.peak(F.COMPUTE_DTYPE.get(fmt, "bf16")), gpu, ops,
                      q.get("matrices", F.MOE_GATED_MATRICES), moe_form,
-                     default_cfg=_moe_default_cfg(moe_engine or backend, kernel, gpu, group, q),
-                     masked=(q["num_tokens"] * q["topk"] * (1.0 - 1.0 / max(q["moe_ep"], 1))
-                             if kernel == K.TRITON and (moe_engine or backend) in F.MASKED_TRITON_ENGINES else 0.0))
+                     **_moe_query_facts(moe_engine or backend, kernel, gpu, group, q))
     if family == "mla_prefill":
         return F.mla_prefill(q["batch"], q["q_len"], q["kv_len"], q["num_heads"], _wbytes(q["kv_dtype"]),
                              gpu.peak("bf16"), gpu, ops, q.get("qk_nope_dim", F.MLA_NOPE),

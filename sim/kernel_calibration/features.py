@@ -497,6 +497,37 @@ def moe_masked_pairs(df: Any) -> np.ndarray:
     return np.where(tri & (moe_clamped_pairs(df) == 0.0), out, 0.0)
 
 
+def moe_rule_facts(engine: str, gpu_key: str, kernel: str | None, group: str, num_tokens: Any, topk: Any,
+                   num_experts: Any, inter: Any, moe_tp: Any, moe_ep: Any) -> tuple[Any, Any]:
+    """(tuned-or-default configuration, masked remote pairs) of a MoE query answered by a group of the
+    kernel family ``kernel``: the facts a measured row takes from its ``kernel_source``, here from the
+    engine's rule (one implementation for scalar queries and label-less frames)."""
+    if kernel != moe_kernels.TRITON:
+        return moe_tuned.NOT_COVERED, 0.0 * num_tokens
+    cfg = moe_tuned.triton_default_config(engine, gpu_key, group, num_experts, inter, moe_tp, moe_ep)
+    masked = (num_tokens * topk * (1.0 - 1.0 / np.maximum(moe_ep, 1.0))
+              if engine in MASKED_TRITON_ENGINES else 0.0 * num_tokens)
+    return cfg, masked
+
+
+def _moe_row_facts(df: Any, gpu: GPUFeatures, moe_form: str, backend: str | None, kernel: str | None,
+                   group: str | None) -> dict[str, Any]:
+    """``default_cfg`` and ``masked`` of :func:`moe` for a frame: from each row's ``kernel_source``
+    (measured rows), else from the engine's rule when the caller passes the rule's kernel."""
+    if "kernel_source" in df or kernel is None or group is None or not len(df):
+        return {"default_cfg": moe_tuned.frame_default_config(df, gpu.key),
+                "masked": moe_masked_pairs(df) if moe_form_masked(moe_form) else 0.0}
+    # the cross-gen pool ("pooled") answers with each row's own engine's facts, as a query gets the asked engine's
+    engines = (np.full(len(df), backend) if backend not in (None, "pooled") or "backend" not in df
+               else df["backend"].astype(str).to_numpy())
+    cfg, masked = np.zeros(len(df)), np.zeros(len(df))
+    cols = [df[c].to_numpy(dtype=np.float64) for c in ("num_tokens", "topk", "num_experts", "inter", "moe_tp",
+                                                      "moe_ep")]
+    for i, eng in enumerate(engines.tolist()):
+        cfg[i], masked[i] = moe_rule_facts(eng, gpu.key, kernel, group, *(c[i] for c in cols))
+    return {"default_cfg": cfg, "masked": masked if moe_form_masked(moe_form) else 0.0}
+
+
 #: MoE work-term forms. ``uniform``: calibration files fitted before 2026-11-24 session 9 (no
 #: ``work_form`` key; an even ``T x topk / EP`` split, touched experts from independent
 #: uniform choices, one 64-row tile efficiency). ``routed``: the routing the tables were
@@ -748,11 +779,15 @@ def _peak(df: Any, name: str, gpu: GPUFeatures) -> np.ndarray:
     return df[name].map(lambda v: gpu.peak(COMPUTE_DTYPE.get(v, "bf16"))).to_numpy(dtype=np.float64)
 
 
-def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM, backend: str | None = None) -> Phys:
+def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM, backend: str | None = None,
+               moe_kernel: str | None = None, moe_group: str | None = None) -> Phys:
     """Physical terms and features for every row of a canonical frame of one GPU
     (``moe_form``: the MoE work terms, :data:`MOE_FORMS`; ``backend``: the engine whose fitted model
     answers, for the GEMM collector's weight copies, :func:`gemm_bench_copies`; default: each row's
-    own ``backend`` column, as the fit reads its rows)."""
+    own ``backend`` column, as the fit reads its rows). ``moe_kernel`` / ``moe_group``: for MoE rows
+    that do not say which kernel they ran (no ``kernel_source``), the kernel family the engine's rule
+    gives and the dtype group that answers: such rows get the tuned-or-default configuration fact and
+    the masked remote pairs exactly as a query of that kernel does (:func:`moe_rule_facts`)."""
     c = lambda n: _col(df, n)  # noqa: E731
     if family == "gemm":
         wb = _map(df, "dtype", DTYPE_BYTES, 2.0)
@@ -783,8 +818,7 @@ def frame_phys(family: str, df: Any, gpu: GPUFeatures, moe_form: str = MOE_FORM,
                    _peak(df, "dtype", gpu), gpu,
                    matrices=moe_matrices(df["kernel_source"]) if "kernel_source" in df else MOE_GATED_MATRICES,
                    form=moe_form, clamped=moe_clamped_pairs(df),
-                   default_cfg=moe_tuned.frame_default_config(df, gpu.key),
-                   masked=moe_masked_pairs(df) if moe_form_masked(moe_form) else 0.0)
+                   **_moe_row_facts(df, gpu, moe_form, backend, moe_kernel, moe_group))
     if family == "mla_prefill":
         return mla_prefill(c("batch"), c("q_len"), c("kv_len"), c("num_heads"),
                            _map(df, "kv_dtype", DTYPE_BYTES, 2.0), gpu.peak("bf16"), gpu)
