@@ -53,7 +53,7 @@ from llmplan.sim.kernels import KernelModel, KernelTime, Link, RooflineKernelMod
 from llmplan.sim.kernel_calibration.calib_file import Calibration, load_calibration
 from llmplan.sim.kernel_calibration.collectives import CUSTOM_AR_MAX_BYTES, OPS, ring_steps
 from llmplan.sim.kernel_calibration.features import MOE_GATED_MATRICES, MOE_PLAIN_MATRICES
-from llmplan.sim.kernel_calibration.family_model import scalar_phys
+from llmplan.sim.kernel_calibration.family_model import moe_facts_kernel, scalar_phys
 from llmplan.sim.kernel_calibration.moe_kernels import engine_moe_kernel
 from llmplan.sim.kernel_calibration.attention_kernels import engine_attention_kernel
 from llmplan.sim.kernel_calibration.gpu_features import GPUFeatures, link_kind
@@ -189,10 +189,10 @@ class CalibratedKernelModel:
         gm = fm.group(group)
         # MoE: the kernel's engine facts (tuned configuration, masked pairs) are the asked engine's when
         # the cross-gen pool answers, as its members' rows (and the pooled validation rows) had them
-        kern = fm.kernel_of(group) if family == "moe" else None
-        if kern is None and family == "moe" and cand.backend == "pooled" and moe_query is not None:
-            # a pooled group whose members ran several kernels: the kernel the engine's rule names
-            kern = engine_moe_kernel(self.backend, self.gpu.key, group.split("/")[0], moe_query[0], moe_query[1])
+        kern = (moe_facts_kernel(fm, group, cand.backend == "pooled" and moe_query is not None,
+                                 lambda: engine_moe_kernel(self.backend, self.gpu.key, group.split("/")[0],
+                                                           moe_query[0], moe_query[1]))
+                if family == "moe" else None)
         phys = scalar_phys(family, cand.features, group.split("/")[0], q, fm.work_form, cand.backend, kern,
                            self.backend if cand.backend == "pooled" else None)
         alt = fm.shared_gbt if fm.shared_gbt is not None and gm.outside_config(family, range_shape) else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -285,6 +285,15 @@ def _rule_kernels(model: FamilyModel, df: pd.DataFrame, keys: np.ndarray, kernel
     return out
 
 
+def moe_facts_kernel(model: FamilyModel, group: str, pooled: bool, rule: Callable[[], str | None]) -> str | None:
+    """The kernel family whose engine facts (tuned configuration, masked pairs) a MoE answer of ``group``
+    carries: the group's own (:meth:`FamilyModel.kernel_of`), else, for the cross-gen pool whose members
+    ran several kernels, the engine's rule (``rule``, evaluated only then). One rule for scalar queries
+    (sim/calibrated.py) and label-less frames (:func:`predict_family_frame`)."""
+    kern = model.kernel_of(group)
+    return rule() if kern is None and pooled else kern
+
+
 def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
                          backend: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(latency ms, group found) for every row of a canonical frame of one GPU.
@@ -316,11 +325,8 @@ def predict_family_frame(model: FamilyModel, df: pd.DataFrame, gpu: GPUFeatures,
                     lo, hi = gm.ranges[c]
                     v = sub[c].to_numpy(dtype=np.float64)
                     use |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-        # MoE rows without a kernel label take the kernel facts a query gets (sim/calibrated.py): the
-        # answering group's kernel, for the cross-gen pool else the engine's rule
-        fk = model.kernel_of(g) if model.family == "moe" else None
-        if fk is None and model.family == "moe" and backend == "pooled":
-            fk = kern
+        # MoE rows without a kernel label take the kernel facts a query gets (sim/calibrated.py)
+        fk = moe_facts_kernel(model, g, backend == "pooled", lambda: kern) if model.family == "moe" else None
         phys = F.frame_phys(model.family, sub, gpu, model.work_form, backend, moe_kernel=fk, moe_group=g)
         out[mask] = gm.predict_frame(phys, model.shared_gbt, use)
     return out, ~np.isnan(out)
